@@ -1,0 +1,266 @@
+/* The CUDA backend: one device, one stream, device memory, events for the
+ * profiler, stream-captured graphs, and the op table. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+br_status br_cuda_check(br_ctx *ctx, cudaError_t e, const char *what, const char *file, int line) {
+    const char *base = strrchr(file, '/');
+    return br_fail(ctx, BR_E_DEVICE, "CUDA error in %s: %s (%s) at %s:%d", what,
+                   cudaGetErrorString(e), cudaGetErrorName(e), base ? base + 1 : file, line);
+}
+
+static br_status cuda_open(br_ctx *ctx, int index, char *err, size_t n) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        if (err && n)
+            snprintf(err, n, "no usable CUDA GPU: %s",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+        return BR_E_UNSUPPORTED;
+    }
+    if (index < 0) index = 0;
+    if (index >= count) {
+        if (err && n) snprintf(err, n, "cuda:%d does not exist (%d GPU%s found)", index, count,
+                               count == 1 ? "" : "s");
+        return BR_E_ARG;
+    }
+    br_cuda *s = calloc(1, sizeof *s);
+    if (!s) {
+        if (err && n) snprintf(err, n, "out of host memory");
+        return BR_E_NOMEM;
+    }
+    s->device = index;
+    if ((e = cudaSetDevice(index)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&s->prop, index)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        if (err && n) snprintf(err, n, "cuda:%d: %s", index, cudaGetErrorString(e));
+        free(s);
+        return BR_E_DEVICE;
+    }
+    s->cc = s->prop.major * 10 + s->prop.minor;
+    s->sm_count = s->prop.multiProcessorCount;
+    s->has_wgmma = s->cc == 90 && br_cuda_built_wgmma();
+    ctx->be_state = s;
+    snprintf(ctx->device_desc, sizeof ctx->device_desc, "cuda:%d %s (sm_%d, %.1f GiB)", index,
+             s->prop.name, s->cc, (double)s->prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    return BR_OK;
+}
+
+static void cuda_close(br_ctx *ctx) {
+    br_cuda *s = ctx->be_state;
+    if (!s) return;
+    cudaSetDevice(s->device);
+    cudaStreamSynchronize(s->stream);
+    for (size_t i = 0; i < s->nevents; i++)
+        if (s->events[i]) cudaEventDestroy(s->events[i]);
+    free(s->events);
+    for (size_t i = 0; i < s->nretired; i++) cudaFree(s->retired[i]);
+    free(s->retired);
+    cudaFree(s->ws);
+    cudaStreamDestroy(s->stream);
+    free(s);
+    ctx->be_state = NULL;
+}
+
+static br_status cuda_alloc(br_ctx *ctx, size_t bytes, void **out) {
+    br_cuda *s = ctx->be_state;
+    cudaSetDevice(s->device);
+    cudaError_t e = cudaMalloc(out, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky-free error state */
+        return br_fail(ctx, e == cudaErrorMemoryAllocation ? BR_E_NOMEM : BR_E_DEVICE,
+                       "cudaMalloc of %zu bytes on cuda:%d failed: %s", bytes, s->device,
+                       cudaGetErrorString(e));
+    }
+    return BR_OK;
+}
+
+static void cuda_release(br_ctx *ctx, void *mem) {
+    br_cuda *s = ctx->be_state;
+    /* ops issued before may still read it */
+    cudaStreamSynchronize(s->stream);
+    cudaFree(mem);
+}
+
+static br_status cuda_upload(br_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    br_cuda *s = ctx->be_state;
+    BR_CUDA_TRY(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream));
+    BR_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
+    return BR_OK;
+}
+
+static br_status cuda_download(br_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    br_cuda *s = ctx->be_state;
+    BR_CUDA_TRY(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream));
+    BR_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
+    return BR_OK;
+}
+
+static br_status cuda_sync(br_ctx *ctx) {
+    br_cuda *s = ctx->be_state;
+    BR_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
+    return BR_OK;
+}
+
+br_status br_cuda_workspace(br_ctx *ctx, size_t bytes, void **out) {
+    br_cuda *s = ctx->be_state;
+    if (bytes < ctx->ws_need) bytes = ctx->ws_need;
+    if (bytes <= s->ws_bytes && s->ws) {
+        *out = s->ws;
+        return BR_OK;
+    }
+    if (s->capturing)
+        return br_fail(ctx, BR_E_STATE, "workspace of %zu bytes not reserved before graph capture",
+                       bytes);
+    void *p = NULL;
+    BR_CUDA_TRY(ctx, cudaMalloc(&p, bytes));
+    if (s->ws) { /* a captured graph may still name the old one */
+        void **r = realloc(s->retired, (s->nretired + 1) * sizeof *r);
+        if (!r) {
+            cudaFree(p);
+            return br_fail(ctx, BR_E_NOMEM, "out of host memory");
+        }
+        s->retired = r;
+        s->retired[s->nretired++] = s->ws;
+    }
+    s->ws = p;
+    s->ws_bytes = bytes;
+    *out = p;
+    return BR_OK;
+}
+
+static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
+    br_cuda *s = ctx->be_state;
+    if (!g->be_graph) {
+        void *ws = NULL;
+        if (g->ws_need) BR_TRY(br_cuda_workspace(ctx, g->ws_need, &ws));
+        BR_CUDA_TRY(ctx, cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+        s->capturing = 1;
+        br_status st = BR_OK;
+        for (size_t i = 0; i < g->n && st == BR_OK; i++) {
+            br_op_fn fn = ctx->be->ops[g->ops[i].kind];
+            st = fn ? fn(ctx, &g->ops[i])
+                    : br_fail(ctx, BR_E_UNSUPPORTED, "%s is not implemented on the cuda backend",
+                              br_op_name(g->ops[i].kind));
+        }
+        s->capturing = 0;
+        cudaGraph_t graph = NULL;
+        cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
+        if (st != BR_OK) {
+            if (graph) cudaGraphDestroy(graph);
+            return st;
+        }
+        if (e != cudaSuccess) return br_cuda_check(ctx, e, "cudaStreamEndCapture", __FILE__, __LINE__);
+        cudaGraphExec_t exec = NULL;
+        e = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (e != cudaSuccess) return br_cuda_check(ctx, e, "cudaGraphInstantiate", __FILE__, __LINE__);
+        g->be_graph = exec;
+    }
+    BR_CUDA_TRY(ctx, cudaGraphLaunch((cudaGraphExec_t)g->be_graph, s->stream));
+    ctx->stats.launches++;
+    return BR_OK;
+}
+
+static void cuda_graph_release(br_ctx *ctx, br_graph *g) {
+    br_cuda *s = ctx->be_state;
+    cudaStreamSynchronize(s->stream);
+    cudaGraphExecDestroy((cudaGraphExec_t)g->be_graph);
+    g->be_graph = NULL;
+}
+
+static br_status cuda_timer_mark(br_ctx *ctx, size_t slot) {
+    br_cuda *s = ctx->be_state;
+    if (slot >= s->nevents) {
+        size_t n = slot + 1 > 2 * s->nevents ? slot + 1 : 2 * s->nevents;
+        cudaEvent_t *ev = realloc(s->events, n * sizeof *ev);
+        if (!ev) return BR_E_NOMEM;
+        memset(ev + s->nevents, 0, (n - s->nevents) * sizeof *ev);
+        s->events = ev;
+        s->nevents = n;
+    }
+    if (!s->events[slot]) BR_CUDA_TRY(ctx, cudaEventCreate(&s->events[slot]));
+    BR_CUDA_TRY(ctx, cudaEventRecord(s->events[slot], s->stream));
+    return BR_OK;
+}
+
+static br_status cuda_timer_elapsed(br_ctx *ctx, size_t from, size_t to, double *ms) {
+    br_cuda *s = ctx->be_state;
+    if (from >= s->nevents || to >= s->nevents) return BR_E_ARG;
+    float f = 0;
+    BR_CUDA_TRY(ctx, cudaEventSynchronize(s->events[to]));
+    BR_CUDA_TRY(ctx, cudaEventElapsedTime(&f, s->events[from], s->events[to]));
+    *ms = f;
+    return BR_OK;
+}
+
+static const br_backend cuda_backend = {
+    .name = "cuda",
+    .open = cuda_open,
+    .close = cuda_close,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .sync = cuda_sync,
+    .graph_launch = cuda_graph_launch,
+    .graph_release = cuda_graph_release,
+    .timer_mark = cuda_timer_mark,
+    .timer_elapsed = cuda_timer_elapsed,
+    .ops =
+        {
+            [BR_OP_FILL] = br_cuda_fill,
+            [BR_OP_COPY] = br_cuda_copy,
+            [BR_OP_MM] = br_cuda_mm,
+            [BR_OP_MM_BITS] = br_cuda_mm_bits,
+            [BR_OP_CVT] = br_cuda_cvt,
+            [BR_OP_CVT_MULTI] = br_cuda_cvt_multi,
+            [BR_OP_CVT_COLS] = br_cuda_cvt_cols,
+            [BR_OP_CVT_T] = br_cuda_cvt_t,
+            [BR_OP_EXPAND] = br_cuda_expand,
+            [BR_OP_COLSUM] = br_cuda_colsum,
+            [BR_OP_COLSUM_FUSED] = br_cuda_colsum_fused,
+            [BR_OP_SCALE_ACC] = br_cuda_scale_acc,
+            [BR_OP_SCALE_ACC2] = br_cuda_scale_acc2,
+            [BR_OP_F16_TO_F32] = br_cuda_f16_to_f32,
+            [BR_OP_ADD] = br_cuda_add,
+            [BR_OP_SPLIT_QG] = br_cuda_split_qg,
+            [BR_OP_DENSE_FWD] = br_cuda_dense_fwd,
+            [BR_OP_DENSE_BWD] = br_cuda_dense_bwd,
+            [BR_OP_ADAM] = br_cuda_adam,
+            [BR_OP_ADAM_CAT] = br_cuda_adam_cat,
+            [BR_OP_SUMSQ] = br_cuda_sumsq,
+            [BR_OP_SUMSQ_CAT] = br_cuda_sumsq_cat,
+        },
+};
+
+const br_backend *br_cuda_backend(void) { return &cuda_backend; }
+
+br_status br_cuda_devices(br_device_info *out, int max, int *count, char *err, size_t n) {
+    if (!count) return BR_E_ARG;
+    *count = 0;
+    int c = 0;
+    cudaError_t e = cudaGetDeviceCount(&c);
+    if (e != cudaSuccess || c == 0) {
+        if (err && n)
+            snprintf(err, n, "no usable CUDA GPU: %s",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+        return BR_E_UNSUPPORTED;
+    }
+    for (int i = 0; i < c && i < max; i++) {
+        struct cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+        br_device_info *d = &out[*count];
+        memset(d, 0, sizeof *d);
+        snprintf(d->name, sizeof d->name, "%.127s", p.name);
+        d->index = i;
+        d->cc_major = p.major;
+        d->cc_minor = p.minor;
+        d->mem_total = p.totalGlobalMem;
+        d->sm_count = p.multiProcessorCount;
+        (*count)++;
+    }
+    return BR_OK;
+}

@@ -1,0 +1,34 @@
+/* The interface every backend implements: memory, synchronization, graphs,
+ * timers, and one function per op kind. The op front-end (ops/) has checked every
+ * argument before a backend sees it. */
+#ifndef BR_CORE_BACKEND_H
+#define BR_CORE_BACKEND_H
+
+#include "core/internal.h"
+#include "ops/op.h"
+
+typedef br_status (*br_op_fn)(br_ctx *ctx, const br_op *op);
+
+typedef struct br_backend {
+    const char *name; /* "cpu", "cuda" */
+    /* Open device `index` (-1: the backend's default) into ctx->be_state and fill
+     * ctx->device_desc; on failure write a message to err. */
+    br_status (*open)(br_ctx *ctx, int index, char *err, size_t err_len);
+    void (*close)(br_ctx *ctx);
+    br_status (*alloc)(br_ctx *ctx, size_t bytes, void **out);
+    void (*release)(br_ctx *ctx, void *mem);
+    /* Synchronous with respect to the ops issued before. */
+    br_status (*upload)(br_ctx *ctx, void *dst, const void *src, size_t bytes);
+    br_status (*download)(br_ctx *ctx, void *dst, const void *src, size_t bytes);
+    br_status (*sync)(br_ctx *ctx);
+    /* Replay a recorded graph (NULL: the front-end runs its ops in order). */
+    br_status (*graph_launch)(br_ctx *ctx, br_graph *g);
+    void (*graph_release)(br_ctx *ctx, br_graph *g);
+    /* Profiler timers: record a mark in slot `slot` behind the issued work;
+     * elapsed milliseconds between two recorded marks (waits as needed). */
+    br_status (*timer_mark)(br_ctx *ctx, size_t slot);
+    br_status (*timer_elapsed)(br_ctx *ctx, size_t from, size_t to, double *ms);
+    br_op_fn ops[BR_OP_COUNT];
+} br_backend;
+
+#endif

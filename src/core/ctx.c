@@ -1,0 +1,137 @@
+/* Contexts: choosing a backend from the device string, options, lifetime. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/internal.h"
+
+static void put_err(char *err, size_t n, const char *msg) {
+    if (err && n) snprintf(err, n, "%s", msg);
+}
+
+/* "cuda:N" → N, "cuda" → 0; -1 if malformed. */
+static int parse_cuda_index(const char *dev) {
+    if (strcmp(dev, "cuda") == 0) return 0;
+    if (strncmp(dev, "cuda:", 5) != 0 || dev[5] == '\0') return -1;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(dev + 5, &end, 10);
+    if (errno || *end != '\0' || v < 0 || v > 1024) return -1;
+    return (int)v;
+}
+
+static void apply_env_options(br_ctx *ctx) {
+    const char *e = getenv("BITRANK_MM_BITS");
+    if (e && strcmp(e, "0") == 0) ctx->opt_bits_gemm = 0;
+    e = getenv("BITRANK_PROFILE");
+    if (e && strcmp(e, "1") == 0) ctx->opt_profile = 1;
+    e = getenv("BITRANK_GEMM");
+    if (e && strcmp(e, "mma") == 0) ctx->opt_gemm_kernel = 1;
+    if (e && strcmp(e, "wgmma") == 0) ctx->opt_gemm_kernel = 2;
+}
+
+static br_status open_on(const br_backend *be, int index, br_ctx **out, char *err, size_t n) {
+    br_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        put_err(err, n, "out of host memory for the context");
+        return BR_E_NOMEM;
+    }
+    ctx->be = be;
+    ctx->opt_bits_gemm = 1;
+    apply_env_options(ctx);
+    br_status st = be->open(ctx, index, err, n);
+    if (st != BR_OK) {
+        free(ctx);
+        return st;
+    }
+    *out = ctx;
+    return BR_OK;
+}
+
+br_status br_ctx_new(const char *device, br_ctx **out, char *err, size_t err_len) {
+    if (!out) {
+        put_err(err, err_len, "br_ctx_new: out is NULL");
+        return BR_E_ARG;
+    }
+    *out = NULL;
+    if (!device || strcmp(device, "auto") == 0) {
+        const br_backend *cuda = br_cuda_backend();
+        if (cuda && open_on(cuda, -1, out, NULL, 0) == BR_OK) return BR_OK;
+        return open_on(br_cpu_backend(), -1, out, err, err_len);
+    }
+    if (strcmp(device, "cpu") == 0) return open_on(br_cpu_backend(), -1, out, err, err_len);
+    int idx = parse_cuda_index(device);
+    if (idx < 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "unknown device \"%.64s\": expected cpu, cuda, cuda:N or auto", device);
+        put_err(err, err_len, msg);
+        return BR_E_ARG;
+    }
+    const br_backend *cuda = br_cuda_backend();
+    if (!cuda) {
+        put_err(err, err_len, "this build of bitrank has no CUDA backend (nvcc was not found)");
+        return BR_E_UNSUPPORTED;
+    }
+    return open_on(cuda, idx, out, err, err_len);
+}
+
+void br_ctx_free(br_ctx *ctx) {
+    if (!ctx) return;
+    if (ctx->rec) { /* an unfinished recording is dropped */
+        br_graph *g = ctx->rec;
+        ctx->rec = NULL;
+        br_graph_free(g);
+    }
+    br_buf_free(ctx->expand_plane);
+    br_prof_free(ctx);
+    ctx->be->close(ctx);
+    free(ctx);
+}
+
+const char *br_ctx_backend(const br_ctx *ctx) { return ctx ? ctx->be->name : "none"; }
+const char *br_ctx_device(const br_ctx *ctx) { return ctx ? ctx->device_desc : "none"; }
+
+br_status br_ctx_sync(br_ctx *ctx) {
+    if (!ctx) return BR_E_ARG;
+    return ctx->be->sync(ctx);
+}
+
+br_status br_ctx_set_option(br_ctx *ctx, br_option opt, int value) {
+    if (!ctx) return BR_E_ARG;
+    switch (opt) {
+    case BR_OPT_BITS_GEMM:
+        if (value != 0 && value != 1) break;
+        ctx->opt_bits_gemm = value;
+        return BR_OK;
+    case BR_OPT_PROFILE:
+        if (value != 0 && value != 1) break;
+        ctx->opt_profile = value;
+        return BR_OK;
+    case BR_OPT_GEMM_KERNEL:
+        if (value < 0 || value > 2) break;
+        ctx->opt_gemm_kernel = value;
+        return BR_OK;
+    default:
+        return br_fail(ctx, BR_E_ARG, "br_ctx_set_option: unknown option %d", (int)opt);
+    }
+    return br_fail(ctx, BR_E_ARG, "br_ctx_set_option: value %d out of range for option %d", value,
+                   (int)opt);
+}
+
+int br_ctx_get_option(const br_ctx *ctx, br_option opt) {
+    if (!ctx) return -1;
+    switch (opt) {
+    case BR_OPT_BITS_GEMM: return ctx->opt_bits_gemm;
+    case BR_OPT_PROFILE: return ctx->opt_profile;
+    case BR_OPT_GEMM_KERNEL: return ctx->opt_gemm_kernel;
+    }
+    return -1;
+}
+
+void br_ctx_set_tag(br_ctx *ctx, const char *tag) {
+    if (!ctx) return;
+    snprintf(ctx->tag, sizeof ctx->tag, "%s", tag ? tag : "");
+}

@@ -1,0 +1,61 @@
+/* IEEE binary16 <-> binary32, round to nearest even, subnormals kept. Written out
+ * bit by bit so the CPU backend does not depend on the compiler's _Float16. */
+#include <string.h>
+
+#include "bitrank.h"
+
+uint16_t br_half_from_float(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t exp = (u >> 23) & 0xffu;
+    uint32_t man = u & 0x7fffffu;
+    if (exp == 0xffu) /* Inf, or NaN kept quiet with its top payload bits */
+        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
+    int e = (int)exp - 127 + 15; /* biased f16 exponent */
+    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        /* subnormal (or zero): value = m · 2^-24 with m = mant / 2^(14 - e) */
+        if (e < -10) return (uint16_t)sign; /* below half the smallest subnormal */
+        uint32_t full = man | 0x800000u;  /* 24-bit significand */
+        uint32_t shift = (uint32_t)(14 - e);
+        uint32_t q = full >> shift;
+        uint32_t rem = full & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return (uint16_t)(sign | q); /* q may carry into the smallest normal: correct */
+    }
+    uint32_t q = ((uint32_t)e << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (q & 1u))) q++; /* may carry into Inf: correct */
+    return (uint16_t)(sign | q);
+}
+
+float br_half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do {
+                man <<= 1;
+                e++;
+            } while (!(man & 0x400u));
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+size_t br_pad_rows(size_t m) { return (m + 127) / 128 * 128; }
+size_t br_pad_tokens(size_t ntok) { return (ntok + 31) / 32 * 32; }

@@ -1,0 +1,105 @@
+/* Internal state of contexts and buffers, shared by core/, ops/ and the backends.
+ * Nothing above ops/ includes this. */
+#ifndef BR_CORE_INTERNAL_H
+#define BR_CORE_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "bitrank.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct br_backend;
+struct br_op;
+struct br_prof;
+
+/* Largest element count any op shape may reach: kernels index with 32-bit ints
+ * after the front-end has checked this bound. */
+#define BR_MAX_ELEMS ((size_t)INT32_MAX)
+
+typedef struct br_stats {
+    uint64_t launches;  /* kernel launches (CPU: op executions) */
+    uint64_t allocs;    /* buffer allocations */
+    uint64_t uploads;   /* host → device copies */
+    uint64_t upload_bytes;
+    uint64_t downloads; /* device → host copies */
+} br_stats;
+
+struct br_ctx {
+    const struct br_backend *be;
+    void *be_state;          /* the backend's own state */
+    char device_desc[160];
+    char err[512];
+    int opt_bits_gemm;       /* BR_OPT_BITS_GEMM */
+    int opt_profile;         /* BR_OPT_PROFILE */
+    int opt_gemm_kernel;     /* BR_OPT_GEMM_KERNEL */
+    char tag[32];            /* profiler tag of ops issued now */
+    struct br_graph *rec;    /* non-NULL while recording */
+    struct br_prof *prof;    /* profiler state (allocated on first use) */
+    br_stats stats;
+    size_t ws_need;          /* bytes of backend workspace the issued ops need */
+    br_buf *expand_plane;    /* f16 scratch of the expand-then-mm path */
+};
+
+struct br_buf {
+    br_ctx *ctx;
+    br_dtype dtype;
+    size_t count;     /* elements visible through this buffer */
+    size_t offset;    /* elements from the start of the allocation */
+    void *mem;        /* start of the allocation (device or host memory) */
+    br_buf *parent;   /* NULL for an allocation, the root for a view */
+};
+
+struct br_graph {
+    br_ctx *ctx;
+    struct br_op *ops;
+    size_t n, cap;
+    size_t ws_need;
+    void *be_graph; /* the backend's replayable form (CUDA: cudaGraphExec_t) */
+};
+
+/* Shorthand for early return. */
+#define BR_TRY(expr)                                                                             \
+    do {                                                                                         \
+        br_status br_try_st_ = (expr);                                                           \
+        if (br_try_st_ != BR_OK) return br_try_st_;                                              \
+    } while (0)
+
+/* Record a failure on ctx (printf-style message) and return st. ctx may be NULL. */
+br_status br_fail(br_ctx *ctx, br_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+br_status br_vfail(br_ctx *ctx, br_status st, const char *fmt, va_list ap);
+
+/* Address of element 0 of a buffer (device or host memory). */
+static inline void *br_ptr(const br_buf *b) {
+    return b ? (char *)b->mem + b->offset * br_dtype_size(b->dtype) : (void *)0;
+}
+
+/* Column-reduction block: rows per block, and block count (≤ 256). */
+static inline size_t br_colsum_block_rows(size_t rows) {
+    size_t b = (rows + 255) / 256;
+    return b < 64 ? 64 : b;
+}
+static inline size_t br_colsum_blocks(size_t rows) {
+    size_t b = br_colsum_block_rows(rows);
+    size_t n = (rows + b - 1) / b;
+    return n ? n : 1;
+}
+
+/* Backends this build has. br_cuda_backend() is NULL without CUDA. */
+const struct br_backend *br_cpu_backend(void);
+const struct br_backend *br_cuda_backend(void);
+
+/* Profiler hooks (core/profile.c). */
+void br_prof_free(br_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

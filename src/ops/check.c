@@ -1,0 +1,47 @@
+/* Argument checks shared by every op front-end. */
+#include <math.h>
+
+#include "ops/check.h"
+
+br_status br_check_ctx(const br_ctx *ctx) { return ctx ? BR_OK : BR_E_ARG; }
+
+br_status br_check_buf(br_ctx *ctx, const char *fn, const char *arg, const br_buf *b, br_dtype dt,
+                       size_t need) {
+    if (!b) return br_fail(ctx, BR_E_ARG, "%s: %s is NULL", fn, arg);
+    if (b->ctx != ctx)
+        return br_fail(ctx, BR_E_ARG, "%s: %s belongs to another context", fn, arg);
+    if (b->dtype != dt)
+        return br_fail(ctx, BR_E_DTYPE, "%s: %s is a %s buffer, expected %s", fn, arg,
+                       br_dtype_name(b->dtype), br_dtype_name(dt));
+    if (b->count < need)
+        return br_fail(ctx, BR_E_SIZE, "%s: %s holds %zu %s elements, the shapes need %zu", fn,
+                       arg, b->count, br_dtype_name(dt), need);
+    return BR_OK;
+}
+
+br_status br_check_opt_buf(br_ctx *ctx, const char *fn, const char *arg, const br_buf *b,
+                           br_dtype dt, size_t need) {
+    return b ? br_check_buf(ctx, fn, arg, b, dt, need) : BR_OK;
+}
+
+br_status br_check_mul(br_ctx *ctx, const char *fn, const char *what, size_t a, size_t b,
+                       size_t *out) {
+    if (a != 0 && b > BR_MAX_ELEMS / a)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: %s = %zu·%zu exceeds %zu elements", fn, what, a, b,
+                       (size_t)BR_MAX_ELEMS);
+    *out = a * b;
+    return BR_OK;
+}
+
+br_status br_check_dim(br_ctx *ctx, const char *fn, const char *name, size_t x) {
+    if (x == 0) return br_fail(ctx, BR_E_SHAPE, "%s: %s is 0", fn, name);
+    if (x > BR_MAX_ELEMS)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: %s = %zu exceeds %zu", fn, name, x,
+                       (size_t)BR_MAX_ELEMS);
+    return BR_OK;
+}
+
+br_status br_check_finite(br_ctx *ctx, const char *fn, const char *name, float x) {
+    if (!isfinite(x)) return br_fail(ctx, BR_E_NONFINITE, "%s: %s is not finite", fn, name);
+    return BR_OK;
+}

@@ -1,0 +1,27 @@
+/* Argument checking shared by every op front-end: one place decides what a bad
+ * argument is and how the message reads ("br_cvt: dst: ..."). */
+#ifndef BR_OPS_CHECK_H
+#define BR_OPS_CHECK_H
+
+#include "core/internal.h"
+
+/* ctx non-NULL (returns BR_E_ARG without a message otherwise). */
+br_status br_check_ctx(const br_ctx *ctx);
+
+/* `b` non-NULL, of ctx, of dtype dt, holding at least `need` elements. */
+br_status br_check_buf(br_ctx *ctx, const char *fn, const char *arg, const br_buf *b, br_dtype dt,
+                       size_t need);
+/* Like br_check_buf, but NULL is allowed (returns BR_OK). */
+br_status br_check_opt_buf(br_ctx *ctx, const char *fn, const char *arg, const br_buf *b,
+                           br_dtype dt, size_t need);
+
+/* *out = a·b, failing with BR_E_OVERFLOW if it exceeds BR_MAX_ELEMS. `what` names
+ * the product in the message ("m·k"). */
+br_status br_check_mul(br_ctx *ctx, const char *fn, const char *what, size_t a, size_t b,
+                       size_t *out);
+/* x ≥ 1 and x ≤ BR_MAX_ELEMS. */
+br_status br_check_dim(br_ctx *ctx, const char *fn, const char *name, size_t x);
+/* x is a finite float. */
+br_status br_check_finite(br_ctx *ctx, const char *fn, const char *name, float x);
+
+#endif

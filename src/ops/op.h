@@ -1,0 +1,197 @@
+/* Op descriptors: what the front-end hands a backend, and what a graph records.
+ * One kind per backend op; composites (plane_linear, weight_grad, gram_acc) are
+ * sequences of these. Every size here has been checked by the front-end: element
+ * counts fit BR_MAX_ELEMS and every buffer holds what the shapes need. */
+#ifndef BR_OPS_OP_H
+#define BR_OPS_OP_H
+
+#include "core/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum br_op_kind {
+    BR_OP_FILL = 0,
+    BR_OP_COPY,
+    BR_OP_MM,
+    BR_OP_MM_BITS,
+    BR_OP_CVT,
+    BR_OP_CVT_MULTI,
+    BR_OP_CVT_COLS,
+    BR_OP_CVT_T,
+    BR_OP_EXPAND,
+    BR_OP_COLSUM,
+    BR_OP_COLSUM_FUSED,
+    BR_OP_SCALE_ACC,
+    BR_OP_SCALE_ACC2,
+    BR_OP_F16_TO_F32,
+    BR_OP_ADD,
+    BR_OP_SPLIT_QG,
+    BR_OP_DENSE_FWD,
+    BR_OP_DENSE_BWD,
+    BR_OP_ADAM,
+    BR_OP_ADAM_CAT,
+    BR_OP_SUMSQ,
+    BR_OP_SUMSQ_CAT,
+    /* ops of later layers (sign optimizer, ...) are added above this line */
+    BR_OP_COUNT
+} br_op_kind;
+
+/* "cvt", "mm_bits", ... */
+const char *br_op_name(br_op_kind kind);
+
+typedef struct br_fill_args {
+    br_buf *buf;
+    size_t off, count;
+    uint32_t bits;
+} br_fill_args;
+
+typedef struct br_copy_args {
+    br_buf *dst;
+    size_t dst_off;
+    const br_buf *src;
+    size_t src_off, count;
+} br_copy_args;
+
+/* MM: plane is f16 [n][k]. MM_BITS: plane is the u32 bitmap in `layout`. */
+typedef struct br_mm_args {
+    const br_buf *act, *plane;
+    br_buf *out;
+    br_gemm g; /* g.ldo already resolved (never 0) */
+    br_bits_layout layout;
+} br_mm_args;
+
+typedef struct br_cvt_args {
+    const br_buf *src, *col; /* col may be NULL */
+    br_buf *dst;
+    size_t m, k;
+    float scale;
+} br_cvt_args;
+
+typedef struct br_cvt_multi_args {
+    const br_buf *src;
+    size_t n_out;              /* 1..4 */
+    const br_buf *col[4];      /* entries may be NULL */
+    br_buf *dst[4];
+    size_t m, k;
+    float scale;
+} br_cvt_multi_args;
+
+typedef struct br_cvt_cols_args {
+    const br_buf *src;
+    size_t ld_src, col0;
+    br_buf *dst;
+    size_t m, k;
+    float scale;
+} br_cvt_cols_args;
+
+typedef struct br_cvt_t_args {
+    const br_buf *src, *col; /* col may be NULL */
+    br_buf *dst;
+    size_t ntok, k;
+    float scale;
+} br_cvt_t_args;
+
+typedef struct br_expand_args {
+    const br_buf *bits;
+    size_t rows, r;
+    br_buf *plane, *plane_t; /* either may be NULL */
+} br_expand_args;
+
+typedef struct br_colsum_args {
+    const br_buf *a, *b, *f;
+    br_colsum_term term;
+    br_buf *out;
+    size_t rows, k;
+    int accumulate;
+} br_colsum_args;
+
+typedef struct br_colsum_fused_args {
+    const br_buf *a, *b;
+    br_buf *sum;
+    size_t rows, k;
+    br_fuse fuse;
+} br_colsum_fused_args;
+
+typedef struct br_scale_acc_args {
+    const br_buf *a, *col;
+    br_buf *out;
+    size_t m, k;
+    int accumulate;
+} br_scale_acc_args;
+
+typedef struct br_scale_acc2_args {
+    const br_buf *a0, *col0, *a1, *col1;
+    br_buf *out;
+    size_t m, k;
+} br_scale_acc2_args;
+
+typedef struct br_unary_args {
+    const br_buf *a, *b; /* F16_TO_F32: a = src; ADD: a + b */
+    br_buf *out;
+    size_t n;
+} br_unary_args;
+
+typedef struct br_split_qg_args {
+    br_buf *qg, *q, *gate;
+    size_t m, heads, hd;
+    int merge;
+} br_split_qg_args;
+
+/* DENSE_FWD: out[m][r] (+)= a[m][k]·w[r][k]ᵀ. DENSE_BWD: out[m][k] += a[m][r]·w[r][k]
+ * (a = dy, out = dx). impl is resolved (never AUTO). */
+typedef struct br_dense_args {
+    const br_buf *a, *w;
+    br_buf *out;
+    size_t m, k, r;
+    int accumulate;
+    br_dense_impl impl;
+} br_dense_args;
+
+typedef struct br_adam_args {
+    br_buf *w, *m1, *m2;
+    const br_buf *grad, *mask, *rel_floor; /* ADAM: rel_floor NULL; mask may be NULL */
+    size_t n;
+    br_adam_hp hp;
+} br_adam_args;
+
+/* SUMSQ: tab NULL, np 1, out [64]. SUMSQ_CAT: tab u32 [2·np], out [np][64]. */
+typedef struct br_sumsq_args {
+    const br_buf *a, *tab;
+    size_t n, np;
+    br_buf *out;
+} br_sumsq_args;
+
+typedef struct br_op {
+    br_op_kind kind;
+    char tag[32];
+    union {
+        br_fill_args fill;
+        br_copy_args copy;
+        br_mm_args mm;
+        br_cvt_args cvt;
+        br_cvt_multi_args cvt_multi;
+        br_cvt_cols_args cvt_cols;
+        br_cvt_t_args cvt_t;
+        br_expand_args expand;
+        br_colsum_args colsum;
+        br_colsum_fused_args colsum_fused;
+        br_scale_acc_args scale_acc;
+        br_scale_acc2_args scale_acc2;
+        br_unary_args unary;
+        br_split_qg_args split_qg;
+        br_dense_args dense;
+        br_adam_args adam;
+        br_sumsq_args sumsq;
+    } u;
+} br_op;
+
+/* Run (or, while recording, record) one checked op. ws_bytes: backend workspace
+ * the op needs (the column-reduction partials). */
+br_status br_submit(br_ctx *ctx, br_op *op, size_t ws_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

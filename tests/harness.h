@@ -1,0 +1,203 @@
+/* The test harness: a context on the device under test, fresh random data,
+ * poisoned outputs, f64 comparisons, and CHECK macros that count and report.
+ *
+ * The device under test is BITRANK_TEST_DEVICE (default "cpu"). A test binary run
+ * with a device it cannot open exits 77, which CTest reports as skipped. */
+#ifndef BR_TESTS_HARNESS_H
+#define BR_TESTS_HARNESS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bitrank.h"
+#include "core/rng.h"
+
+#define T_SKIP 77
+
+static int t_checks, t_failures;
+static const char *t_current = "";
+
+#define CHECK(cond, ...)                                                                         \
+    do {                                                                                         \
+        t_checks++;                                                                              \
+        if (!(cond)) {                                                                           \
+            t_failures++;                                                                        \
+            fprintf(stderr, "FAIL [%s] %s:%d: ", t_current, __FILE__, __LINE__);                 \
+            fprintf(stderr, __VA_ARGS__);                                                        \
+            fputc('\n', stderr);                                                                 \
+        }                                                                                        \
+    } while (0)
+
+/* An op call that must succeed; on failure prints the context's message. */
+#define CHECK_OK(ctx, call)                                                                      \
+    do {                                                                                         \
+        br_status t_st_ = (call);                                                                \
+        CHECK(t_st_ == BR_OK, "%s -> %s: %s", #call, br_status_name(t_st_), br_ctx_error(ctx));  \
+    } while (0)
+
+/* An op call that must fail with `want` and leave a message naming something. */
+#define CHECK_FAILS(ctx, want, call)                                                             \
+    do {                                                                                         \
+        br_status t_st_ = (call);                                                                \
+        CHECK(t_st_ == (want), "%s -> %s, expected %s", #call, br_status_name(t_st_),            \
+              br_status_name(want));                                                             \
+        CHECK(t_st_ == BR_OK || br_ctx_error(ctx)[0] != '\0', "%s: no error message", #call);    \
+    } while (0)
+
+/* Fresh seed per run unless BITRANK_TEST_SEED is set; printed so a failure can be
+ * replayed. */
+static uint64_t t_seed(void) {
+    static uint64_t seed;
+    if (!seed) {
+        const char *e = getenv("BITRANK_TEST_SEED");
+        seed = e ? strtoull(e, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)clock();
+        if (!seed) seed = 1;
+        fprintf(stderr, "seed %llu (BITRANK_TEST_SEED to replay)\n", (unsigned long long)seed);
+    }
+    return seed;
+}
+
+static br_rng t_rng_for(uint64_t stream) {
+    br_rng r;
+    br_rng_seed(&r, t_seed() ^ (stream * 0x9E3779B97F4A7C15ull));
+    return r;
+}
+
+static const char *t_device(void) {
+    const char *d = getenv("BITRANK_TEST_DEVICE");
+    return d && *d ? d : "cpu";
+}
+
+/* Context on the device under test; exits 77 (skip) if it cannot be opened. */
+static br_ctx *t_ctx(void) {
+    br_ctx *ctx = NULL;
+    char err[256];
+    if (br_ctx_new(t_device(), &ctx, err, sizeof err) != BR_OK) {
+        fprintf(stderr, "skip: device %s: %s\n", t_device(), err);
+        exit(T_SKIP);
+    }
+    return ctx;
+}
+
+/* Context on the CPU (the reference backend). */
+static br_ctx *t_cpu_ctx(void) {
+    br_ctx *ctx = NULL;
+    char err[256];
+    if (br_ctx_new("cpu", &ctx, err, sizeof err) != BR_OK) {
+        fprintf(stderr, "cannot open the CPU backend: %s\n", err);
+        exit(1);
+    }
+    return ctx;
+}
+
+static void *t_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+/* n floats uniform in [-scale, scale), never all zero. */
+static float *t_rand(br_rng *r, size_t n, float scale) {
+    float *v = t_xmalloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = br_rng_sym(r) * scale;
+    return v;
+}
+
+/* A buffer holding host data. */
+static br_buf *t_buf_from(br_ctx *ctx, br_dtype dt, const void *host, size_t n) {
+    br_buf *b = NULL;
+    if (br_buf_new(ctx, dt, n, &b) != BR_OK || br_buf_upload(b, 0, host, n) != BR_OK) {
+        fprintf(stderr, "buffer setup failed: %s\n", br_ctx_error(ctx));
+        exit(1);
+    }
+    return b;
+}
+
+/* A buffer of n elements poisoned with `bits` (NaN for f32: 0x7fc00000; f16 NaN:
+ * 0x7e00; a u32 pattern). */
+static br_buf *t_buf_poison(br_ctx *ctx, br_dtype dt, size_t n, uint32_t bits) {
+    br_buf *b = NULL;
+    if (br_buf_new(ctx, dt, n, &b) != BR_OK || br_buf_fill(b, 0, n, bits) != BR_OK) {
+        fprintf(stderr, "buffer setup failed: %s\n", br_ctx_error(ctx));
+        exit(1);
+    }
+    return b;
+}
+#define T_NAN32 0x7fc00000u
+#define T_NAN16 0x7e00u
+
+static float *t_download_f32(br_ctx *ctx, const br_buf *b, size_t n) {
+    float *v = t_xmalloc(n * sizeof *v);
+    if (br_buf_download(b, 0, v, n) != BR_OK) {
+        fprintf(stderr, "download failed: %s\n", br_ctx_error(ctx));
+        exit(1);
+    }
+    return v;
+}
+
+static uint16_t *t_download_f16(br_ctx *ctx, const br_buf *b, size_t n) {
+    uint16_t *v = t_xmalloc(n * sizeof *v);
+    if (br_buf_download(b, 0, v, n) != BR_OK) {
+        fprintf(stderr, "download failed: %s\n", br_ctx_error(ctx));
+        exit(1);
+    }
+    return v;
+}
+
+/* ‖got − ref‖ / ‖ref‖ (NaN in got gives +Inf). */
+static double t_rel_err(const float *got, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        double d = (double)got[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 1e-300 ? den : 1e-300));
+}
+
+/* Number of elements whose bits differ. */
+static size_t t_bits_differ32(const float *a, const float *b, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+    return bad;
+}
+static size_t t_bits_differ16(const uint16_t *a, const uint16_t *b, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += a[i] != b[i];
+    return bad;
+}
+
+typedef void (*t_fn)(void);
+typedef struct t_case {
+    const char *name;
+    t_fn fn;
+} t_case;
+
+/* Runs every case; prints one summary line; exit status 0 only if all passed. */
+static int t_run(const char *suite, const t_case *cases, size_t n) {
+    t_seed();
+    for (size_t i = 0; i < n; i++) {
+        t_current = cases[i].name;
+        int before = t_failures;
+        cases[i].fn();
+        fprintf(stderr, "%s %s/%s\n", t_failures == before ? "ok  " : "FAIL", suite, cases[i].name);
+    }
+    printf("%s on %s: %d checks, %d failed\n", suite, t_device(), t_checks, t_failures);
+    return t_failures ? 1 : 0;
+}
+#define T_RUN(suite, ...)                                                                        \
+    int main(void) {                                                                             \
+        static const t_case cases_[] = {__VA_ARGS__};                                            \
+        return t_run(suite, cases_, sizeof cases_ / sizeof cases_[0]);                           \
+    }
+#define T_CASE(fn) {#fn, fn}
+
+#endif
