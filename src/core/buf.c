@@ -26,8 +26,6 @@ br_status br_buf_new(br_ctx *ctx, br_dtype dtype, size_t count, br_buf **out) {
     if (count == 0) return br_fail(ctx, BR_E_ARG, "br_buf_new: count is 0");
     if (count > ((size_t)1 << 40))
         return br_fail(ctx, BR_E_OVERFLOW, "br_buf_new: %zu elements is more than 2^40", count);
-    if (ctx->rec)
-        return br_fail(ctx, BR_E_STATE, "br_buf_new: cannot allocate while recording a graph");
     br_buf *b = calloc(1, sizeof *b);
     if (!b) return br_fail(ctx, BR_E_NOMEM, "br_buf_new: out of host memory");
     size_t bytes = count * br_dtype_size(dtype);
