@@ -281,8 +281,10 @@ typedef struct br_adam_hp {
     uint32_t step;    /* t, 1-based */
     float grad_mul;   /* gradient multiplier (unscale, clip) */
     float rel_floor;  /* br_adam: ρ (0 = plain steps); br_adam_cat reads it per element */
-    /* Optional f32 [3] device buffer {lr, t, grad_mul} read when the op runs instead
-     * of the three host values (so a replayed graph sees each step's schedule). */
+    /* Optional f32 [4] device buffer {lr, t, grad_mul, skip} read when the op runs
+     * instead of the three host values (so a replayed graph sees each step's
+     * schedule); skip ≠ 0 makes the op do nothing (a refused step: weights and
+     * moments unchanged). */
     const br_buf *sched;
 } br_adam_hp;
 /* w, grad, m1, m2 f32 [n]; mask f32 [n] or NULL (0 = frozen entry). */
