@@ -66,6 +66,8 @@ const char *br_ctx_device(const br_ctx *ctx);
 /* Message of the last call on this context that failed ("" if none). The message
  * names the function, the argument and what was wrong. */
 const char *br_ctx_error(const br_ctx *ctx);
+/* Forget the last message (br_ctx_error returns "" until the next failure). */
+void br_ctx_clear_error(br_ctx *ctx);
 /* Wait for every op issued so far; returns the first device error, if any. */
 br_status br_ctx_sync(br_ctx *ctx);
 
@@ -323,6 +325,529 @@ br_status br_weight_grad(br_ctx *ctx, const br_buf *x, const br_buf *dy, br_buf 
  * [br_pad_rows(k)][br_pad_tokens(ntok)] and tmp f32 [k][k] are scratch. */
 br_status br_gram_acc(br_ctx *ctx, const br_buf *x, br_buf *xt, br_buf *acc, br_buf *tmp,
                       size_t ntok, size_t k);
+
+/* ---------------------------------------------------------------- files: safetensors */
+
+/* Reading and writing Hugging Face safetensors files, and the BLR output layout of
+ * docs/FORMAT.md. Every function takes a context only to report errors: a failure
+ * returns a status and leaves a message naming the file and the field in
+ * br_ctx_error(ctx) (ctx may be NULL: the message is then dropped). Files are
+ * untrusted: every size, offset and shape is checked against the file before it is
+ * used. Multi-byte values in files are little-endian (this build assumes a
+ * little-endian host). */
+
+/* Element types of safetensors. Every one is recognized (its tensors can be listed
+ * and copied as bytes); only F32, F16 and BF16 convert to f32. */
+typedef enum br_st_dtype {
+    BR_ST_UNKNOWN = 0, /* a dtype string this build does not know, kept by name */
+    BR_ST_BOOL, BR_ST_U8, BR_ST_I8, BR_ST_F8_E5M2, BR_ST_F8_E4M3, BR_ST_F8_E8M0,
+    BR_ST_I16, BR_ST_U16, BR_ST_F16, BR_ST_BF16,
+    BR_ST_I32, BR_ST_U32, BR_ST_F32,
+    BR_ST_I64, BR_ST_U64, BR_ST_F64, BR_ST_C64,
+    BR_ST_F4, BR_ST_F6_E2M3, BR_ST_F6_E3M2,
+} br_st_dtype;
+/* The dtype's name in files ("BF16"); "unknown" for BR_ST_UNKNOWN. */
+const char *br_st_dtype_name(br_st_dtype dtype);
+/* Bits per element (4 for F4, 6 for F6_*, 16 for BF16); 0 for BR_ST_UNKNOWN. */
+size_t br_st_dtype_bits(br_st_dtype dtype);
+
+/* Most dimensions a tensor may have. */
+#define BR_ST_MAX_DIMS 8
+
+/* One tensor of an open file; owned by the file, valid until br_st_close. */
+typedef struct br_st_tensor {
+    const char *name;
+    br_st_dtype dtype;
+    const char *dtype_name; /* as written in the file (also for BR_ST_UNKNOWN) */
+    size_t ndim;
+    uint64_t shape[BR_ST_MAX_DIMS];
+    uint64_t numel;         /* product of shape (1 for a scalar) */
+    uint64_t nbytes;        /* bytes of data */
+    const void *data;       /* the mapped bytes (read-only) */
+    const char *file;       /* the file (shard) holding it */
+} br_st_tensor;
+
+/* A read-only safetensors checkpoint: one file, or the shards of a sharded one. */
+typedef struct br_st_file br_st_file;
+
+/* Open `path`: a .safetensors file (memory-mapped), a sharded checkpoint's index
+ * (a path ending in ".json", e.g. model.safetensors.index.json: every shard of its
+ * weight_map, resolved beside it, is opened), or a directory holding
+ * model.safetensors.index.json or model.safetensors. Errors: BR_E_IO (cannot open
+ * or map), BR_E_FORMAT (the header or index is malformed: its length, JSON, UTF-8,
+ * a dtype/shape/offsets field, data_offsets past the end, overlapping or leaving
+ * gaps, a size that is not shape·dtype, a duplicate name, a shard name leaving the
+ * directory, a BLR layer whose tensors do not match its metadata). A tensor of an
+ * unknown dtype is not an error here (only when converted). */
+br_status br_st_open(br_ctx *ctx, const char *path, br_st_file **out);
+void br_st_close(br_st_file *file);
+/* The path given to br_st_open. */
+const char *br_st_path(const br_st_file *file);
+/* Tensors, in the order of the header(s); NULL when i is out of range. */
+size_t br_st_count(const br_st_file *file);
+const br_st_tensor *br_st_tensor_at(const br_st_file *file, size_t i);
+/* The tensor named `name`, or NULL. */
+const br_st_tensor *br_st_find(const br_st_file *file, const char *name);
+/* __metadata__ entries (of every shard; the first shard that has a key wins):
+ * br_st_meta returns the value of `key` or NULL; br_st_meta_at the i-th entry
+ * (BR_E_ARG when i is out of range). */
+const char *br_st_meta(const br_st_file *file, const char *key);
+size_t br_st_meta_count(const br_st_file *file);
+br_status br_st_meta_at(const br_st_file *file, size_t i, const char **key, const char **value);
+
+/* dst[i] = element first + i of tensor t (of `file`) as f32, for i < count: F32
+ * copied, F16 and BF16 widened exactly. BR_E_ARG for [first, first+count) outside
+ * the tensor or t not of the file; BR_E_UNSUPPORTED for a dtype other than F32,
+ * F16, BF16; BR_E_FORMAT for a dtype unknown to this build. */
+br_status br_st_read_f32(br_ctx *ctx, const br_st_file *file, const br_st_tensor *t, size_t first,
+                         size_t count, float *dst);
+
+/* A safetensors file being written. The output appears at `path` only when
+ * br_st_writer_finish succeeds: the data go to a temporary file in the same
+ * directory, which is flushed to disk (fsync) and then renamed over `path`; on any
+ * failure, or br_st_writer_free without a finish, the temporary file is removed and
+ * an existing file at `path` is left as it was. */
+typedef struct br_st_writer br_st_writer;
+
+/* Start a file at `path`; the temporary file is created now, so an unwritable
+ * location fails here with BR_E_IO and a message naming it. */
+br_status br_st_writer_new(br_ctx *ctx, const char *path, br_st_writer **out);
+/* Set a __metadata__ entry (UTF-8 strings, copied; a key set twice keeps the last
+ * value). When the file holds BLR layers, finish sets "format" = "bitrank-blr",
+ * "format_version" = "1" and "writer" = "bitrank VERSION", replacing values given
+ * here. */
+br_status br_st_writer_meta(br_st_writer *w, const char *key, const char *value);
+/* Add a tensor: name (copied; unique, not "__metadata__"), a known dtype, ndim ≤
+ * BR_ST_MAX_DIMS dimensions, and its numel·bits/8 bytes at `data`, which are NOT
+ * copied: they must stay valid until br_st_writer_finish (a tensor of an open
+ * br_st_file may be passed straight through: t->name, t->dtype, t->ndim, t->shape,
+ * t->data). Tensors are stored in the order added. */
+br_status br_st_writer_add(br_st_writer *w, const char *name, br_st_dtype dtype, size_t ndim,
+                           const uint64_t *shape, const void *data);
+/* Write the header and the data, fsync, close and rename into place. BR_E_IO (with
+ * the system's reason) if a write, fsync, close or rename fails, e.g. a full disk. */
+br_status br_st_writer_finish(br_st_writer *w);
+void br_st_writer_free(br_st_writer *w);
+
+/* ---- the BLR layout (docs/FORMAT.md) */
+
+#define BR_BLR_MAX_PATHS 2
+
+/* One path of a BLR linear on the host, as the library stores it: sign bitmaps of
+ * ceil(r/32) u32 words per row (bit k%32 of word k/32 is sign k; 1 = +1) and f32
+ * scales. */
+typedef struct br_blr_path_host {
+    uint32_t *bits_u; /* S_U [m][ceil(r/32)] */
+    uint32_t *bits_v; /* S_V [n][ceil(r/32)] */
+    float *h;         /* [m] output scales */
+    float *l;         /* [r] latent scales (ℓ) */
+    float *g;         /* [n] input scales */
+} br_blr_path_host;
+
+/* A BLR linear W [m][n] ≈ Σ_p diag(h_p)·S_U,p·diag(ℓ_p)·S_V,pᵀ·diag(g_p). */
+typedef struct br_blr_host {
+    size_t m, n, r; /* outputs, inputs, rank */
+    size_t paths;   /* 1..BR_BLR_MAX_PATHS */
+    br_blr_path_host path[BR_BLR_MAX_PATHS];
+} br_blr_host;
+
+/* Bits per weight of a layer with 16-bit scales:
+ * paths·(r·(m+n) + 16·(m+n+r)) / (m·n); 0 if m or n is 0. */
+double br_blr_bpw(size_t m, size_t n, size_t r, size_t paths);
+/* Allocate every array of *layer (zero-filled) for the shapes given; free with
+ * br_blr_host_free. */
+br_status br_blr_host_alloc(br_ctx *ctx, br_blr_host *layer, size_t m, size_t n, size_t r,
+                            size_t paths);
+/* Free arrays allocated by br_blr_host_alloc / br_st_read_blr / br_blr_cortiq_decode
+ * and zero *layer. */
+void br_blr_host_free(br_blr_host *layer);
+/* Ŵ [m][n] of the layer into w (f32, row-major), each entry summed in double:
+ * a reference for tests and tools, O(paths·m·n·r) on the host. */
+br_status br_blr_reconstruct(br_ctx *ctx, const br_blr_host *layer, float *w);
+
+/* Add a compressed linear NAME to the file: tensors NAME.blr.u, .v (U8 sign bytes),
+ * .h, .l, .g (F16, rounded to nearest even) and the metadata entry "NAME.blr"; marks
+ * the file as format "bitrank-blr". The data are converted and copied now (the
+ * layer need not outlive the call). BR_E_NONFINITE if a scale is not finite or
+ * does not fit f16. */
+br_status br_st_writer_add_blr(br_st_writer *w, const char *name, const br_blr_host *layer);
+
+/* A compressed linear found in a file of format "bitrank-blr". */
+typedef struct br_blr_info {
+    const char *name;  /* NAME */
+    size_t m, n, r, paths;
+    double bpw;        /* br_blr_bpw of the shapes */
+    uint64_t nbytes;   /* bytes of its tensors in the file */
+    int cortiq;        /* 1: stored as a cortiq payload (tensor NAME.blr.cortiq) */
+} br_blr_info;
+/* The compressed linears of a file (validated by br_st_open); NULL when out of range. */
+size_t br_st_blr_count(const br_st_file *file);
+const br_blr_info *br_st_blr_at(const br_st_file *file, size_t i);
+/* Read compressed linear `name` (either form) into *out, allocating its arrays
+ * (free with br_blr_host_free). BR_E_ARG if the file has no such layer. */
+br_status br_st_read_blr(br_ctx *ctx, const br_st_file *file, const char *name, br_blr_host *out);
+
+/* ---- the cortiq `blr` payload (docs/FORMAT.md): one layer as the byte string
+ * cortiq runtimes read: a 16-byte header (0x4C, version 1, paths, 0, then r, m, n
+ * as u32), then per path h | g | ℓ (f16), S_U as m rows of r/8 bytes and S_V
+ * transposed, r rows of n/8 bytes (bit k%8 of a byte; 1 = +1). Needs r and n
+ * multiples of 8 (else BR_E_UNSUPPORTED) and r, m, n < 2^32. */
+
+/* Encode into dst (capacity `cap` bytes); *size receives the payload's size. With
+ * dst NULL only *size is set. BR_E_SIZE if cap is too small. */
+br_status br_blr_cortiq_encode(br_ctx *ctx, const br_blr_host *layer, void *dst, size_t cap,
+                               size_t *size);
+/* Decode a payload of exactly `len` bytes (untrusted) into *out (allocated; free
+ * with br_blr_host_free). BR_E_FORMAT names the first field that is wrong. */
+br_status br_blr_cortiq_decode(br_ctx *ctx, const void *src, size_t len, br_blr_host *out);
+/* Add a compressed linear as one U8 tensor NAME.blr.cortiq holding its payload
+ * (copied now); marks the file as format "bitrank-blr". */
+br_status br_st_writer_add_cortiq(br_st_writer *w, const char *name, const br_blr_host *layer);
+
+/* ---------------------------------------------------------------- the BLR layer */
+
+/* A binary low-rank linear of m outputs and n inputs (SPEC §1):
+ *     y[t] = Ŵ · x[t],   Ŵ = Σ_p diag(h_p) · S_U,p · diag(ℓ_p) · S_V,pᵀ · diag(g_p)
+ * with P ≥ 1 paths of rank r (a multiple of 32), sign bitmaps S_U u32 [m][r/32] and
+ * S_V u32 [n][r/32] (bit k%32 of word k/32 of a row is sign k, 1 = +1) and f32 scales
+ * h [m], ℓ [r], g [n]. Any m, n ≥ 1: where a GEMM needs a multiple of 32 the layer
+ * pads internally (zero operands), never reading past a buffer.
+ *
+ * The layer owns its parameters and their gradients: dh, dℓ, dg, and with
+ * BR_BLR_SIGN_GRADS the sign gradients G_U [m][r], G_V [n][r] (∂L/∂S taken as real,
+ * SPEC §1), with BR_BLR_CURVATURE the sums Σ_t a[t][k]² per path and Σ_t x[t][j]²
+ * that the exact-flip predictions need. Transient buffers live in a br_blr_scratch.
+ * Every function here only issues ops (or records them into a graph), except the
+ * host transfers br_blr_set_path / br_blr_get_path. */
+typedef struct br_blr br_blr;
+
+#define BR_BLR_SIGN_GRADS 1u /* backward also forms G_U, G_V of every path */
+#define BR_BLR_CURVATURE 2u  /* backward also sums Σ_t a², Σ_t x² (implies SIGN_GRADS) */
+
+/* A layer on ctx: every sign +1, every scale and gradient 0 (Ŵ = 0). r a multiple
+ * of 32; m, n, r, paths ≥ 1; flags a combination of BR_BLR_*. */
+br_status br_blr_new(br_ctx *ctx, size_t m, size_t n, size_t r, size_t paths, unsigned flags,
+                     br_blr **out);
+void br_blr_free(br_blr *layer);
+/* Shape of a layer (any pointer may be NULL). */
+void br_blr_shape(const br_blr *layer, size_t *m, size_t *n, size_t *r, size_t *paths);
+br_ctx *br_blr_ctx(const br_blr *layer);
+
+/* Host transfers of path `path`'s factors: bits_u u32 [m][r/32], bits_v u32
+ * [n][r/32], h f32 [m], l f32 [r], g f32 [n]. A NULL pointer skips that factor.
+ * Synchronous (like br_buf_upload). After changing bits of a layer trained by a
+ * br_blr_opt, re-initialize its latents (br_blr_opt_init_latent). */
+br_status br_blr_set_path(br_blr *layer, size_t path, const uint32_t *bits_u,
+                          const uint32_t *bits_v, const float *h, const float *l, const float *g);
+br_status br_blr_get_path(const br_blr *layer, size_t path, uint32_t *bits_u, uint32_t *bits_v,
+                          float *h, float *l, float *g);
+/* The same for every path through the io layout's br_blr_host (shapes must match;
+ * paths ≤ BR_BLR_MAX_PATHS). br_blr_from_host creates the layer. */
+br_status br_blr_from_host(br_ctx *ctx, const br_blr_host *host, unsigned flags, br_blr **out);
+br_status br_blr_to_host(const br_blr *layer, br_blr_host *host);
+
+/* Parts of a layer, as device buffers (views the layer owns). */
+typedef enum br_blr_part {
+    BR_BLR_H = 0,      /* f32 [m] */
+    BR_BLR_L = 1,      /* f32 [r] (ℓ) */
+    BR_BLR_G = 2,      /* f32 [n] */
+    BR_BLR_DH = 3,     /* f32 [m]  gradient of h */
+    BR_BLR_DL = 4,     /* f32 [r]  gradient of ℓ */
+    BR_BLR_DG = 5,     /* f32 [n]  gradient of g */
+    BR_BLR_BITS_U = 6, /* u32 [m][r/32] */
+    BR_BLR_BITS_V = 7, /* u32 [n][r/32] */
+    BR_BLR_GU = 8,     /* f32 [m][r]  G_U (BR_BLR_SIGN_GRADS) */
+    BR_BLR_GV = 9,     /* f32 [n][r]  G_V (BR_BLR_SIGN_GRADS) */
+    BR_BLR_SUM_A2 = 10, /* f32 [r]  Σ_t a[t][k]² of this path (BR_BLR_CURVATURE) */
+    BR_BLR_SUM_X2 = 11, /* f32 [n]  Σ_t x[t][j]², shared by the paths (BR_BLR_CURVATURE) */
+} br_blr_part;
+/* NULL when the layer has no such part or path. Ops and uploads on it change the
+ * layer; it lives as long as the layer. */
+br_buf *br_blr_buf(br_blr *layer, size_t path, br_blr_part part);
+
+/* Every gradient and curvature sum to zero. An op. */
+br_status br_blr_zero_grad(br_blr *layer);
+
+/* Transient buffers of the layer ops, shareable by every layer that runs one at a
+ * time: f16 staging, t1, t2, the transposed sign-gradient operands. Sized for up
+ * to `ntok` tokens and layers of at most m outputs, n inputs, rank r; flags as
+ * br_blr_new (whether the sign-gradient operands are needed). */
+typedef struct br_blr_shared br_blr_shared;
+br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t r, unsigned flags,
+                            br_blr_shared **out);
+void br_blr_shared_free(br_blr_shared *shared);
+
+/* A layer's scratch for up to `ntok` tokens: its own a [ntok][r] and c [ntok][m] per
+ * path (kept from the forward for the backward) and the transients of `shared`
+ * (NULL: its own; a shared set must fit the layer's shape and flags and outlive
+ * the scratch). Use a scratch with the layer it was made for. */
+typedef struct br_blr_scratch br_blr_scratch;
+br_status br_blr_scratch_new(const br_blr *layer, size_t ntok, br_blr_shared *shared,
+                             br_blr_scratch **out);
+void br_blr_scratch_free(br_blr_scratch *scratch);
+
+/* Forward: y [ntok][m] = Σ_p h_p ⊙ c_p (overwritten) for x f32 [ntok][n], 1 ≤ ntok ≤
+ * the scratch's tokens. Per path a = f16(x⊙g)·S_V and c = f16(a⊙ℓ)·S_Uᵀ (f16
+ * operands, f32 accumulation), kept in the scratch for br_blr_backward. Two or more
+ * paths: y = fl(fl(h_0⊙c_0) + fl(h_1⊙c_1)), then + fl(h_p⊙c_p) for p ≥ 2. */
+br_status br_blr_forward(br_blr *layer, br_blr_scratch *s, const br_buf *x, br_buf *y,
+                         size_t ntok);
+/* Columns of a staged input: n rounded up to a multiple of 32. */
+size_t br_blr_stage_cols(const br_blr *layer);
+/* Input staging of one or more layers reading the same x f32 [ntok][n] (e.g. q, k,
+ * v): xin[i] = f16(x ⊙ g_p) as f16 [br_pad_rows(ntok)][br_blr_stage_cols], pad
+ * rows and columns zero, one entry per path of layers[0], then layers[1], ... (up to
+ * four per pass over x, br_cvt_multi). Bit-identical to the staging br_blr_forward
+ * does itself. */
+br_status br_blr_stage(br_blr *const layers[], size_t nlayers, const br_buf *x, br_buf *const xin[],
+                       size_t ntok);
+/* br_blr_forward with each path's staged input given (xin[p], as br_blr_stage). */
+br_status br_blr_forward_staged(br_blr *layer, br_blr_scratch *s, const br_buf *const xin[],
+                                br_buf *y, size_t ntok);
+
+/* Backward of the last forward through scratch `s` on the same x: for dy f32
+ * [ntok][m] = ∂L/∂y, the gradients of every path
+ *     dh += Σ_t dy⊙c,  b = f16(dy⊙h·gs)·S_U / gs,  dℓ += Σ_t a⊙b,
+ *     dx' = f16(b⊙ℓ·gs)·S_Vᵀ / gs,  dg += Σ_t x⊙dx',   dx = Σ_p g_p⊙dx'_p
+ * and, with BR_BLR_SIGN_GRADS, G_U += diag(h)·dyᵀ·a·diag(ℓ), G_V += diag(g)·xᵀ·b·diag(ℓ)
+ * (token axis as the GEMM's K, operands staged under gs), with BR_BLR_CURVATURE
+ * Σ_t a² and Σ_t x². accumulate = 1 adds into the layer's gradients, 0 overwrites
+ * them. dx f32 [ntok][n] is overwritten (NULL: not formed). gscale (gs) is a power
+ * of two that keeps dy⊙h and b⊙ℓ out of the f16 subnormals (e.g. 1024 for |dy| ~
+ * 1e-3); it is divided back out. Everything is formed from the bits as they are:
+ * an optimizer step afterwards flips bits for the next forward. */
+br_status br_blr_backward(br_blr *layer, br_blr_scratch *s, const br_buf *x, const br_buf *dy,
+                          br_buf *dx, size_t ntok, float gscale, int accumulate);
+
+/* ---------------------------------------------------------------- optimizers */
+
+/* How the signs of a layer train (SPEC §4, R-SIGN). */
+typedef enum br_sign_mode {
+    BR_SIGN_OFF = 0,    /* signs frozen: only h, ℓ, g train */
+    /* Adam on a latent real Λ per sign: m ← β1·m + (1−β1)·G; v ← β2·v + (1−β2)·G²
+     * (full, or factored: row × column running means of G², Adafactor-style);
+     * Λ ← clamp(Λ − η·m̂/(√v̂ + ε), ±clamp); a bit flips where sign(Λ) disagrees
+     * with it and |Λ| > hyst, the largest |Λ| first within the flip budget. */
+    BR_SIGN_LATENT = 1,
+    /* Greedy descent without latents: the predicted change of the loss of flipping
+     * each sign alone (R-FLIP, scaled by `curvature`) ΔL = −2s·G + quad; the
+     * entries with ΔL < 0 flip, the most negative first, within the flip budget. */
+    BR_SIGN_EXACT = 2,
+} br_sign_mode;
+
+/* Options of a layer's optimizer (br_opt_defaults gives the values noted). */
+typedef struct br_opt_cfg {
+    /* Adam over h, ℓ, g of every path (one br_adam_cat). */
+    float lr;            /* 1e-3 */
+    float beta1, beta2;  /* 0.9, 0.999 */
+    float eps;           /* 1e-8 */
+    float rel_floor[3];  /* ρ of h, ℓ, g: relative steps lr·…·max(|w|, ρ) (0: plain) (0) */
+    int freeze[3];       /* 1: h / ℓ / g frozen (0) */
+    float max_grad_norm; /* clip the norm of all scale gradients to this (0: no clip) (0) */
+    /* Signs. */
+    br_sign_mode sign_mode; /* BR_SIGN_LATENT */
+    int sign_factored;      /* latent: 1 = factored second moment (0) */
+    float sign_lr;          /* η (1e-2) */
+    float sign_beta1, sign_beta2, sign_eps; /* 0.9, 0.999, 1e-8 */
+    float sign_clamp;       /* |Λ| ≤ clamp (1) */
+    float sign_hyst;        /* hysteresis: a bit flips only where |Λ| > hyst (0) */
+    float sign_tau;         /* latent init from the bits: Λ = ±tau (0.1) */
+    /* Most flips per step, as a fraction of a sign matrix's entries (0: no limit)
+     * (0). BR_SIGN_EXACT needs one (e.g. 1e-3): its predictions hold for one flip. */
+    float flip_budget;
+    /* BR_SIGN_EXACT: the loss's second derivative in y, 1 for L = ½‖y − y*‖²; a
+     * loss divided by N (dy divided by N) needs 1/N. (1) */
+    float curvature;
+} br_opt_cfg;
+br_opt_cfg br_opt_defaults(void);
+
+/* An optimizer for one layer: Adam over its scales and the sign optimizer over its
+ * S_U, S_V. It reads the layer's gradients and updates the layer in place. */
+typedef struct br_blr_opt br_blr_opt;
+/* Sign modes other than BR_SIGN_OFF need a layer made with BR_BLR_SIGN_GRADS,
+ * BR_SIGN_EXACT one with BR_BLR_CURVATURE. Latents start at ±sign_tau from the bits. */
+br_status br_blr_opt_new(br_blr *layer, const br_opt_cfg *cfg, br_blr_opt **out);
+void br_blr_opt_free(br_blr_opt *opt);
+/* (Re)initialize the latent of S_U (which = 0) or S_V (which = 1) of a path:
+ * factor NULL: Λ = ±sign_tau from the current bits; else factor f32 [rows][r] (the
+ * real-valued factor of an initialization, e.g. U√S): Λ = factor · sign_tau /
+ * mean|factor|, and the bits are set to sign(factor) (0 → +1). Moments reset to 0.
+ * Synchronous. No-op success in BR_SIGN_EXACT / BR_SIGN_OFF when factor is NULL. */
+br_status br_blr_opt_init_latent(br_blr_opt *opt, size_t path, int which, const float *factor);
+/* Learning rates of the next steps (e.g. a schedule). Written to the device now:
+ * a recorded step reads them when it runs. Call outside a recording. */
+br_status br_blr_opt_set_lr(br_blr_opt *opt, float lr, float sign_lr);
+
+/* One step from the layer's current gradients (e.g. several backwards accumulated:
+ * the deferred mode): per-parameter gradient norms; if any gradient is not finite
+ * the step is refused — weights, bits, latents, moments and the step count stay as
+ * they were; else the scale gradients are clipped to max_grad_norm, the signs step
+ * (and flip), then Adam steps h, ℓ, g. The decision is taken on the device, so a
+ * recorded step refuses correctly on every replay. Run directly, it waits for the
+ * device and returns BR_E_NONFINITE for a refused step; while recording it returns
+ * BR_OK (read the outcome with br_blr_opt_info after the replay). Gradients are not
+ * zeroed (br_blr_zero_grad). */
+br_status br_blr_opt_step(br_blr_opt *opt);
+
+/* What the last step did (waits for the device). Arrays are owned by the
+ * optimizer, valid until its next call. */
+typedef struct br_step_info {
+    int refused;          /* 1: the gradients were not finite, nothing changed */
+    uint64_t steps;       /* steps taken so far (refused ones not counted) */
+    float grad_norm;      /* norm of all scale gradients before clipping */
+    float grad_mul;       /* clipping multiplier applied (1: none) */
+    size_t nparams;       /* 5·paths: per path dh, dℓ, dg, G_U, G_V */
+    const float *norms;   /* [nparams] per-parameter gradient norms (G: 0 if absent) */
+    size_t nmats;         /* 2·paths */
+    const uint32_t *flips; /* [nmats] signs flipped by the step: S_U,0, S_V,0, S_U,1, ... */
+} br_step_info;
+br_status br_blr_opt_info(br_blr_opt *opt, br_step_info *info);
+
+/* Optimizer state, as device buffers (NULL when absent). */
+typedef enum br_opt_part {
+    BR_OPT_LATENT = 0, /* f32 [rows][r]: Λ of S_U (which 0) / S_V (which 1) of a path */
+    BR_OPT_M1 = 1,     /* f32 [rows][r]: first moment of Λ */
+    BR_OPT_V = 2,      /* f32 second moment of Λ: [rows][r], or factored [rows + r] */
+    BR_OPT_ADAM_M1 = 3, /* f32: Adam moments of the path's h | ℓ | g, [m + r + n] */
+    BR_OPT_ADAM_M2 = 4,
+} br_opt_part;
+br_buf *br_blr_opt_buf(br_blr_opt *opt, size_t path, int which, br_opt_part part);
+
+/* ---- compression ---- */
+
+/* The rank the compression gives a layer [m][n] for `bpw` bits per weight: the
+ * largest multiple of 32 whose br_blr_bpw (section "files") is ≤ bpw, capped at min(m, n) rounded
+ * up to a multiple of 32 (more rank cannot be initialized from an SVD). At least
+ * 32: when even rank 32 exceeds the budget, fails with BR_E_SHAPE and a message
+ * naming the layer (`name`, may be NULL), its shape and the bpw rank 32 needs. */
+br_status br_compress_rank(br_ctx *ctx, const char *name, size_t m, size_t n, size_t paths,
+                           double bpw, size_t *rank);
+
+/* Options of a compression; br_compress_opts_default fills the defaults noted. */
+typedef struct br_compress_opts {
+    double bpw;    /* target bits per weight per layer (1.0); unused when rank > 0 */
+    size_t rank;   /* fixed rank, a multiple of 32 (0: from bpw) */
+    size_t paths;  /* 1 or 2 (2: the second path fits the first one's residual) */
+    /* Tensors compressed: by default the 2-D ones whose name ends in ".weight",
+     * except embeddings and heads (names containing "embed", "wte", "wpe",
+     * "lm_head") and norms ("norm", "ln_"). `include` glob patterns (fnmatch, '*'
+     * also matches '.') add 2-D tensors; `exclude` patterns remove tensors and win
+     * over everything. */
+    const char *const *include;
+    size_t n_include;
+    const char *const *exclude;
+    size_t n_exclude;
+    /* Calibration inputs. activations: a safetensors file with, per compressed
+     * layer NAME, a tensor NAME [tokens][n] of that layer's inputs (f32/f16/bf16).
+     * gram: a safetensors file with a tensor NAME [n][n], the input Gram Σ = XᵀX;
+     * it also makes the initialization activation-aware. Neither: synthetic inputs,
+     * x[t][j] = s_j·z, z ~ N(0, 1), per-channel scales s_j = exp(N(0, 1)) (a
+     * heavy-tailed, log-normal spread of channel magnitudes), seeded per layer. A
+     * layer absent from the file gets synthetic inputs too. */
+    const char *activations;
+    const char *gram;
+    /* Training per layer: Adam on h, ℓ, g and the sign optimizer on S_U, S_V, to
+     * reproduce the original layer's outputs (loss ½‖ŷ − y‖² / ‖y‖², per batch). */
+    int steps;           /* steps per layer (300); 0: initialization only */
+    size_t tokens;       /* tokens per step (512) */
+    float lr;            /* peak Adam step for the scales, relative to |w| (2e-2) */
+    float sign_lr;       /* peak step of the sign latents (1e-2; 0: signs frozen) */
+    int warmup;          /* linear warm-up steps (-1: steps/20), then cosine decay to 0 */
+    int patience;        /* early stop after this many evaluations without a 0.1% gain (5) */
+    int eval_every;      /* steps between held-out evaluations (25) */
+    size_t eval_tokens;  /* held-out tokens for the relative output error (1024) */
+    uint64_t seed;       /* every random choice; per layer derived from seed and name (1) */
+    int init_on_device;  /* 1 (default): the SVD runs on a CUDA context's GPU */
+} br_compress_opts;
+void br_compress_opts_default(br_compress_opts *opts);
+
+/* Whether the compression selects tensor `name` of `ndim` dimensions (see
+ * br_compress_opts: the default rule, include, exclude). */
+int br_compress_selects(const br_compress_opts *opts, const char *name, size_t ndim);
+
+/* What the job did to one compressed layer. */
+typedef struct br_layer_report {
+    char name[256];
+    size_t m, n, rank, paths;
+    double bpw;          /* br_blr_bpw of the shapes */
+    /* Relative output error ‖ŷ − y‖/‖y‖ on held-out calibration inputs (never
+     * trained on), y = W·x the original layer's outputs: after the Dual-SVID
+     * initialization, and after training (scales rounded to f16, as written). */
+    double err_init, err_trained;
+    double weight_err;   /* ‖Ŵ − W‖/‖W‖ after training */
+    int steps;           /* training steps run (fewer than asked: early stop) */
+    int loss_every;      /* steps between two points of the loss curve */
+    size_t n_loss;
+    float *loss;         /* [n_loss] training loss ½‖ŷ − y‖²/½‖y‖² of the batch */
+    double seconds;      /* initialization + training */
+    int resumed;         /* 1: taken from the checkpoint of an interrupted run */
+    char init_device[16]; /* where the SVD ran: "cpu" or "cuda" */
+} br_layer_report;
+
+/* Where the job is, for a progress display. */
+typedef enum br_compress_phase {
+    BR_PHASE_INIT = 0,    /* a layer's initialization begins */
+    BR_PHASE_TRAIN = 1,   /* a training step of the layer finished (step, loss) */
+    BR_PHASE_DONE = 2,    /* the layer is finished: its report is complete */
+    BR_PHASE_RESUMED = 3, /* the layer was read back from the checkpoint */
+    BR_PHASE_WRITE = 4,   /* every layer is done; the output is being written */
+} br_compress_phase;
+typedef struct br_compress_progress {
+    br_compress_phase phase;
+    size_t layer, layers;          /* this layer's index (from 0) and how many are compressed */
+    const br_layer_report *report; /* the layer's report so far (name, shape, rank, ...) */
+    int step, steps;               /* BR_PHASE_TRAIN: steps done, steps planned */
+    double loss;                   /* BR_PHASE_TRAIN: the last logged batch loss */
+    double elapsed;                /* seconds since the job began */
+} br_compress_progress;
+/* Called from the job's thread; returning non-zero cancels the job (it then fails
+ * with BR_E_STATE and writes no output; finished layers stay in the checkpoint). */
+typedef int (*br_compress_progress_fn)(const br_compress_progress *progress, void *user);
+
+/* The whole job's report. */
+typedef struct br_compress_report {
+    size_t n_layers;
+    br_layer_report *layers;  /* in the order of the input file */
+    size_t n_passthrough;     /* tensors copied unchanged */
+    uint64_t params_compressed; /* weights of the compressed layers */
+    uint64_t bytes_before;    /* data bytes of the compressed layers in the input */
+    uint64_t bytes_after;     /* data bytes of their BLR tensors in the output */
+    uint64_t file_in, file_out; /* sizes of the input and output files */
+    double seconds;
+    char device[160];         /* br_ctx_device of the context */
+    char calibration[32];     /* "synthetic", "activations" or "gram" */
+} br_compress_report;
+void br_compress_report_free(br_compress_report *report);
+
+/* Compress the safetensors checkpoint `in_path` (a file, a sharded index or a
+ * directory, as br_st_open) into `out_path`: every selected linear becomes a BLR
+ * layer (docs/FORMAT.md) initialized by Dual-SVID and trained on calibration
+ * inputs; every other tensor is copied unchanged. The output is written to a
+ * temporary file and renamed at the end: a failed or cancelled run leaves no
+ * output. Each finished layer is checkpointed in the directory `checkpoint_dir`
+ * (NULL: out_path + ".partial"), tagged with a hash of the options and the input;
+ * with `resume` the layers found there are taken instead of recomputed (a
+ * checkpoint made with other options or input is refused, BR_E_STATE), and the
+ * directory is removed after a successful run. Checks everything it can before
+ * the first layer: the input's tensors and dtypes, every layer's rank budget, the
+ * output location. progress may be NULL. *report (may be NULL) receives the
+ * report (free with br_compress_report_free), also on failure when some layers
+ * finished. */
+br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_path,
+                           const br_compress_opts *opts, const char *checkpoint_dir, int resume,
+                           br_compress_progress_fn progress, void *user,
+                           br_compress_report **report);
+
+/* One matrix, for library users with their own trainer or file handling: W f32
+ * [m][n] on the host, its inputs x f32 [ntok][n] (NULL: synthetic, as in
+ * br_compress_opts), the input Gram f64 [n][n] (NULL: none). The last
+ * min(opts->eval_tokens, ntok/4) tokens of x are held out for the report's errors.
+ * *out receives the layer (allocated; free with br_blr_host_free), report (may be
+ * NULL) its report (free its loss with free()). */
+br_status br_compress_matrix(br_ctx *ctx, const char *name, const float *w, size_t m, size_t n,
+                             const float *x, size_t ntok, const double *gram,
+                             const br_compress_opts *opts, br_blr_host *out,
+                             br_layer_report *report);
 
 /* ---------------------------------------------------------------- graphs */
 

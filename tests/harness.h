@@ -42,6 +42,7 @@ static const char *t_current = "";
 /* An op call that must fail with `want` and leave a message naming something. */
 #define CHECK_FAILS(ctx, want, call)                                                             \
     do {                                                                                         \
+        br_ctx_clear_error(ctx);                                                                 \
         br_status t_st_ = (call);                                                                \
         CHECK(t_st_ == (want), "%s -> %s, expected %s", #call, br_status_name(t_st_),            \
               br_status_name(want));                                                             \

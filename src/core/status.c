@@ -37,3 +37,7 @@ br_status br_fail(br_ctx *ctx, br_status st, const char *fmt, ...) {
 }
 
 const char *br_ctx_error(const br_ctx *ctx) { return ctx ? ctx->err : "no context"; }
+
+void br_ctx_clear_error(br_ctx *ctx) {
+    if (ctx) ctx->err[0] = '\0';
+}
