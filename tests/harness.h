@@ -51,7 +51,7 @@ static const char *t_current = "";
 
 /* Fresh seed per run unless BITRANK_TEST_SEED is set; printed so a failure can be
  * replayed. */
-static uint64_t t_seed(void) {
+static inline uint64_t t_seed(void) {
     static uint64_t seed;
     if (!seed) {
         const char *e = getenv("BITRANK_TEST_SEED");
@@ -62,19 +62,19 @@ static uint64_t t_seed(void) {
     return seed;
 }
 
-static br_rng t_rng_for(uint64_t stream) {
+static inline br_rng t_rng_for(uint64_t stream) {
     br_rng r;
     br_rng_seed(&r, t_seed() ^ (stream * 0x9E3779B97F4A7C15ull));
     return r;
 }
 
-static const char *t_device(void) {
+static inline const char *t_device(void) {
     const char *d = getenv("BITRANK_TEST_DEVICE");
     return d && *d ? d : "cpu";
 }
 
 /* Context on the device under test; exits 77 (skip) if it cannot be opened. */
-static br_ctx *t_ctx(void) {
+static inline br_ctx *t_ctx(void) {
     br_ctx *ctx = NULL;
     char err[256];
     if (br_ctx_new(t_device(), &ctx, err, sizeof err) != BR_OK) {
@@ -85,7 +85,7 @@ static br_ctx *t_ctx(void) {
 }
 
 /* Context on the CPU (the reference backend). */
-static br_ctx *t_cpu_ctx(void) {
+static inline br_ctx *t_cpu_ctx(void) {
     br_ctx *ctx = NULL;
     char err[256];
     if (br_ctx_new("cpu", &ctx, err, sizeof err) != BR_OK) {
@@ -95,7 +95,7 @@ static br_ctx *t_cpu_ctx(void) {
     return ctx;
 }
 
-static void *t_xmalloc(size_t n) {
+static inline void *t_xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) {
         fprintf(stderr, "out of memory (%zu bytes)\n", n);
@@ -105,14 +105,14 @@ static void *t_xmalloc(size_t n) {
 }
 
 /* n floats uniform in [-scale, scale), never all zero. */
-static float *t_rand(br_rng *r, size_t n, float scale) {
+static inline float *t_rand(br_rng *r, size_t n, float scale) {
     float *v = t_xmalloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++) v[i] = br_rng_sym(r) * scale;
     return v;
 }
 
 /* A buffer holding host data. */
-static br_buf *t_buf_from(br_ctx *ctx, br_dtype dt, const void *host, size_t n) {
+static inline br_buf *t_buf_from(br_ctx *ctx, br_dtype dt, const void *host, size_t n) {
     br_buf *b = NULL;
     if (br_buf_new(ctx, dt, n, &b) != BR_OK || br_buf_upload(b, 0, host, n) != BR_OK) {
         fprintf(stderr, "buffer setup failed: %s\n", br_ctx_error(ctx));
@@ -123,7 +123,7 @@ static br_buf *t_buf_from(br_ctx *ctx, br_dtype dt, const void *host, size_t n) 
 
 /* A buffer of n elements poisoned with `bits` (NaN for f32: 0x7fc00000; f16 NaN:
  * 0x7e00; a u32 pattern). */
-static br_buf *t_buf_poison(br_ctx *ctx, br_dtype dt, size_t n, uint32_t bits) {
+static inline br_buf *t_buf_poison(br_ctx *ctx, br_dtype dt, size_t n, uint32_t bits) {
     br_buf *b = NULL;
     if (br_buf_new(ctx, dt, n, &b) != BR_OK || br_buf_fill(b, 0, n, bits) != BR_OK) {
         fprintf(stderr, "buffer setup failed: %s\n", br_ctx_error(ctx));
@@ -134,7 +134,7 @@ static br_buf *t_buf_poison(br_ctx *ctx, br_dtype dt, size_t n, uint32_t bits) {
 #define T_NAN32 0x7fc00000u
 #define T_NAN16 0x7e00u
 
-static float *t_download_f32(br_ctx *ctx, const br_buf *b, size_t n) {
+static inline float *t_download_f32(br_ctx *ctx, const br_buf *b, size_t n) {
     float *v = t_xmalloc(n * sizeof *v);
     if (br_buf_download(b, 0, v, n) != BR_OK) {
         fprintf(stderr, "download failed: %s\n", br_ctx_error(ctx));
@@ -143,7 +143,7 @@ static float *t_download_f32(br_ctx *ctx, const br_buf *b, size_t n) {
     return v;
 }
 
-static uint16_t *t_download_f16(br_ctx *ctx, const br_buf *b, size_t n) {
+static inline uint16_t *t_download_f16(br_ctx *ctx, const br_buf *b, size_t n) {
     uint16_t *v = t_xmalloc(n * sizeof *v);
     if (br_buf_download(b, 0, v, n) != BR_OK) {
         fprintf(stderr, "download failed: %s\n", br_ctx_error(ctx));
@@ -153,7 +153,7 @@ static uint16_t *t_download_f16(br_ctx *ctx, const br_buf *b, size_t n) {
 }
 
 /* ‖got − ref‖ / ‖ref‖ (NaN in got gives +Inf). */
-static double t_rel_err(const float *got, const double *ref, size_t n) {
+static inline double t_rel_err(const float *got, const double *ref, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(got[i])) return INFINITY;
@@ -165,12 +165,12 @@ static double t_rel_err(const float *got, const double *ref, size_t n) {
 }
 
 /* Number of elements whose bits differ. */
-static size_t t_bits_differ32(const float *a, const float *b, size_t n) {
+static inline size_t t_bits_differ32(const float *a, const float *b, size_t n) {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
     return bad;
 }
-static size_t t_bits_differ16(const uint16_t *a, const uint16_t *b, size_t n) {
+static inline size_t t_bits_differ16(const uint16_t *a, const uint16_t *b, size_t n) {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += a[i] != b[i];
     return bad;
@@ -183,7 +183,7 @@ typedef struct t_case {
 } t_case;
 
 /* Runs every case; prints one summary line; exit status 0 only if all passed. */
-static int t_run(const char *suite, const t_case *cases, size_t n) {
+static inline int t_run(const char *suite, const t_case *cases, size_t n) {
     t_seed();
     for (size_t i = 0; i < n; i++) {
         t_current = cases[i].name;

@@ -86,6 +86,8 @@ void br_ctx_free(br_ctx *ctx) {
         br_graph_free(g);
     }
     br_buf_free(ctx->expand_plane);
+    for (size_t i = 0; i < ctx->n_expand_retired; i++) br_buf_free(ctx->expand_retired[i]);
+    free(ctx->expand_retired);
     br_prof_free(ctx);
     ctx->be->close(ctx);
     free(ctx);

@@ -42,6 +42,8 @@ struct br_ctx {
     br_stats stats;
     size_t ws_need;          /* bytes of backend workspace the issued ops need */
     br_buf *expand_plane;    /* f16 scratch of the expand-then-mm path */
+    br_buf **expand_retired; /* outgrown expand planes: recorded graphs may name them */
+    size_t n_expand_retired;
 };
 
 struct br_buf {

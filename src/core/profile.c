@@ -105,7 +105,7 @@ br_status br_profile_report(br_ctx *ctx, FILE *out) {
     br_status st = ctx->be->sync(ctx);
     if (st != BR_OK) return st;
     st = resolve(ctx, p);
-    qsort(p->rows, p->nrows, sizeof *p->rows, by_tag_then_time);
+    if (p->nrows) qsort(p->rows, p->nrows, sizeof *p->rows, by_tag_then_time);
     double total = 0;
     for (size_t i = 0; i < p->nrows; i++) total += p->rows[i].ms;
     br_stats d = ctx->stats;

@@ -8,14 +8,13 @@ br_status br_check_ctx(const br_ctx *ctx) { return ctx ? BR_OK : BR_E_ARG; }
 br_status br_check_buf(br_ctx *ctx, const char *fn, const char *arg, const br_buf *b, br_dtype dt,
                        size_t need) {
     if (!b) return br_fail(ctx, BR_E_ARG, "%s: %s is NULL", fn, arg);
-    if (b->ctx != ctx)
-        return br_fail(ctx, BR_E_ARG, "%s: %s belongs to another context", fn, arg);
+    if (b->ctx != ctx) return br_fail(ctx, BR_E_ARG, "%s: %s belongs to another context", fn, arg);
     if (b->dtype != dt)
         return br_fail(ctx, BR_E_DTYPE, "%s: %s is a %s buffer, expected %s", fn, arg,
                        br_dtype_name(b->dtype), br_dtype_name(dt));
     if (b->count < need)
-        return br_fail(ctx, BR_E_SIZE, "%s: %s holds %zu %s elements, the shapes need %zu", fn,
-                       arg, b->count, br_dtype_name(dt), need);
+        return br_fail(ctx, BR_E_SIZE, "%s: %s holds %zu %s elements, the shapes need %zu", fn, arg,
+                       b->count, br_dtype_name(dt), need);
     return BR_OK;
 }
 
@@ -44,4 +43,11 @@ br_status br_check_dim(br_ctx *ctx, const char *fn, const char *name, size_t x) 
 br_status br_check_finite(br_ctx *ctx, const char *fn, const char *name, float x) {
     if (!isfinite(x)) return br_fail(ctx, BR_E_NONFINITE, "%s: %s is not finite", fn, name);
     return BR_OK;
+}
+
+int br_bufs_overlap(const br_buf *x, size_t nx, const br_buf *y, size_t ny) {
+    if (!x || !y || x->mem != y->mem) return 0;
+    size_t bx = x->offset * br_dtype_size(x->dtype), by = y->offset * br_dtype_size(y->dtype);
+    size_t ex = bx + nx * br_dtype_size(x->dtype), ey = by + ny * br_dtype_size(y->dtype);
+    return bx < ey && by < ex;
 }

@@ -1,21 +1,118 @@
-/* STUB: replaced by the real front-end. */
+/* Front-ends of the GEMM family (R-MM): br_mm on an f16 plane, br_mm_bits on a sign
+ * bitmap. Both check the shapes once here; br_mm_bits either submits the bitmap GEMM
+ * or, when BR_OPT_BITS_GEMM is 0 (or the backend has no bitmap GEMM), expands the
+ * bitmap into a context-owned f16 plane and submits br_mm's op on it. */
+#include <stdlib.h>
+
+#include "core/backend.h"
 #include "ops/check.h"
 #include "ops/op.h"
 
+/* The checks shared by both front-ends: the shapes, act and out, oscale. On success
+ * *ldo holds the resolved output row stride and *plane_elems n·k (the f16 plane's
+ * size, which also bounds the bitmap's). */
+static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, const br_buf *out,
+                            br_gemm g, size_t *ldo, size_t *plane_elems) {
+    BR_TRY(br_check_dim(ctx, fn, "m", g.m));
+    BR_TRY(br_check_dim(ctx, fn, "n", g.n));
+    BR_TRY(br_check_dim(ctx, fn, "k", g.k));
+    if (g.k % 32 != 0)
+        return br_fail(ctx, BR_E_SHAPE, "%s: k = %zu is not a multiple of 32", fn, g.k);
+    if (g.ocol > BR_MAX_ELEMS - g.n)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: ocol + n = %zu + %zu exceeds %zu", fn, g.ocol, g.n,
+                       (size_t)BR_MAX_ELEMS);
+    size_t stride = g.ldo ? g.ldo : g.n;
+    if (stride < g.ocol + g.n)
+        return br_fail(ctx, BR_E_SHAPE, "%s: ldo = %zu is less than ocol + n = %zu + %zu", fn,
+                       stride, g.ocol, g.n);
+    if (stride > BR_MAX_ELEMS)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: ldo = %zu exceeds %zu", fn, stride,
+                       (size_t)BR_MAX_ELEMS);
+    /* out spans (m−1)·ldo + ocol + n floats: the last row ends at its block's end */
+    size_t rows_before;
+    BR_TRY(br_check_mul(ctx, fn, "(m-1)·ldo", g.m - 1, stride, &rows_before));
+    if (rows_before > BR_MAX_ELEMS - (g.ocol + g.n))
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: (m-1)·ldo + ocol + n = %zu + %zu exceeds %zu", fn,
+                       rows_before, g.ocol + g.n, (size_t)BR_MAX_ELEMS);
+    size_t act_need;
+    BR_TRY(br_check_mul(ctx, fn, "m·k", g.m, g.k, &act_need));
+    BR_TRY(br_check_mul(ctx, fn, "n·k", g.n, g.k, plane_elems));
+    BR_TRY(br_check_buf(ctx, fn, "act", act, BR_F16, act_need));
+    BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, rows_before + g.ocol + g.n));
+    BR_TRY(br_check_finite(ctx, fn, "oscale", g.oscale));
+    *ldo = stride;
+    return BR_OK;
+}
+
 br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g) {
-    (void)act;
-    (void)plane;
-    (void)out;
-    (void)g;
-    return br_fail(ctx, BR_E_UNSUPPORTED, "br_mm: not yet implemented");
+    static const char fn[] = "br_mm";
+    BR_TRY(br_check_ctx(ctx));
+    size_t ldo, plane_elems;
+    BR_TRY(check_gemm(ctx, fn, act, out, g, &ldo, &plane_elems));
+    BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
+    g.ldo = ldo;
+    br_op op = {.kind = BR_OP_MM};
+    op.u.mm = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g};
+    return br_submit(ctx, &op, 0);
 }
 
-br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits_layout layout, br_buf *out, br_gemm g) {
-    (void)act;
-    (void)bits;
-    (void)layout;
-    (void)out;
-    (void)g;
-    return br_fail(ctx, BR_E_UNSUPPORTED, "br_mm_bits: not yet implemented");
+/* The context's f16 expand plane, grown to at least `count` elements. An outgrown
+ * plane is retired, not freed: a recorded graph may still name it (freed with the
+ * context). */
+static br_status expand_plane(br_ctx *ctx, size_t count, br_buf **out) {
+    if (ctx->expand_plane && ctx->expand_plane->count >= count) {
+        *out = ctx->expand_plane;
+        return BR_OK;
+    }
+    if (ctx->expand_plane) {
+        br_buf **list =
+            realloc(ctx->expand_retired, (ctx->n_expand_retired + 1) * sizeof *ctx->expand_retired);
+        if (!list)
+            return br_fail(ctx, BR_E_NOMEM, "br_mm_bits: out of host memory growing the plane");
+        ctx->expand_retired = list;
+    }
+    br_buf *plane = NULL;
+    BR_TRY(br_buf_new(ctx, BR_F16, count, &plane));
+    if (ctx->expand_plane) ctx->expand_retired[ctx->n_expand_retired++] = ctx->expand_plane;
+    ctx->expand_plane = plane;
+    *out = plane;
+    return BR_OK;
 }
 
+br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits_layout layout,
+                     br_buf *out, br_gemm g) {
+    static const char fn[] = "br_mm_bits";
+    BR_TRY(br_check_ctx(ctx));
+    size_t ldo, plane_elems, bits_need;
+    BR_TRY(check_gemm(ctx, fn, act, out, g, &ldo, &plane_elems));
+    if (layout == BR_BITS_ROWS) { /* bits u32 [n][k/32] */
+        BR_TRY(br_check_mul(ctx, fn, "n·(k/32)", g.n, g.k / 32, &bits_need));
+    } else if (layout == BR_BITS_COLS) { /* bits u32 [k][ceil(n/32)] */
+        BR_TRY(br_check_mul(ctx, fn, "k·ceil(n/32)", g.k, (g.n + 31) / 32, &bits_need));
+    } else {
+        return br_fail(ctx, BR_E_ARG, "%s: layout %d is neither BR_BITS_ROWS nor BR_BITS_COLS", fn,
+                       (int)layout);
+    }
+    BR_TRY(br_check_buf(ctx, fn, "bits", bits, BR_U32, bits_need));
+    g.ldo = ldo;
+
+    if (ctx->opt_bits_gemm && ctx->be->ops[BR_OP_MM_BITS]) {
+        br_op op = {.kind = BR_OP_MM_BITS};
+        op.u.mm = (br_mm_args){.act = act, .plane = bits, .out = out, .g = g, .layout = layout};
+        return br_submit(ctx, &op, 0);
+    }
+
+    /* Expand then mm: the ±1 plane [n][k] is the bitmap itself (ROWS: rows n, r = k)
+     * or the transpose of the bitmap's expansion (COLS: rows k, r = n). */
+    br_buf *plane = NULL;
+    BR_TRY(expand_plane(ctx, plane_elems, &plane));
+    br_op ex = {.kind = BR_OP_EXPAND};
+    if (layout == BR_BITS_ROWS)
+        ex.u.expand = (br_expand_args){.bits = bits, .rows = g.n, .r = g.k, .plane = plane};
+    else
+        ex.u.expand = (br_expand_args){.bits = bits, .rows = g.k, .r = g.n, .plane_t = plane};
+    BR_TRY(br_submit(ctx, &ex, 0));
+    br_op op = {.kind = BR_OP_MM};
+    op.u.mm = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g};
+    return br_submit(ctx, &op, 0);
+}

@@ -1,0 +1,608 @@
+/* The GEMM family (R-MM): br_mm and br_mm_bits against f64 references computed from
+ * the exact f16 operands, the output block (ldo, ocol) against a poisoned output,
+ * both bitmap layouts, the expand-then-mm path, graphs, and bad arguments. */
+#include "core/internal.h"
+/* the harness defines helpers this file does not use */
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "harness.h"
+
+/* The contract's tolerance; f32 accumulation on the CPU lands near 1e-6. */
+#define MM_TOL 3e-3
+
+/* n f16 values, uniform in [-scale, scale) before rounding. */
+static uint16_t *rand_f16(br_rng *r, size_t n, float scale) {
+    uint16_t *v = t_xmalloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = br_half_from_float(br_rng_sym(r) * scale);
+    return v;
+}
+
+static uint32_t *rand_words(br_rng *r, size_t n) {
+    uint32_t *v = t_xmalloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (uint32_t)br_rng_u64(r);
+    return v;
+}
+
+/* The ±1 plane [n][k] (f16 patterns) a bitmap stands for, read the way the header
+ * states each layout. */
+static uint16_t *plane_of_bits(const uint32_t *bits, br_bits_layout layout, size_t n, size_t k) {
+    uint16_t *p = t_xmalloc(n * k * sizeof *p);
+    size_t words = layout == BR_BITS_ROWS ? k / 32 : (n + 31) / 32;
+    for (size_t j = 0; j < n; j++)
+        for (size_t kk = 0; kk < k; kk++) {
+            uint32_t bit = layout == BR_BITS_ROWS ? bits[j * words + kk / 32] >> (kk % 32)
+                                                  : bits[kk * words + j / 32] >> (j % 32);
+            p[j * k + kk] = (bit & 1u) ? 0x3C00u : 0xBC00u;
+        }
+    return p;
+}
+
+/* ref[i][j] = oscale · Σ act[i][kk]·plane[j][kk] in f64. */
+static double *ref_mm(const uint16_t *act, const uint16_t *plane, size_t m, size_t n, size_t k,
+                      float oscale) {
+    double *ref = t_xmalloc(m * n * sizeof *ref);
+    double *pl = t_xmalloc(n * k * sizeof *pl);
+    for (size_t i = 0; i < n * k; i++)
+        pl[i] = br_half_to_float(plane[i]);
+    for (size_t i = 0; i < m; i++) {
+        double *ai = t_xmalloc(k * sizeof *ai);
+        for (size_t kk = 0; kk < k; kk++)
+            ai[kk] = br_half_to_float(act[i * k + kk]);
+        for (size_t j = 0; j < n; j++) {
+            double s = 0;
+            for (size_t kk = 0; kk < k; kk++)
+                s += ai[kk] * pl[j * k + kk];
+            ref[i * n + j] = (double)oscale * s;
+        }
+        free(ai);
+    }
+    free(pl);
+    return ref;
+}
+
+/* Downloads out (count floats), checks the block [m][ocol..ocol+n) against ref and
+ * that every other element still holds the NaN poison. Returns the relative error. */
+static double check_block(br_ctx *ctx, const br_buf *out, size_t count, const double *ref, size_t m,
+                          size_t n, size_t ldo, size_t ocol, const char *what) {
+    float *o = t_download_f32(ctx, out, count);
+    float *blk = t_xmalloc(m * n * sizeof *blk);
+    for (size_t i = 0; i < m * n; i++)
+        blk[i] = NAN;
+    size_t untouched_bad = 0;
+    for (size_t idx = 0; idx < count; idx++) {
+        size_t i = idx / ldo, c = idx % ldo;
+        if (i < m && c >= ocol && c < ocol + n)
+            blk[i * n + c - ocol] = o[idx];
+        else {
+            uint32_t u;
+            memcpy(&u, &o[idx], 4);
+            untouched_bad += u != T_NAN32;
+        }
+    }
+    double err = t_rel_err(blk, ref, m * n);
+    CHECK(err < MM_TOL, "%s: relative error %.3g", what, err);
+    CHECK(untouched_bad == 0, "%s: %zu elements outside the block were written", what,
+          untouched_bad);
+    free(o);
+    free(blk);
+    return err;
+}
+
+static void mm_shapes(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(1);
+    static const size_t ms[] = {1, 7, 128, 300}, ns[] = {1, 33, 128, 200}, ks[] = {32, 96, 256};
+    double worst = 0;
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (size_t c = 0; c < 3; c++) {
+                size_t m = ms[a], n = ns[b], k = ks[c];
+                float oscale = (a + b + c) % 2 ? 1.0f : 0.37f;
+                uint16_t *act = rand_f16(&r, m * k, 2.0f), *plane = rand_f16(&r, n * k, 1.0f);
+                br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k);
+                br_buf *pb = t_buf_from(ctx, BR_F16, plane, n * k);
+                br_buf *ob = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+                br_gemm g = {.m = m, .n = n, .k = k, .oscale = oscale};
+                CHECK_OK(ctx, br_mm(ctx, ab, pb, ob, g));
+                double *ref = ref_mm(act, plane, m, n, k, oscale);
+                char what[64];
+                snprintf(what, sizeof what, "mm m=%zu n=%zu k=%zu", m, n, k);
+                double err = check_block(ctx, ob, m * n, ref, m, n, n, 0, what);
+                if (err > worst) worst = err;
+                free(act), free(plane), free(ref);
+                br_buf_free(ab), br_buf_free(pb), br_buf_free(ob);
+            }
+    fprintf(stderr, "  mm: worst relative error %.3g over 48 shapes\n", worst);
+    br_ctx_free(ctx);
+}
+
+/* Output blocks inside wider rows; act with more rows than m whose extra rows hold
+ * NaN (they must not be read into the result). */
+static void mm_ldo_ocol(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(2);
+    static const struct {
+        size_t m, n, k, ldo, ocol;
+    } cases[] = {
+        {5, 33, 64, 100, 17}, {130, 64, 32, 64 + 40, 40}, {1, 7, 96, 7, 0},
+        {70, 200, 128, 0, 0}, {33, 1, 32, 3, 2},          {9, 100, 160, 1000, 900},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        size_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k, ocol = cases[ci].ocol;
+        size_t ldo = cases[ci].ldo ? cases[ci].ldo : n;
+        size_t act_rows = br_pad_rows(m) + 1;
+        float oscale = -1.5f;
+        uint16_t *act = rand_f16(&r, act_rows * k, 1.0f), *plane = rand_f16(&r, n * k, 1.0f);
+        for (size_t i = m * k; i < act_rows * k; i++)
+            act[i] = T_NAN16;
+        br_buf *ab = t_buf_from(ctx, BR_F16, act, act_rows * k);
+        br_buf *pb = t_buf_from(ctx, BR_F16, plane, n * k);
+        size_t count = m * ldo + 50; /* room past the last row: must stay poisoned */
+        br_buf *ob = t_buf_poison(ctx, BR_F32, count, T_NAN32);
+        br_gemm g = {.m = m, .n = n, .k = k, .ldo = cases[ci].ldo, .ocol = ocol, .oscale = oscale};
+        CHECK_OK(ctx, br_mm(ctx, ab, pb, ob, g));
+        double *ref = ref_mm(act, plane, m, n, k, oscale);
+        char what[80];
+        snprintf(what, sizeof what, "mm m=%zu n=%zu k=%zu ldo=%zu ocol=%zu", m, n, k, ldo, ocol);
+        check_block(ctx, ob, count, ref, m, n, ldo, ocol, what);
+        free(act), free(plane), free(ref);
+        br_buf_free(ab), br_buf_free(pb), br_buf_free(ob);
+    }
+    br_ctx_free(ctx);
+}
+
+/* oscale is applied (negative, tiny, zero taken literally). */
+static void mm_oscale(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(3);
+    size_t m = 19, n = 45, k = 64;
+    uint16_t *act = rand_f16(&r, m * k, 1.0f), *plane = rand_f16(&r, n * k, 1.0f);
+    br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k);
+    br_buf *pb = t_buf_from(ctx, BR_F16, plane, n * k);
+    static const float scales[] = {-2.0f, 1.0f / 1024, 3.0e4f, 0.0f};
+    for (size_t s = 0; s < 4; s++) {
+        br_buf *ob = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+        br_gemm g = {.m = m, .n = n, .k = k, .oscale = scales[s]};
+        CHECK_OK(ctx, br_mm(ctx, ab, pb, ob, g));
+        double *ref = ref_mm(act, plane, m, n, k, scales[s]);
+        float *o = t_download_f32(ctx, ob, m * n);
+        if (scales[s] == 0.0f) {
+            size_t nonzero = 0;
+            for (size_t i = 0; i < m * n; i++)
+                nonzero += o[i] != 0.0f;
+            CHECK(nonzero == 0, "oscale 0: %zu outputs are not 0", nonzero);
+        } else {
+            double err = t_rel_err(o, ref, m * n);
+            CHECK(err < MM_TOL, "oscale %g: relative error %.3g", scales[s], err);
+        }
+        free(ref), free(o);
+        br_buf_free(ob);
+    }
+    free(act), free(plane);
+    br_buf_free(ab), br_buf_free(pb);
+    br_ctx_free(ctx);
+}
+
+/* f16 operands at the edges of the format: subnormals (they must not be flushed)
+ * and the largest normals, row by row against f64. */
+static void mm_special_values(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(9);
+    size_t m = 4, n = 40, k = 64;
+    uint16_t *act = t_xmalloc(m * k * sizeof *act), *plane = t_xmalloc(n * k * sizeof *plane);
+    for (size_t kk = 0; kk < k; kk++) {
+        uint16_t sign = (uint16_t)((br_rng_u64(&r) & 1u) << 15);
+        act[0 * k + kk] = sign | (uint16_t)(1 + br_rng_u64(&r) % 0x3ffu);   /* subnormal */
+        act[1 * k + kk] = sign | (uint16_t)(0x7bffu - br_rng_u64(&r) % 64); /* near 65504 */
+        act[2 * k + kk] = br_half_from_float(br_rng_sym(&r));
+        act[3 * k + kk] = sign | (uint16_t)(1 + br_rng_u64(&r) % 0x3ffu);
+    }
+    for (size_t i = 0; i < n * k; i++) {
+        uint16_t sign = (uint16_t)((br_rng_u64(&r) & 1u) << 15);
+        plane[i] = i % 3 == 0 ? sign | (uint16_t)(1 + br_rng_u64(&r) % 0x3ffu)
+                              : br_half_from_float(br_rng_sym(&r));
+    }
+    for (size_t j = 0; j < n; j++) /* odd plane rows all subnormal: row 3 meets products ~2^-40 */
+        for (size_t kk = 0; kk < k; kk++)
+            if (j % 2) plane[j * k + kk] = (uint16_t)(plane[j * k + kk] & 0x83ffu) | 1u;
+    br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k), *pb = t_buf_from(ctx, BR_F16, plane, n * k);
+    br_buf *ob = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+    CHECK_OK(ctx, br_mm(ctx, ab, pb, ob, (br_gemm){.m = m, .n = n, .k = k, .oscale = 1.0f}));
+    double *ref = ref_mm(act, plane, m, n, k, 1.0f);
+    float *o = t_download_f32(ctx, ob, m * n);
+    /* per row, and per column parity (odd columns of row 3 are the tiny ones) */
+    for (size_t i = 0; i < m; i++)
+        for (size_t parity = 0; parity < 2; parity++) {
+            float got[20];
+            double want[20];
+            for (size_t j = parity; j < n; j += 2) {
+                got[j / 2] = o[i * n + j];
+                want[j / 2] = ref[i * n + j];
+            }
+            double err = t_rel_err(got, want, n / 2);
+            CHECK(err < MM_TOL, "special values, row %zu, parity %zu: relative error %.3g", i,
+                  parity, err);
+        }
+    free(act), free(plane), free(ref), free(o);
+    br_buf_free(ab), br_buf_free(pb), br_buf_free(ob);
+    br_ctx_free(ctx);
+}
+
+/* One bitmap GEMM checked against f64 on its ±1 plane and against br_mm on the same
+ * plane expanded on the host. Returns the relative error vs br_mm. */
+static double bits_case(br_ctx *ctx, br_rng *r, br_bits_layout layout, size_t m, size_t n, size_t k,
+                        size_t ldo, size_t ocol, float oscale) {
+    size_t nbits = layout == BR_BITS_ROWS ? n * (k / 32) : k * ((n + 31) / 32);
+    size_t stride = ldo ? ldo : n, count = (m - 1) * stride + ocol + n;
+    uint16_t *act = rand_f16(r, m * k, 1.0f);
+    uint32_t *bits = rand_words(r, nbits); /* COLS: pad bits past n are random too */
+    uint16_t *plane = plane_of_bits(bits, layout, n, k);
+    br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k);
+    br_buf *bb = t_buf_from(ctx, BR_U32, bits, nbits);
+    br_buf *pb = t_buf_from(ctx, BR_F16, plane, n * k);
+    br_buf *ob = t_buf_poison(ctx, BR_F32, count, T_NAN32);
+    br_buf *om = t_buf_poison(ctx, BR_F32, count, T_NAN32);
+    br_gemm g = {.m = m, .n = n, .k = k, .ldo = ldo, .ocol = ocol, .oscale = oscale};
+    CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, layout, ob, g));
+    CHECK_OK(ctx, br_mm(ctx, ab, pb, om, g));
+    double *ref = ref_mm(act, plane, m, n, k, oscale);
+    char what[96];
+    snprintf(what, sizeof what, "mm_bits %s m=%zu n=%zu k=%zu ldo=%zu ocol=%zu",
+             layout == BR_BITS_ROWS ? "rows" : "cols", m, n, k, stride, ocol);
+    check_block(ctx, ob, count, ref, m, n, stride, ocol, what);
+    float *got = t_download_f32(ctx, ob, count), *viamm = t_download_f32(ctx, om, count);
+    double *mmd = t_xmalloc(count * sizeof *mmd);
+    for (size_t i = 0; i < count; i++)
+        mmd[i] = isnan(viamm[i]) ? 0 : viamm[i];
+    for (size_t i = 0; i < count; i++)
+        if (isnan(got[i]) && isnan(viamm[i])) got[i] = 0; /* both untouched */
+    double err = t_rel_err(got, mmd, count);
+    CHECK(err < MM_TOL, "%s vs br_mm on the expanded plane: relative error %.3g", what, err);
+    free(act), free(bits), free(plane), free(ref), free(got), free(viamm), free(mmd);
+    br_buf_free(ab), br_buf_free(bb), br_buf_free(pb), br_buf_free(ob), br_buf_free(om);
+    return err;
+}
+
+static const struct {
+    size_t m, n, k, ldo, ocol;
+    float oscale;
+} bits_shapes[] = {
+    {1, 1, 32, 0, 0, 1.0f},       {7, 33, 96, 0, 0, 0.5f},      {128, 128, 256, 0, 0, 1.0f},
+    {300, 200, 64, 0, 0, -0.25f}, {70, 40, 128, 90, 50, 2.0f},  {3, 31, 32, 40, 5, 1.0f},
+    {65, 97, 160, 0, 0, 1.0f},    {129, 64, 32, 64, 0, 0.125f},
+};
+#define N_BITS_SHAPES (sizeof bits_shapes / sizeof bits_shapes[0])
+
+static void mm_bits_layouts(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(4);
+    double worst = 0;
+    for (int layout = 0; layout < 2; layout++)
+        for (size_t s = 0; s < N_BITS_SHAPES; s++) {
+            double e = bits_case(ctx, &r, (br_bits_layout)layout, bits_shapes[s].m,
+                                 bits_shapes[s].n, bits_shapes[s].k, bits_shapes[s].ldo,
+                                 bits_shapes[s].ocol, bits_shapes[s].oscale);
+            if (e > worst) worst = e;
+        }
+    fprintf(stderr, "  mm_bits: worst relative difference from br_mm %.3g\n", worst);
+    br_ctx_free(ctx);
+}
+
+/* BR_OPT_BITS_GEMM = 0 (expand then mm) against the bitmap GEMM on the same data. */
+static void mm_bits_expand_path(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(5);
+    CHECK(br_ctx_get_option(ctx, BR_OPT_BITS_GEMM) == 1, "BR_OPT_BITS_GEMM defaults to 1");
+    double worst = 0;
+    for (int layout = 0; layout < 2; layout++)
+        for (size_t s = 0; s < N_BITS_SHAPES; s++) {
+            size_t m = bits_shapes[s].m, n = bits_shapes[s].n, k = bits_shapes[s].k;
+            size_t nbits = layout == BR_BITS_ROWS ? n * (k / 32) : k * ((n + 31) / 32);
+            uint16_t *act = rand_f16(&r, m * k, 1.0f);
+            uint32_t *bits = rand_words(&r, nbits);
+            br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k);
+            br_buf *bb = t_buf_from(ctx, BR_U32, bits, nbits);
+            br_buf *o1 = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+            br_buf *o0 = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+            br_gemm g = {.m = m, .n = n, .k = k, .oscale = bits_shapes[s].oscale};
+            CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 1));
+            CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, (br_bits_layout)layout, o1, g));
+            CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+            CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, (br_bits_layout)layout, o0, g));
+            uint16_t *plane = plane_of_bits(bits, (br_bits_layout)layout, n, k);
+            double *ref = ref_mm(act, plane, m, n, k, g.oscale);
+            float *got0 = t_download_f32(ctx, o0, m * n), *got1 = t_download_f32(ctx, o1, m * n);
+            double *d1 = t_xmalloc(m * n * sizeof *d1);
+            for (size_t i = 0; i < m * n; i++)
+                d1[i] = got1[i];
+            double e_ref = t_rel_err(got0, ref, m * n), e_bits = t_rel_err(got0, d1, m * n);
+            CHECK(e_ref < MM_TOL, "expand path %d m=%zu n=%zu k=%zu vs f64: %.3g", layout, m, n, k,
+                  e_ref);
+            CHECK(e_bits < MM_TOL, "expand path %d m=%zu n=%zu k=%zu vs bits path: %.3g", layout, m,
+                  n, k, e_bits);
+            if (e_bits > worst) worst = e_bits;
+            free(act), free(bits), free(plane), free(ref), free(got0), free(got1), free(d1);
+            br_buf_free(ab), br_buf_free(bb), br_buf_free(o1), br_buf_free(o0);
+        }
+    fprintf(stderr, "  expand path vs bitmap GEMM: worst relative difference %.3g\n", worst);
+    br_ctx_free(ctx);
+
+    /* the environment sets the option for new contexts */
+    setenv("BITRANK_MM_BITS", "0", 1);
+    ctx = t_ctx();
+    CHECK(br_ctx_get_option(ctx, BR_OPT_BITS_GEMM) == 0, "BITRANK_MM_BITS=0 sets the option");
+    unsetenv("BITRANK_MM_BITS");
+    double e = bits_case(ctx, &r, BR_BITS_COLS, 20, 50, 64, 0, 0, 1.0f);
+    CHECK(e < MM_TOL, "env expand path: %.3g", e);
+    br_ctx_free(ctx);
+}
+
+/* A graph recorded on the expand path keeps its plane after the context's plane grew. */
+static void mm_bits_expand_graph(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(6);
+    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    size_t m = 9, n = 33, k = 64, words = k / 32;
+    uint16_t *act = rand_f16(&r, m * k, 1.0f);
+    uint32_t *bits = rand_words(&r, n * words);
+    br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k);
+    br_buf *bb = t_buf_from(ctx, BR_U32, bits, n * words);
+    br_buf *ob = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+    br_gemm g = {.m = m, .n = n, .k = k, .oscale = 1.0f};
+    br_graph *graph = NULL;
+    CHECK_OK(ctx, br_graph_begin(ctx));
+    CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
+    CHECK_OK(ctx, br_graph_end(ctx, &graph));
+    CHECK(br_graph_op_count(graph) == 2, "expand path records 2 ops, got %zu",
+          br_graph_op_count(graph));
+    float *o = t_download_f32(ctx, ob, m * n);
+    size_t written = 0;
+    for (size_t i = 0; i < m * n; i++)
+        written += !isnan(o[i]);
+    CHECK(written == 0, "recording wrote %zu outputs", written);
+    free(o);
+
+    /* a larger eager call grows the context's plane */
+    br_buf *plane_before = ctx->expand_plane;
+    size_t big_m = 4, big_n = 300, big_k = 256, big_words = big_k / 32;
+    uint16_t *big_act = rand_f16(&r, big_m * big_k, 1.0f);
+    uint32_t *big_bits = rand_words(&r, big_n * big_words);
+    br_buf *bab = t_buf_from(ctx, BR_F16, big_act, big_m * big_k);
+    br_buf *bbb = t_buf_from(ctx, BR_U32, big_bits, big_n * big_words);
+    br_buf *bob = t_buf_poison(ctx, BR_F32, big_m * big_n, T_NAN32);
+    br_gemm bg = {.m = big_m, .n = big_n, .k = big_k, .oscale = 1.0f};
+    CHECK_OK(ctx, br_mm_bits(ctx, bab, bbb, BR_BITS_ROWS, bob, bg));
+    CHECK(ctx->expand_plane != plane_before && ctx->n_expand_retired >= 1,
+          "the expand plane grew and the old one was retired");
+    uint16_t *big_plane = plane_of_bits(big_bits, BR_BITS_ROWS, big_n, big_k);
+    double *big_ref = ref_mm(big_act, big_plane, big_m, big_n, big_k, 1.0f);
+    check_block(ctx, bob, big_m * big_n, big_ref, big_m, big_n, big_n, 0, "grown expand plane");
+
+    /* the graph still runs on the plane it named */
+    for (int rep = 0; rep < 2; rep++) {
+        CHECK_OK(ctx, br_buf_fill(ob, 0, m * n, T_NAN32));
+        CHECK_OK(ctx, br_graph_launch(graph));
+        CHECK_OK(ctx, br_ctx_sync(ctx));
+        uint16_t *plane = plane_of_bits(bits, BR_BITS_ROWS, n, k);
+        double *ref = ref_mm(act, plane, m, n, k, 1.0f);
+        check_block(ctx, ob, m * n, ref, m, n, n, 0, "graph on the retired plane");
+        free(plane), free(ref);
+    }
+    br_graph_free(graph);
+    free(act), free(bits), free(big_act), free(big_bits), free(big_plane), free(big_ref);
+    br_buf_free(ab), br_buf_free(bb), br_buf_free(ob);
+    br_buf_free(bab), br_buf_free(bbb), br_buf_free(bob);
+    br_ctx_free(ctx);
+}
+
+/* br_mm and br_mm_bits record into graphs: nothing runs while recording, each
+ * launch runs them again. */
+static void mm_graph(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(7);
+    size_t m = 37, n = 70, k = 96, ldo = 150, ocol = 75;
+    uint16_t *act = rand_f16(&r, m * k, 1.0f), *plane = rand_f16(&r, n * k, 1.0f);
+    uint32_t *bits = rand_words(&r, k * ((n + 31) / 32));
+    br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k);
+    br_buf *pb = t_buf_from(ctx, BR_F16, plane, n * k);
+    br_buf *bb = t_buf_from(ctx, BR_U32, bits, k * ((n + 31) / 32));
+    size_t count = m * ldo;
+    br_buf *ob = t_buf_poison(ctx, BR_F32, count, T_NAN32);
+    br_graph *graph = NULL;
+    CHECK_OK(ctx, br_graph_begin(ctx));
+    /* columns 0..69 from the plane, columns 75..144 from the bitmap */
+    CHECK_OK(ctx,
+             br_mm(ctx, ab, pb, ob, (br_gemm){.m = m, .n = n, .k = k, .ldo = ldo, .oscale = 1}));
+    CHECK_OK(ctx, br_mm_bits(
+                      ctx, ab, bb, BR_BITS_COLS, ob,
+                      (br_gemm){.m = m, .n = n, .k = k, .ldo = ldo, .ocol = ocol, .oscale = 0.5f}));
+    CHECK_OK(ctx, br_graph_end(ctx, &graph));
+    float *o = t_download_f32(ctx, ob, count);
+    size_t written = 0;
+    for (size_t i = 0; i < count; i++)
+        written += !isnan(o[i]);
+    CHECK(written == 0, "recording wrote %zu outputs", written);
+    free(o);
+    uint16_t *bplane = plane_of_bits(bits, BR_BITS_COLS, n, k);
+    double *r1 = ref_mm(act, plane, m, n, k, 1.0f), *r2 = ref_mm(act, bplane, m, n, k, 0.5f);
+    for (int rep = 0; rep < 2; rep++) {
+        CHECK_OK(ctx, br_buf_fill(ob, 0, count, T_NAN32));
+        CHECK_OK(ctx, br_graph_launch(graph));
+        CHECK_OK(ctx, br_ctx_sync(ctx));
+        /* the two blocks, and the gap between them still poisoned */
+        /* the two blocks; the gap between them and the row tails still poisoned */
+        o = t_download_f32(ctx, ob, count);
+        float *b1 = t_xmalloc(m * n * sizeof *b1), *b2 = t_xmalloc(m * n * sizeof *b2);
+        size_t stray = 0;
+        for (size_t i = 0; i < m; i++) {
+            for (size_t j = 0; j < n; j++) {
+                b1[i * n + j] = o[i * ldo + j];
+                b2[i * n + j] = o[i * ldo + ocol + j];
+            }
+            for (size_t j = n; j < ocol; j++)
+                stray += !isnan(o[i * ldo + j]);
+            for (size_t j = ocol + n; j < ldo; j++)
+                stray += !isnan(o[i * ldo + j]);
+        }
+        double e1 = t_rel_err(b1, r1, m * n), e2 = t_rel_err(b2, r2, m * n);
+        CHECK(e1 < MM_TOL, "graph: plane block relative error %.3g", e1);
+        CHECK(e2 < MM_TOL, "graph: bits block relative error %.3g", e2);
+        CHECK(stray == 0, "graph: %zu elements outside the blocks written", stray);
+        free(b1), free(b2);
+        free(o);
+    }
+    br_graph_free(graph);
+    free(act), free(plane), free(bits), free(bplane), free(r1), free(r2);
+    br_buf_free(ab), br_buf_free(pb), br_buf_free(bb), br_buf_free(ob);
+    br_ctx_free(ctx);
+}
+
+/* One op per op execution on the CPU backend (the expand path is two ops). */
+static void mm_launch_counts(void) {
+    br_ctx *ctx = t_ctx();
+    if (strcmp(br_ctx_backend(ctx), "cpu") != 0) {
+        br_ctx_free(ctx);
+        return;
+    }
+    br_rng r = t_rng_for(8);
+    size_t m = 3, n = 5, k = 32;
+    uint16_t *act = rand_f16(&r, m * k, 1.0f), *plane = rand_f16(&r, n * k, 1.0f);
+    uint32_t *bits = rand_words(&r, n);
+    br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k), *pb = t_buf_from(ctx, BR_F16, plane, n * k);
+    br_buf *bb = t_buf_from(ctx, BR_U32, bits, n), *ob = t_buf_poison(ctx, BR_F32, m * n, 0);
+    br_gemm g = {.m = m, .n = n, .k = k, .oscale = 1};
+    uint64_t l0 = ctx->stats.launches;
+    CHECK_OK(ctx, br_mm(ctx, ab, pb, ob, g));
+    CHECK(ctx->stats.launches == l0 + 1, "mm: %llu launches",
+          (unsigned long long)(ctx->stats.launches - l0));
+    l0 = ctx->stats.launches;
+    CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
+    CHECK(ctx->stats.launches == l0 + 1, "mm_bits: %llu launches",
+          (unsigned long long)(ctx->stats.launches - l0));
+    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    l0 = ctx->stats.launches;
+    CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
+    CHECK(ctx->stats.launches == l0 + 2, "expand path: %llu launches",
+          (unsigned long long)(ctx->stats.launches - l0));
+    free(act), free(plane), free(bits);
+    br_buf_free(ab), br_buf_free(pb), br_buf_free(bb), br_buf_free(ob);
+    br_ctx_free(ctx);
+}
+
+static void mm_bad_args(void) {
+    br_ctx *ctx = t_ctx(), *other = t_ctx();
+    size_t m = 10, n = 40, k = 64;
+    br_buf *act = t_buf_poison(ctx, BR_F16, m * k, 0x3C00u);
+    br_buf *plane = t_buf_poison(ctx, BR_F16, n * k, 0x3C00u);
+    br_buf *rows = t_buf_poison(ctx, BR_U32, n * (k / 32), 0x5555u);
+    br_buf *cols = t_buf_poison(ctx, BR_U32, k * ((n + 31) / 32), 0x5555u);
+    br_buf *out = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+    br_buf *act32 = t_buf_poison(ctx, BR_F32, m * k, 0);
+    br_buf *out16 = t_buf_poison(ctx, BR_F16, m * n, 0);
+    br_buf *small_act = t_buf_poison(ctx, BR_F16, m * k - 1, 0);
+    br_buf *small_plane = t_buf_poison(ctx, BR_F16, n * k - 1, 0);
+    br_buf *small_out = t_buf_poison(ctx, BR_F32, m * n - 1, 0);
+    br_buf *small_rows = t_buf_poison(ctx, BR_U32, n * (k / 32) - 1, 0);
+    br_buf *small_cols = t_buf_poison(ctx, BR_U32, k * ((n + 31) / 32) - 1, 0);
+    br_buf *foreign = t_buf_poison(other, BR_F16, m * k, 0);
+    br_buf *foreign_out = t_buf_poison(other, BR_F32, m * n, 0);
+    const br_gemm g = {.m = m, .n = n, .k = k, .oscale = 1.0f};
+    br_gemm b;
+
+    CHECK(br_mm(NULL, act, plane, out, g) == BR_E_ARG, "NULL ctx");
+    CHECK(br_mm_bits(NULL, act, rows, BR_BITS_ROWS, out, g) == BR_E_ARG, "NULL ctx (bits)");
+    /* NULL buffers */
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm(ctx, NULL, plane, out, g));
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm(ctx, act, NULL, out, g));
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm(ctx, act, plane, NULL, g));
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm_bits(ctx, act, NULL, BR_BITS_ROWS, out, g));
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm_bits(ctx, NULL, rows, BR_BITS_ROWS, out, g));
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm_bits(ctx, act, cols, BR_BITS_COLS, NULL, g));
+    /* wrong dtypes */
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_mm(ctx, act32, plane, out, g));
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_mm(ctx, act, act32, out, g));
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_mm(ctx, act, plane, out16, g));
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_mm_bits(ctx, act, plane, BR_BITS_ROWS, out, g));
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_mm_bits(ctx, act32, rows, BR_BITS_ROWS, out, g));
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_mm_bits(ctx, act, cols, BR_BITS_COLS, out16, g));
+    /* buffers too small */
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm(ctx, small_act, plane, out, g));
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm(ctx, act, small_plane, out, g));
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm(ctx, act, plane, small_out, g));
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm_bits(ctx, act, small_rows, BR_BITS_ROWS, out, g));
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm_bits(ctx, act, small_cols, BR_BITS_COLS, out, g));
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm_bits(ctx, small_act, cols, BR_BITS_COLS, out, g));
+    b = g, b.ldo = n + 1; /* the last row ends at (m−1)·ldo + n */
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm(ctx, act, plane, out, b));
+    b = g, b.ocol = 1, b.ldo = n + 1;
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    /* shapes */
+    b = g, b.k = 48;
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_mm(ctx, act, plane, out, b));
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    b = g, b.k = 0;
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_mm(ctx, act, plane, out, b));
+    b = g, b.m = 0;
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_mm(ctx, act, plane, out, b));
+    b = g, b.n = 0;
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_mm_bits(ctx, act, cols, BR_BITS_COLS, out, b));
+    b = g, b.ldo = n - 1;
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_mm(ctx, act, plane, out, b));
+    b = g, b.ldo = n, b.ocol = 1;
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_mm(ctx, act, plane, out, b));
+    b = g, b.ocol = 3; /* ldo 0 = n < ocol + n */
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm_bits(ctx, act, rows, (br_bits_layout)2, out, g));
+    /* overflowing sizes */
+    b = g, b.m = (size_t)1 << 20, b.k = (size_t)1 << 12;
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_mm(ctx, act, plane, out, b));
+    b = g, b.n = (size_t)1 << 20, b.k = (size_t)1 << 12, b.m = 1;
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_mm(ctx, act, plane, out, b));
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_mm_bits(ctx, act, cols, BR_BITS_COLS, out, b));
+    b = g, b.ocol = SIZE_MAX - 5, b.ldo = SIZE_MAX;
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_mm(ctx, act, plane, out, b));
+    b = g, b.m = 1, b.ldo = (size_t)1 << 40;
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_mm(ctx, act, plane, out, b));
+    b = g, b.m = 1 << 16, b.ldo = 1 << 16;
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_mm(ctx, act, plane, out, b));
+    b = g, b.m = SIZE_MAX;
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    /* buffers of another context */
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm(ctx, foreign, plane, out, g));
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm(ctx, act, foreign, out, g));
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm(ctx, act, plane, foreign_out, g));
+    CHECK_FAILS(ctx, BR_E_ARG, br_mm_bits(ctx, foreign, rows, BR_BITS_ROWS, out, g));
+    /* oscale must be finite */
+    b = g, b.oscale = NAN;
+    CHECK_FAILS(ctx, BR_E_NONFINITE, br_mm(ctx, act, plane, out, b));
+    b = g, b.oscale = INFINITY;
+    CHECK_FAILS(ctx, BR_E_NONFINITE, br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    /* the expand path checks the same way, before touching its plane */
+    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm_bits(ctx, act, small_cols, BR_BITS_COLS, out, g));
+    b = g, b.k = 40;
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    CHECK(ctx->expand_plane == NULL, "a failed call allocated the expand plane");
+
+    /* no failed call wrote the output */
+    CHECK_OK(ctx, br_ctx_sync(ctx));
+    float *o = t_download_f32(ctx, out, m * n);
+    size_t written = 0;
+    for (size_t i = 0; i < m * n; i++)
+        written += !isnan(o[i]);
+    CHECK(written == 0, "failed calls wrote %zu outputs", written);
+    free(o);
+
+    br_buf *all[] = {act,        plane,      rows,      cols,        out,
+                     act32,      out16,      small_act, small_plane, small_out,
+                     small_rows, small_cols, foreign,   foreign_out};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        br_buf_free(all[i]);
+    br_ctx_free(other);
+    br_ctx_free(ctx);
+}
+
+T_RUN("gemm", T_CASE(mm_shapes), T_CASE(mm_ldo_ocol), T_CASE(mm_oscale), T_CASE(mm_special_values),
+      T_CASE(mm_bits_layouts), T_CASE(mm_bits_expand_path), T_CASE(mm_bits_expand_graph),
+      T_CASE(mm_graph), T_CASE(mm_launch_counts), T_CASE(mm_bad_args))
