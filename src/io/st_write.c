@@ -1,0 +1,367 @@
+/* The safetensors writer. Tensors are collected (borrowed or owned bytes) and
+ * written at finish: header, then data in the order added, into a temporary file
+ * beside the output that is fsync'ed and renamed over it — so the output is either
+ * the old file or the complete new one, never a partial one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "io/io_internal.h"
+
+typedef struct wtensor {
+    char *name;
+    br_st_dtype dtype;
+    size_t ndim;
+    uint64_t shape[BR_ST_MAX_DIMS];
+    uint64_t nbytes;
+    const void *data;
+    void *owned; /* freed with the writer */
+} wtensor;
+
+struct br_st_writer {
+    br_ctx *ctx;
+    char *path; /* the output */
+    char *dir;  /* its directory */
+    char *tmp;  /* the temporary file; NULL once renamed or removed */
+    int fd;
+    int done; /* finished, or failed: no further calls */
+    int blr;  /* holds BLR layers: the format keys are set at finish */
+    wtensor *t;
+    size_t n, cap;
+    char **mkeys, **mvals;
+    size_t nmeta, mcap;
+};
+
+static const char *W_NEW = "br_st_writer_new";
+
+/* Close and remove the temporary file (after a failure or an abandoned writer). */
+static void discard(br_st_writer *w) {
+    if (w->fd >= 0) close(w->fd);
+    w->fd = -1;
+    if (w->tmp) unlink(w->tmp);
+    free(w->tmp);
+    w->tmp = NULL;
+    w->done = 1;
+}
+
+br_status br_st_writer_new(br_ctx *ctx, const char *path, br_st_writer **out) {
+    if (!out) return br_fail(ctx, BR_E_ARG, "%s: out is NULL", W_NEW);
+    *out = NULL;
+    if (!path || !*path) return br_fail(ctx, BR_E_ARG, "%s: path is NULL or empty", W_NEW);
+    size_t len = strlen(path);
+    if (path[len - 1] == '/')
+        return br_fail(ctx, BR_E_ARG, "%s: %s names a directory", W_NEW, path);
+    struct stat existing;
+    if (stat(path, &existing) == 0 && S_ISDIR(existing.st_mode))
+        return br_fail(ctx, BR_E_IO, "%s: %s is a directory", W_NEW, path);
+    br_st_writer *w = calloc(1, sizeof *w);
+    if (!w) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", W_NEW);
+    w->ctx = ctx;
+    w->fd = -1;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dir_len = slash ? (size_t)(slash - path) : 1;
+    if (slash && dir_len == 0) dir_len = 1;
+    w->path = strdup(path);
+    w->dir = malloc(dir_len + 1);
+    w->tmp = malloc(dir_len + strlen(base) + 16);
+    if (!w->path || !w->dir || !w->tmp) {
+        br_st_writer_free(w);
+        return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", W_NEW);
+    }
+    memcpy(w->dir, slash ? path : ".", dir_len);
+    w->dir[dir_len] = '\0';
+    sprintf(w->tmp, "%s/.%s.tmp-XXXXXX", w->dir, base);
+    w->fd = mkstemp(w->tmp);
+    if (w->fd < 0) {
+        br_fail(ctx, BR_E_IO, "%s: %s: cannot create a file in '%s': %s", W_NEW, path, w->dir,
+                strerror(errno));
+        free(w->tmp);
+        w->tmp = NULL;
+        br_st_writer_free(w);
+        return BR_E_IO;
+    }
+    if (fchmod(w->fd, 0644) != 0) {
+        int e = errno;
+        br_st_writer_free(w);
+        return br_fail(ctx, BR_E_IO, "%s: %s: cannot set the file mode: %s", W_NEW, path,
+                       strerror(e));
+    }
+    *out = w;
+    return BR_OK;
+}
+
+br_ctx *br_st_writer_ctx(const br_st_writer *w) { return w ? w->ctx : NULL; }
+
+br_status br_st_writer_mark_blr(br_st_writer *w) {
+    w->blr = 1;
+    return BR_OK;
+}
+
+static br_status check_open(const br_st_writer *w, const char *fn) {
+    if (!w) return BR_E_ARG;
+    if (w->done)
+        return br_fail(w->ctx, BR_E_STATE, "%s: %s: the writer has already finished or failed", fn,
+                       w->path);
+    return BR_OK;
+}
+
+static br_status check_text(br_ctx *ctx, const char *fn, const char *what, const char *s) {
+    if (!s) return br_fail(ctx, BR_E_ARG, "%s: %s is NULL", fn, what);
+    size_t n = strlen(s);
+    if (br_utf8_check(s, n) != n)
+        return br_fail(ctx, BR_E_ARG, "%s: %s '%.200s' is not valid UTF-8", fn, what, s);
+    return BR_OK;
+}
+
+br_status br_st_writer_meta(br_st_writer *w, const char *key, const char *value) {
+    static const char *fn = "br_st_writer_meta";
+    BR_TRY(check_open(w, fn));
+    BR_TRY(check_text(w->ctx, fn, "key", key));
+    BR_TRY(check_text(w->ctx, fn, "value", value));
+    if (!key[0]) return br_fail(w->ctx, BR_E_ARG, "%s: key is empty", fn);
+    char *v = strdup(value);
+    if (!v) return br_fail(w->ctx, BR_E_NOMEM, "%s: out of host memory", fn);
+    for (size_t i = 0; i < w->nmeta; i++)
+        if (strcmp(w->mkeys[i], key) == 0) {
+            free(w->mvals[i]);
+            w->mvals[i] = v;
+            return BR_OK;
+        }
+    if (w->nmeta == w->mcap) {
+        size_t cap = w->mcap ? w->mcap * 2 : 8;
+        char **k = realloc(w->mkeys, cap * sizeof *k);
+        if (k) w->mkeys = k;
+        char **vv = k ? realloc(w->mvals, cap * sizeof *vv) : NULL;
+        if (vv) w->mvals = vv;
+        if (!k || !vv) {
+            free(v);
+            return br_fail(w->ctx, BR_E_NOMEM, "%s: out of host memory", fn);
+        }
+        w->mcap = cap;
+    }
+    w->mkeys[w->nmeta] = strdup(key);
+    if (!w->mkeys[w->nmeta]) {
+        free(v);
+        return br_fail(w->ctx, BR_E_NOMEM, "%s: out of host memory", fn);
+    }
+    w->mvals[w->nmeta++] = v;
+    return BR_OK;
+}
+
+br_status br_st_writer_add_owned(br_st_writer *w, const char *name, br_st_dtype dtype, size_t ndim,
+                                 const uint64_t *shape, void *data, int owned) {
+    static const char *fn = "br_st_writer_add";
+    br_status st = check_open(w, fn);
+    br_ctx *ctx = w ? w->ctx : NULL;
+    uint64_t numel = 1, bits = 0;
+    if (st == BR_OK) st = check_text(ctx, fn, "name", name);
+    if (st == BR_OK && (!name[0] || strcmp(name, "__metadata__") == 0))
+        st = br_fail(ctx, BR_E_ARG, "%s: name '%s' is reserved or empty", fn, name);
+    if (st == BR_OK && br_st_dtype_bits(dtype) == 0)
+        st = br_fail(ctx, BR_E_ARG, "%s: tensor '%.200s': dtype %d is not a safetensors dtype", fn,
+                     name, (int)dtype);
+    if (st == BR_OK && ndim > BR_ST_MAX_DIMS)
+        st = br_fail(ctx, BR_E_ARG, "%s: tensor '%.200s': %zu dimensions, at most %d", fn, name,
+                     ndim, BR_ST_MAX_DIMS);
+    if (st == BR_OK && ndim && !shape)
+        st = br_fail(ctx, BR_E_ARG, "%s: tensor '%.200s': shape is NULL", fn, name);
+    for (size_t i = 0; st == BR_OK && i < ndim; i++)
+        if (!br_mul_u64(numel, shape[i], &numel))
+            st = br_fail(ctx, BR_E_OVERFLOW, "%s: tensor '%.200s': shape overflows 64 bits", fn,
+                         name);
+    if (st == BR_OK && !br_mul_u64(numel, br_st_dtype_bits(dtype), &bits))
+        st = br_fail(ctx, BR_E_OVERFLOW, "%s: tensor '%.200s': size overflows 64 bits", fn, name);
+    if (st == BR_OK && bits % 8)
+        st =
+            br_fail(ctx, BR_E_SHAPE, "%s: tensor '%.200s': %llu elements of %s are not whole bytes",
+                    fn, name, (unsigned long long)numel, br_st_dtype_name(dtype));
+    if (st == BR_OK && bits && !data)
+        st = br_fail(ctx, BR_E_ARG, "%s: tensor '%.200s': data is NULL", fn, name);
+    if (st == BR_OK && w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 32;
+        wtensor *t = realloc(w->t, cap * sizeof *t);
+        if (!t)
+            st = br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
+        else
+            w->t = t, w->cap = cap;
+    }
+    char *copy = st == BR_OK ? strdup(name) : NULL;
+    if (st == BR_OK && !copy) st = br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
+    if (st != BR_OK) {
+        if (owned) free(data);
+        return st;
+    }
+    wtensor *t = &w->t[w->n++];
+    *t = (wtensor){.name = copy,
+                   .dtype = dtype,
+                   .ndim = ndim,
+                   .nbytes = bits / 8,
+                   .data = data,
+                   .owned = owned ? data : NULL};
+    if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
+    return BR_OK;
+}
+
+br_status br_st_writer_add(br_st_writer *w, const char *name, br_st_dtype dtype, size_t ndim,
+                           const uint64_t *shape, const void *data) {
+    return br_st_writer_add_owned(w, name, dtype, ndim, shape, (void *)data, 0);
+}
+
+static int cmp_wname(const void *a, const void *b) {
+    return strcmp((*(const wtensor *const *)a)->name, (*(const wtensor *const *)b)->name);
+}
+
+/* The JSON header, padded with spaces so the data section starts 8-byte aligned. */
+static br_status build_header(br_st_writer *w, char **out, size_t *out_len) {
+    char *h = NULL;
+    size_t len = 0, cap = 0;
+    int bad = br_json_put_raw(&h, &len, &cap, "{", 1);
+    if (w->nmeta) {
+        bad |= br_json_put_raw(&h, &len, &cap, "\"__metadata__\":{", 16);
+        for (size_t i = 0; i < w->nmeta; i++) {
+            if (i) bad |= br_json_put_raw(&h, &len, &cap, ",", 1);
+            bad |= br_json_put_string(&h, &len, &cap, w->mkeys[i]);
+            bad |= br_json_put_raw(&h, &len, &cap, ":", 1);
+            bad |= br_json_put_string(&h, &len, &cap, w->mvals[i]);
+        }
+        bad |= br_json_put_raw(&h, &len, &cap, "}", 1);
+    }
+    uint64_t offset = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const wtensor *t = &w->t[i];
+        char num[64];
+        if (i || w->nmeta) bad |= br_json_put_raw(&h, &len, &cap, ",", 1);
+        bad |= br_json_put_string(&h, &len, &cap, t->name);
+        bad |= br_json_put_raw(&h, &len, &cap, ":{\"dtype\":", 10);
+        bad |= br_json_put_string(&h, &len, &cap, br_st_dtype_name(t->dtype));
+        bad |= br_json_put_raw(&h, &len, &cap, ",\"shape\":[", 10);
+        for (size_t d = 0; d < t->ndim; d++) {
+            int k =
+                snprintf(num, sizeof num, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
+            bad |= br_json_put_raw(&h, &len, &cap, num, (size_t)k);
+        }
+        int k = snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}",
+                         (unsigned long long)offset, (unsigned long long)(offset + t->nbytes));
+        bad |= br_json_put_raw(&h, &len, &cap, num, (size_t)k);
+        offset += t->nbytes;
+    }
+    bad |= br_json_put_raw(&h, &len, &cap, "}", 1);
+    while (!bad && (8 + len) % 8)
+        bad |= br_json_put_raw(&h, &len, &cap, " ", 1);
+    if (bad) {
+        free(h);
+        return br_fail(w->ctx, BR_E_NOMEM, "br_st_writer_finish: %s: out of host memory", w->path);
+    }
+    *out = h;
+    *out_len = len;
+    return BR_OK;
+}
+
+static br_status write_all(br_st_writer *w, const void *buf, uint64_t n) {
+    const uint8_t *p = buf;
+    while (n) {
+        size_t chunk = n > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
+        ssize_t r = write(w->fd, p, chunk);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return br_fail(w->ctx, BR_E_IO, "br_st_writer_finish: %s: write failed: %s", w->path,
+                           r < 0 ? strerror(errno) : "no space written");
+        p += r;
+        n -= (uint64_t)r;
+    }
+    return BR_OK;
+}
+
+br_status br_st_writer_finish(br_st_writer *w) {
+    static const char *fn = "br_st_writer_finish";
+    BR_TRY(check_open(w, fn));
+    br_ctx *ctx = w->ctx;
+    br_status st = BR_OK;
+    if (w->blr) {
+        if ((st = br_st_writer_meta(w, "format", BR_BLR_FORMAT)) != BR_OK ||
+            (st = br_st_writer_meta(w, "format_version", BR_BLR_FORMAT_VERSION)) != BR_OK ||
+            (st = br_st_writer_meta(w, "writer", "bitrank " BITRANK_VERSION)) != BR_OK) {
+            discard(w);
+            return st;
+        }
+    }
+    /* names must be unique */
+    const wtensor **sorted = malloc((w->n ? w->n : 1) * sizeof *sorted);
+    if (!sorted) st = br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
+    for (size_t i = 0; st == BR_OK && i < w->n; i++)
+        sorted[i] = &w->t[i];
+    if (st == BR_OK) qsort(sorted, w->n, sizeof *sorted, cmp_wname);
+    for (size_t i = 1; st == BR_OK && i < w->n; i++)
+        if (strcmp(sorted[i]->name, sorted[i - 1]->name) == 0)
+            st = br_fail(ctx, BR_E_ARG, "%s: %s: tensor '%.200s' was added twice", fn, w->path,
+                         sorted[i]->name);
+    free(sorted);
+
+    char *header = NULL;
+    size_t hlen = 0;
+    if (st == BR_OK) st = build_header(w, &header, &hlen);
+    if (st == BR_OK) {
+        uint8_t len8[8];
+        br_put_le64(len8, hlen);
+        st = write_all(w, len8, 8);
+    }
+    if (st == BR_OK) st = write_all(w, header, hlen);
+    free(header);
+    for (size_t i = 0; st == BR_OK && i < w->n; i++)
+        st = write_all(w, w->t[i].data, w->t[i].nbytes);
+    if (st == BR_OK && fsync(w->fd) != 0)
+        st = br_fail(ctx, BR_E_IO, "%s: %s: fsync failed: %s", fn, w->path, strerror(errno));
+    if (st == BR_OK) {
+        int fd = w->fd;
+        w->fd = -1;
+        if (close(fd) != 0)
+            st = br_fail(ctx, BR_E_IO, "%s: %s: close failed: %s", fn, w->path, strerror(errno));
+    }
+    if (st == BR_OK && rename(w->tmp, w->path) != 0)
+        st = br_fail(ctx, BR_E_IO, "%s: %s: cannot rename the temporary file into place: %s", fn,
+                     w->path, strerror(errno));
+    if (st != BR_OK) {
+        discard(w);
+        return st;
+    }
+    free(w->tmp);
+    w->tmp = NULL;
+    w->done = 1;
+    /* make the rename itself durable */
+    int dfd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return br_fail(ctx, BR_E_IO,
+                       "%s: %s: written, but its directory cannot be opened to sync: %s", fn,
+                       w->path, strerror(errno));
+    int synced = fsync(dfd), e = errno;
+    close(dfd);
+    if (synced != 0 && e != EINVAL && e != ENOTSUP)
+        return br_fail(ctx, BR_E_IO, "%s: %s: written, but syncing its directory failed: %s", fn,
+                       w->path, strerror(e));
+    return BR_OK;
+}
+
+void br_st_writer_free(br_st_writer *w) {
+    if (!w) return;
+    if (w->tmp) discard(w);
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->t[i].name);
+        free(w->t[i].owned);
+    }
+    free(w->t);
+    for (size_t i = 0; i < w->nmeta; i++) {
+        free(w->mkeys[i]);
+        free(w->mvals[i]);
+    }
+    free(w->mkeys);
+    free(w->mvals);
+    free(w->path);
+    free(w->dir);
+    free(w);
+}
