@@ -34,6 +34,9 @@ typedef enum br_op_kind {
     BR_OP_ADAM_CAT,
     BR_OP_SUMSQ,
     BR_OP_SUMSQ_CAT,
+    BR_OP_CVT_PAD,   /* sign_ops.c: staging into wider rows, pad columns zero */
+    BR_OP_STEP_CTRL, /* sign_ops.c: gradient norms → step schedule, refusal */
+    BR_OP_SIGN_STEP, /* sign_ops.c: latent Adam / exact-flip scores, budgeted flips */
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT
 } br_op_kind;
@@ -163,6 +166,43 @@ typedef struct br_sumsq_args {
     br_buf *out;
 } br_sumsq_args;
 
+/* The sign optimizer's ops (ops/sign_ops.h documents them). */
+typedef struct br_cvt_pad_args {
+    const br_buf *src, *col; /* col may be NULL */
+    br_buf *dst;             /* f16 [br_pad_rows(m)][ld] */
+    size_t m, k, ld;
+    float scale;
+} br_cvt_pad_args;
+
+typedef struct br_step_ctrl_args {
+    const br_buf *partials; /* f32 [np][BR_SUMSQ_PARTS] */
+    size_t np, nclip;       /* parameters 0..nclip−1 form the clipped norm */
+    const br_buf *hyper;    /* f32 [4]: lr, sign_lr, max_norm, − */
+    br_buf *state;          /* f32 [4]: t, β1^t, β2^t (sign betas), − */
+    br_buf *sched;          /* f32 [4] {lr, t, grad_mul, skip} of br_adam_cat */
+    br_buf *sign_sched;     /* f32 [8] {lr, t, grad_mul, skip, 1−β1^t, 1−β2^t, −, −} */
+    br_buf *norms;          /* f32 [np + 1]: per-parameter norms, then the clipped norm */
+    float sign_beta1, sign_beta2;
+} br_step_ctrl_args;
+
+typedef struct br_sign_step_args {
+    int exact;              /* 0: latent Adam, 1: exact-flip scores */
+    int factored;           /* latent: factored second moment */
+    const br_buf *grad;     /* f32 [rows][r] */
+    br_buf *bits;           /* u32 [rows][r/32] */
+    br_buf *latent, *m1, *v; /* latent: f32 [rows][r]; v [rows][r] or [rows + r] */
+    const br_buf *sched;    /* f32 [8], as br_step_ctrl_args.sign_sched */
+    br_buf *flips;          /* u32: flips[slot] = signs flipped */
+    size_t slot;
+    size_t rows, r;
+    size_t budget;          /* most flips (rows·r: no limit) */
+    float beta1, beta2, eps, clamp, hyst;
+    /* exact: quad[i][k] = curv2 · rowf[i]²·rowq[i] · colf[k]²·colq[k] · Σ normsrc² */
+    const br_buf *rowf, *rowq, *colf, *colq, *normsrc; /* rowq, colq, normsrc may be NULL */
+    size_t nnorm;
+    float curv2;            /* 2 · curvature */
+} br_sign_step_args;
+
 typedef struct br_op {
     br_op_kind kind;
     char tag[32];
@@ -184,6 +224,9 @@ typedef struct br_op {
         br_dense_args dense;
         br_adam_args adam;
         br_sumsq_args sumsq;
+        br_cvt_pad_args cvt_pad;
+        br_step_ctrl_args step_ctrl;
+        br_sign_step_args sign_step;
     } u;
 } br_op;
 

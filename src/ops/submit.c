@@ -30,6 +30,9 @@ static const char *const op_names[BR_OP_COUNT] = {
     [BR_OP_ADAM_CAT] = "adam_cat",
     [BR_OP_SUMSQ] = "sumsq",
     [BR_OP_SUMSQ_CAT] = "sumsq_cat",
+    [BR_OP_CVT_PAD] = "cvt_pad",
+    [BR_OP_STEP_CTRL] = "step_ctrl",
+    [BR_OP_SIGN_STEP] = "sign_step",
 };
 
 const char *br_op_name(br_op_kind kind) {

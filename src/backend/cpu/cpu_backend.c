@@ -143,6 +143,9 @@ static const br_backend cpu_backend = {
             [BR_OP_ADAM_CAT] = br_cpu_adam_cat,
             [BR_OP_SUMSQ] = br_cpu_sumsq,
             [BR_OP_SUMSQ_CAT] = br_cpu_sumsq_cat,
+            [BR_OP_CVT_PAD] = br_cpu_cvt_pad,
+            [BR_OP_STEP_CTRL] = br_cpu_step_ctrl,
+            [BR_OP_SIGN_STEP] = br_cpu_sign_step,
         },
 };
 

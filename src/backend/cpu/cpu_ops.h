@@ -35,5 +35,9 @@ br_status br_cpu_adam(br_ctx *ctx, const br_op *op);
 br_status br_cpu_adam_cat(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sumsq(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sumsq_cat(br_ctx *ctx, const br_op *op);
+/* cpu_sign.c */
+br_status br_cpu_cvt_pad(br_ctx *ctx, const br_op *op);
+br_status br_cpu_step_ctrl(br_ctx *ctx, const br_op *op);
+br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op);
 
 #endif

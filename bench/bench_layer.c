@@ -1,0 +1,210 @@
+/* The BLR layer training step: forward, loss gradient, backward with the sign
+ * gradients, the sign optimizer and Adam over the scales — recorded once as a graph
+ * and replayed, at the shapes of a Qwen3.5-0.8B-like step (4096 tokens, 2 paths).
+ *
+ *   bench_layer [--device cuda|cpu] [--runs N] [--mode latent|factored|exact|off]
+ *               [--dx] [--quick]
+ *
+ * Per shape: a random layer and target, dy = (y − y*)/N by br_scale_acc2, then the
+ * step; 5 warm-up replays, then N (default 20, at least 20) replays each timed by
+ * device timers (CUDA events) around the launch; the median and the minimum in ms.
+ * --dx also forms the input gradient (a layer inside a network needs it; the
+ * PyTorch reference of bench/torch_layer.py does not, x has no grad there).
+ * One JSON line per measurement on stdout.
+ *
+ * Floors printed beside the time (T tokens, P paths):
+ *   flop  = P · 6·T·r·(m+n): per path the GEMMs a = x·S_V (2Tnr), c = a·S_Uᵀ (2Trm),
+ *           b = dy·S_U (2Tmr), dx' = b·S_Vᵀ (2Trn), G_U (2mrT), G_V (2nrT);
+ *           everything else is O(T·(m+n+r)).
+ *   bytes = 4·T·(n + m)  (read x and y* once, f32)
+ *         + P·(m+n)·r·(24 latent: Λ, m1, v read and written, f32 | 16 factored:
+ *           Λ, m1 | 0 exact, off) + P·(m+n)·r/4 (bitmaps read and written)
+ *           [+ 4·T·n written for dx with --dx]
+ *   floor_ms = max(flop / 630 TFLOP/s, bytes / 4.2 TB/s): the H200's best measured
+ *           f16 GEMM rate (cuBLAS, 8192³) and device copy rate (SPEC §6). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bitrank.h"
+#include "core/backend.h"
+#include "core/rng.h"
+
+static br_ctx *g_ctx;
+
+static void fail(const char *what) {
+    fprintf(stderr, "bench_layer: %s: %s\n", what, br_ctx_error(g_ctx));
+    exit(1);
+}
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        if ((call) != BR_OK) fail(#call);                                                          \
+    } while (0)
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static br_buf *upload(br_dtype dt, const void *host, size_t n) {
+    br_buf *b = NULL;
+    OK(br_buf_new(g_ctx, dt, n, &b));
+    OK(br_buf_upload(b, 0, host, n));
+    return b;
+}
+
+static float *rand_f32(br_rng *rng, size_t n, float lo, float hi) {
+    float *v = malloc(n * sizeof *v);
+    if (!v) fail("out of host memory");
+    for (size_t i = 0; i < n; i++)
+        v[i] = lo + (hi - lo) * (float)br_rng_unit(rng);
+    return v;
+}
+
+/* Device timer slots of this program (above the profiler's). */
+#define SLOT0 4000
+
+static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sign_mode mode,
+                        int factored, int with_dx, int runs, const char *mode_name) {
+    br_rng rng;
+    br_rng_seed(&rng, 1234 + m * 7 + n);
+    unsigned flags = mode == BR_SIGN_EXACT ? BR_BLR_CURVATURE : mode ? BR_BLR_SIGN_GRADS : 0;
+    br_blr *l = NULL;
+    OK(br_blr_new(g_ctx, m, n, r, P, flags, &l));
+    size_t w = r / 32;
+    uint32_t *bu = malloc(m * w * 4), *bv = malloc(n * w * 4);
+    if (!bu || !bv) fail("out of host memory");
+    for (size_t p = 0; p < P; p++) {
+        for (size_t i = 0; i < m * w; i++)
+            bu[i] = (uint32_t)br_rng_u64(&rng);
+        for (size_t i = 0; i < n * w; i++)
+            bv[i] = (uint32_t)br_rng_u64(&rng);
+        float *h = rand_f32(&rng, m, 0.01f, 0.05f), *lv = rand_f32(&rng, r, 0.5f, 1.5f);
+        float *g = rand_f32(&rng, n, 0.05f, 0.2f);
+        OK(br_blr_set_path(l, p, bu, bv, h, lv, g));
+        free(h), free(lv), free(g);
+    }
+    free(bu), free(bv);
+    float *x = rand_f32(&rng, T * n, -1.0f, 1.0f), *ys = rand_f32(&rng, T * m, -1.0f, 1.0f);
+    br_buf *bx = upload(BR_F32, x, T * n), *bys = upload(BR_F32, ys, T * m);
+    free(x), free(ys);
+    float inv = 1.0f / (float)(T * m);
+    float *pos = malloc(m * 4), *neg = malloc(m * 4);
+    for (size_t i = 0; i < m; i++)
+        pos[i] = inv, neg[i] = -inv;
+    br_buf *bpos = upload(BR_F32, pos, m), *bneg = upload(BR_F32, neg, m);
+    free(pos), free(neg);
+    br_buf *by = NULL, *bdy = NULL, *bdx = NULL;
+    OK(br_buf_new(g_ctx, BR_F32, T * m, &by));
+    OK(br_buf_new(g_ctx, BR_F32, T * m, &bdy));
+    if (with_dx) OK(br_buf_new(g_ctx, BR_F32, T * n, &bdx));
+    br_blr_scratch *s = NULL;
+    OK(br_blr_scratch_new(l, T, NULL, &s));
+    br_opt_cfg cfg = br_opt_defaults();
+    cfg.sign_mode = mode;
+    cfg.sign_factored = factored;
+    cfg.curvature = inv;
+    if (mode == BR_SIGN_EXACT) cfg.flip_budget = 1e-3f;
+    br_blr_opt *o = NULL;
+    OK(br_blr_opt_new(l, &cfg, &o));
+
+    br_graph *gr = NULL;
+    OK(br_graph_begin(g_ctx));
+    OK(br_blr_forward(l, s, bx, by, T));
+    OK(br_scale_acc2(g_ctx, by, bpos, bys, bneg, bdy, T, m));
+    /* |dy| ~ 1/(T·m) ≈ 7e-8: gs = 2^24 lifts dy⊙h out of the f16 subnormals */
+    OK(br_blr_backward(l, s, bx, bdy, bdx, T, 16777216.0f, 0));
+    OK(br_blr_opt_step(o));
+    OK(br_graph_end(g_ctx, &gr));
+    for (int i = 0; i < 5; i++)
+        OK(br_graph_launch(gr));
+    OK(br_ctx_sync(g_ctx));
+    double *t = malloc((size_t)runs * sizeof *t);
+    for (int i = 0; i < runs; i++) {
+        OK(g_ctx->be->timer_mark(g_ctx, SLOT0));
+        OK(br_graph_launch(gr));
+        OK(g_ctx->be->timer_mark(g_ctx, SLOT0 + 1));
+        OK(g_ctx->be->timer_elapsed(g_ctx, SLOT0, SLOT0 + 1, &t[i]));
+    }
+    qsort(t, (size_t)runs, sizeof *t, cmp_double);
+    br_step_info info;
+    OK(br_blr_opt_info(o, &info));
+    uint64_t flips = 0;
+    for (size_t i = 0; i < info.nmats; i++)
+        flips += info.flips[i];
+
+    double flop = (double)P * 6.0 * (double)T * (double)r * (double)(m + n);
+    double per_sign = mode == BR_SIGN_LATENT ? (factored ? 16.0 : 24.0) : 0.0;
+    double bytes = 4.0 * (double)T * (double)(n + m) +
+                   (double)P * (double)(m + n) * (double)r * (per_sign + (mode ? 0.25 : 0.0));
+    if (with_dx) bytes += 4.0 * (double)T * (double)n;
+    double floor_ms = flop / 630e12 * 1e3, bytes_ms = bytes / 4.2e12 * 1e3;
+    if (bytes_ms > floor_ms) floor_ms = bytes_ms;
+    double med = t[runs / 2];
+    printf(
+        "{\"bench\":\"layer_step\",\"device\":\"%s\",\"m\":%zu,\"n\":%zu,\"r\":%zu,\"paths\":%zu,"
+        "\"tokens\":%zu,\"mode\":\"%s\",\"dx\":%s,\"ops\":%zu,\"runs\":%d,\"median_ms\":%.4f,"
+        "\"min_ms\":%.4f,\"gflop\":%.2f,\"tflops\":%.1f,\"bytes_floor_mb\":%.1f,"
+        "\"floor_ms\":%.4f,\"of_floor\":%.2f,\"flips_last_step\":%llu,\"refused\":%d}\n",
+        br_ctx_device(g_ctx), m, n, r, P, T, mode_name, with_dx ? "true" : "false",
+        br_graph_op_count(gr), runs, med, t[0], flop / 1e9, flop / (med * 1e-3) / 1e12, bytes / 1e6,
+        floor_ms, med / floor_ms, (unsigned long long)flips, info.refused);
+    fflush(stdout);
+    free(t);
+    br_graph_free(gr);
+    br_blr_opt_free(o);
+    br_blr_scratch_free(s);
+    br_buf_free(bx), br_buf_free(bys), br_buf_free(bpos), br_buf_free(bneg), br_buf_free(by),
+        br_buf_free(bdy), br_buf_free(bdx);
+    br_blr_free(l);
+}
+
+int main(int argc, char **argv) {
+    const char *device = "cuda", *mode_name = "latent";
+    int runs = 20, quick = 0, with_dx = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
+        else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+            runs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+            mode_name = argv[++i];
+        else if (!strcmp(argv[i], "--dx"))
+            with_dx = 1;
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else {
+            fprintf(stderr, "usage: bench_layer [--device cuda|cpu] [--runs N] "
+                            "[--mode latent|factored|exact|off] [--dx] [--quick]\n");
+            return 2;
+        }
+    }
+    if (runs < 20) runs = 20;
+    br_sign_mode mode = BR_SIGN_LATENT;
+    int factored = 0;
+    if (!strcmp(mode_name, "factored"))
+        factored = 1;
+    else if (!strcmp(mode_name, "exact"))
+        mode = BR_SIGN_EXACT;
+    else if (!strcmp(mode_name, "off"))
+        mode = BR_SIGN_OFF;
+    else if (strcmp(mode_name, "latent")) {
+        fprintf(stderr, "bench_layer: unknown mode %s\n", mode_name);
+        return 2;
+    }
+    char err[256];
+    if (br_ctx_new(device, &g_ctx, err, sizeof err) != BR_OK) {
+        fprintf(stderr, "bench_layer: %s: %s\n", device, err);
+        return 1;
+    }
+    static const size_t shapes[3][5] = {
+        {3584, 1024, 384, 2, 4096}, {1024, 3584, 384, 2, 4096}, {6144, 1024, 512, 2, 4096}};
+    for (int i = 0; i < 3; i++) {
+        size_t div = quick ? 16 : 1; /* --quick: a smoke test of the program */
+        size_t r = shapes[i][2] / div / 32 * 32;
+        bench_shape(shapes[i][0] / div, shapes[i][1] / div, r ? r : 32, shapes[i][3],
+                    shapes[i][4] / div, mode, factored, with_dx, runs, mode_name);
+    }
+    br_ctx_free(g_ctx);
+    return 0;
+}

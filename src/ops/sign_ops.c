@@ -1,0 +1,117 @@
+/* Front-ends of the internal ops of the BLR layer and its optimizers: cvt_pad,
+ * step_ctrl, sign_step. They check every argument and hand a descriptor to the
+ * backend (or the recording graph). */
+#include <math.h>
+
+#include "ops/check.h"
+#include "ops/sign_ops.h"
+
+int br_ctx_recording(const br_ctx *ctx) { return ctx && ctx->rec != NULL; }
+
+br_status br_cvt_pad(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf *dst, size_t m,
+                     size_t k, size_t ld, float scale) {
+    static const char fn[] = "br_cvt_pad";
+    BR_TRY(br_check_ctx(ctx));
+    BR_TRY(br_check_dim(ctx, fn, "m", m));
+    BR_TRY(br_check_dim(ctx, fn, "k", k));
+    if (ld < k) return br_fail(ctx, BR_E_SHAPE, "%s: ld = %zu is less than k = %zu", fn, ld, k);
+    size_t mk, mpl;
+    BR_TRY(br_check_mul(ctx, fn, "m·k", m, k, &mk));
+    BR_TRY(br_check_mul(ctx, fn, "br_pad_rows(m)·ld", br_pad_rows(m), ld, &mpl));
+    BR_TRY(br_check_finite(ctx, fn, "scale", scale));
+    BR_TRY(br_check_buf(ctx, fn, "src", src, BR_F32, mk));
+    BR_TRY(br_check_opt_buf(ctx, fn, "col", col, BR_F32, k));
+    BR_TRY(br_check_buf(ctx, fn, "dst", dst, BR_F16, mpl));
+    br_op op = {.kind = BR_OP_CVT_PAD};
+    op.u.cvt_pad = (br_cvt_pad_args){
+        .src = src, .col = col, .dst = dst, .m = m, .k = k, .ld = ld, .scale = scale};
+    return br_submit(ctx, &op, 0);
+}
+
+br_status br_step_ctrl(br_ctx *ctx, const br_step_ctrl_args *a) {
+    static const char fn[] = "br_step_ctrl";
+    BR_TRY(br_check_ctx(ctx));
+    if (!a) return br_fail(ctx, BR_E_ARG, "%s: args is NULL", fn);
+    BR_TRY(br_check_dim(ctx, fn, "np", a->np));
+    if (a->nclip > a->np)
+        return br_fail(ctx, BR_E_ARG, "%s: nclip = %zu exceeds np = %zu", fn, a->nclip, a->np);
+    size_t nparts;
+    BR_TRY(br_check_mul(ctx, fn, "np·BR_SUMSQ_PARTS", a->np, BR_SUMSQ_PARTS, &nparts));
+    BR_TRY(br_check_buf(ctx, fn, "partials", a->partials, BR_F32, nparts));
+    BR_TRY(br_check_buf(ctx, fn, "hyper", a->hyper, BR_F32, BR_CTRL_HYPER));
+    BR_TRY(br_check_buf(ctx, fn, "state", a->state, BR_F32, BR_CTRL_STATE));
+    BR_TRY(br_check_buf(ctx, fn, "sched", a->sched, BR_F32, 4));
+    BR_TRY(br_check_buf(ctx, fn, "sign_sched", a->sign_sched, BR_F32, BR_SIGN_SCHED));
+    BR_TRY(br_check_buf(ctx, fn, "norms", a->norms, BR_F32, a->np + 1));
+    if (!(a->sign_beta1 >= 0 && a->sign_beta1 < 1) || !(a->sign_beta2 >= 0 && a->sign_beta2 < 1))
+        return br_fail(ctx, BR_E_ARG, "%s: sign betas %g, %g are not in [0, 1)", fn,
+                       (double)a->sign_beta1, (double)a->sign_beta2);
+    br_op op = {.kind = BR_OP_STEP_CTRL};
+    op.u.step_ctrl = *a;
+    return br_submit(ctx, &op, 0);
+}
+
+size_t br_sign_step_workspace(size_t rows, size_t r) {
+    size_t chunks = (rows + BR_SIGN_CHUNK - 1) / BR_SIGN_CHUNK;
+    size_t words = rows * r               /* keys */
+                   + BR_SIGN_BLOCKS * 256 /* histograms */
+                   + BR_SIGN_BLOCKS       /* per-block counts */
+                   + 16                   /* selection state */
+                   + rows                 /* factored: row sums */
+                   + chunks * r           /* factored: column chunk partials */
+                   + 16;                  /* factored: mean */
+    return words * 4;
+}
+
+br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *a) {
+    static const char fn[] = "br_sign_step";
+    BR_TRY(br_check_ctx(ctx));
+    if (!a) return br_fail(ctx, BR_E_ARG, "%s: args is NULL", fn);
+    BR_TRY(br_check_dim(ctx, fn, "rows", a->rows));
+    BR_TRY(br_check_dim(ctx, fn, "r", a->r));
+    if (a->r % 32) return br_fail(ctx, BR_E_SHAPE, "%s: r = %zu is not a multiple of 32", fn, a->r);
+    size_t n, chunks = (a->rows + BR_SIGN_CHUNK - 1) / BR_SIGN_CHUNK, cr;
+    BR_TRY(br_check_mul(ctx, fn, "rows·r", a->rows, a->r, &n));
+    BR_TRY(br_check_mul(ctx, fn, "chunks·r", chunks, a->r, &cr));
+    if (n + cr + a->rows + BR_SIGN_BLOCKS * 300 > BR_MAX_ELEMS)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: rows·r = %zu leaves no room for the workspace", fn,
+                       n);
+    BR_TRY(br_check_buf(ctx, fn, "grad", a->grad, BR_F32, n));
+    BR_TRY(br_check_buf(ctx, fn, "bits", a->bits, BR_U32, n / 32));
+    BR_TRY(br_check_buf(ctx, fn, "sched", a->sched, BR_F32, BR_SIGN_SCHED));
+    BR_TRY(br_check_buf(ctx, fn, "flips", a->flips, BR_U32, a->slot + 1));
+    if (a->budget > n)
+        return br_fail(ctx, BR_E_ARG, "%s: budget %zu exceeds rows·r = %zu", fn, a->budget, n);
+    if (!a->exact) {
+        BR_TRY(br_check_buf(ctx, fn, "latent", a->latent, BR_F32, n));
+        BR_TRY(br_check_buf(ctx, fn, "m1", a->m1, BR_F32, n));
+        BR_TRY(br_check_buf(ctx, fn, "v", a->v, BR_F32, a->factored ? a->rows + a->r : n));
+        if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
+            return br_fail(ctx, BR_E_ARG, "%s: betas %g, %g are not in [0, 1)", fn,
+                           (double)a->beta1, (double)a->beta2);
+        if (!(a->eps > 0) || !isfinite(a->eps))
+            return br_fail(ctx, BR_E_ARG, "%s: eps = %g must be finite and > 0", fn,
+                           (double)a->eps);
+        if (!(a->clamp > 0) || !isfinite(a->clamp))
+            return br_fail(ctx, BR_E_ARG, "%s: clamp = %g must be finite and > 0", fn,
+                           (double)a->clamp);
+        if (!(a->hyst >= 0) || !(a->hyst < a->clamp))
+            return br_fail(ctx, BR_E_ARG, "%s: hyst = %g must be in [0, clamp = %g)", fn,
+                           (double)a->hyst, (double)a->clamp);
+    } else {
+        BR_TRY(br_check_buf(ctx, fn, "rowf", a->rowf, BR_F32, a->rows));
+        BR_TRY(br_check_opt_buf(ctx, fn, "rowq", a->rowq, BR_F32, a->rows));
+        BR_TRY(br_check_buf(ctx, fn, "colf", a->colf, BR_F32, a->r));
+        BR_TRY(br_check_opt_buf(ctx, fn, "colq", a->colq, BR_F32, a->r));
+        if (a->normsrc) {
+            BR_TRY(br_check_dim(ctx, fn, "nnorm", a->nnorm));
+            BR_TRY(br_check_buf(ctx, fn, "normsrc", a->normsrc, BR_F32, a->nnorm));
+        }
+        if (!(a->curv2 > 0) || !isfinite(a->curv2))
+            return br_fail(ctx, BR_E_ARG, "%s: 2·curvature = %g must be finite and > 0", fn,
+                           (double)a->curv2);
+    }
+    br_op op = {.kind = BR_OP_SIGN_STEP};
+    op.u.sign_step = *a;
+    return br_submit(ctx, &op, br_sign_step_workspace(a->rows, a->r));
+}
