@@ -16,7 +16,7 @@ int br_cmd_devices(int argc, char **argv) {
     int n = 0;
     char err[256] = "";
     if (br_cuda_devices(info, 16, &n, err, sizeof err) != BR_OK || n == 0) {
-        printf("cuda     none usable: %s\n", err[0] ? err : "no device found");
+        printf("cuda     %s\n", err[0] ? err : "no usable CUDA GPU: no device found");
         return 0;
     }
     for (int i = 0; i < n; i++)

@@ -31,5 +31,10 @@ br_status br_buf_copy(br_buf *dst, size_t dst_off, const br_buf *src, size_t src
     if (!count) return BR_OK;
     br_op op = {.kind = BR_OP_COPY};
     op.u.copy = (br_copy_args){.dst = dst, .dst_off = dst_off, .src = src, .src_off = src_off, .count = count};
-    return br_submit(ctx, &op, 0);
+    /* overlapping ranges move through the backend's workspace (memmove semantics) */
+    br_buf s = *src, d = *dst;
+    s.offset += src_off;
+    d.offset += dst_off;
+    size_t ws = br_bufs_overlap(&d, count, &s, count) ? count * br_dtype_size(dst->dtype) : 0;
+    return br_submit(ctx, &op, ws);
 }

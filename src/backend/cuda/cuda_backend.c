@@ -11,19 +11,44 @@ br_status br_cuda_check(br_ctx *ctx, cudaError_t e, const char *what, const char
                    cudaGetErrorString(e), cudaGetErrorName(e), base ? base + 1 : file, line);
 }
 
+/* Why no GPU can be used, in words a user can act on: cudaGetDeviceCount failed
+ * with `e` (or found no device). */
+static void no_gpu_message(char *err, size_t n, cudaError_t e) {
+    if (!err || !n) return;
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (e == cudaSuccess || e == cudaErrorNoDevice) {
+        snprintf(err, n, "no NVIDIA driver / GPU usable: the driver sees no CUDA GPU%s%s%s",
+                 vis ? " (CUDA_VISIBLE_DEVICES=\"" : "", vis ? vis : "", vis ? "\")" : "");
+    } else if (e == cudaErrorInsufficientDriver && drv == 0) {
+        snprintf(err, n, "no NVIDIA driver / GPU usable: no NVIDIA driver is installed (%s)",
+                 cudaGetErrorName(e));
+    } else if (e == cudaErrorInsufficientDriver) {
+        snprintf(err, n,
+                 "no NVIDIA driver / GPU usable: the driver supports CUDA %d.%d, this build "
+                 "needs %d.%d or newer (%s)",
+                 drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10, cudaGetErrorName(e));
+    } else {
+        snprintf(err, n, "no NVIDIA driver / GPU usable: %s (%s)", cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+    }
+}
+
 static br_status cuda_open(br_ctx *ctx, int index, char *err, size_t n) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        if (err && n)
-            snprintf(err, n, "no usable CUDA GPU: %s",
-                     e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+        cudaGetLastError(); /* leave no error behind for later calls */
+        no_gpu_message(err, n, e);
         return BR_E_UNSUPPORTED;
     }
     if (index < 0) index = 0;
     if (index >= count) {
-        if (err && n) snprintf(err, n, "cuda:%d does not exist (%d GPU%s found)", index, count,
-                               count == 1 ? "" : "s");
+        if (err && n)
+            snprintf(err, n, "cuda:%d does not exist (%d GPU%s found)", index, count,
+                     count == 1 ? "" : "s");
         return BR_E_ARG;
     }
     br_cuda *s = calloc(1, sizeof *s);
@@ -32,18 +57,29 @@ static br_status cuda_open(br_ctx *ctx, int index, char *err, size_t n) {
         return BR_E_NOMEM;
     }
     s->device = index;
-    if ((e = cudaSetDevice(index)) != cudaSuccess ||
-        (e = cudaGetDeviceProperties(&s->prop, index)) != cudaSuccess ||
-        (e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    if ((e = cudaGetDeviceProperties(&s->prop, index)) != cudaSuccess) {
         if (err && n) snprintf(err, n, "cuda:%d: %s", index, cudaGetErrorString(e));
         free(s);
         return BR_E_DEVICE;
     }
     s->cc = s->prop.major * 10 + s->prop.minor;
+    if (s->cc < 80) { /* the build carries sm_80 and sm_90a code only */
+        if (err && n)
+            snprintf(err, n, "cuda:%d %s has compute capability %d.%d; bitrank needs 8.0 or newer",
+                     index, s->prop.name, s->prop.major, s->prop.minor);
+        free(s);
+        return BR_E_UNSUPPORTED;
+    }
+    if ((e = cudaSetDevice(index)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        if (err && n) snprintf(err, n, "cuda:%d: %s", index, cudaGetErrorString(e));
+        free(s);
+        return BR_E_DEVICE;
+    }
     s->sm_count = s->prop.multiProcessorCount;
     s->has_wgmma = s->cc == 90 && br_cuda_built_wgmma();
     ctx->be_state = s;
-    snprintf(ctx->device_desc, sizeof ctx->device_desc, "cuda:%d %s (sm_%d, %.1f GiB)", index,
+    snprintf(ctx->device_desc, sizeof ctx->device_desc, "cuda:%d %.100s (sm_%d, %.1f GiB)", index,
              s->prop.name, s->cc, (double)s->prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     return BR_OK;
 }
@@ -56,7 +92,8 @@ static void cuda_close(br_ctx *ctx) {
     for (size_t i = 0; i < s->nevents; i++)
         if (s->events[i]) cudaEventDestroy(s->events[i]);
     free(s->events);
-    for (size_t i = 0; i < s->nretired; i++) cudaFree(s->retired[i]);
+    for (size_t i = 0; i < s->nretired; i++)
+        cudaFree(s->retired[i]);
     free(s->retired);
     cudaFree(s->ws);
     cudaStreamDestroy(s->stream);
@@ -65,8 +102,7 @@ static void cuda_close(br_ctx *ctx) {
 }
 
 static br_status cuda_alloc(br_ctx *ctx, size_t bytes, void **out) {
-    br_cuda *s = ctx->be_state;
-    cudaSetDevice(s->device);
+    br_cuda *s = br_cuda_state(ctx);
     cudaError_t e = cudaMalloc(out, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError(); /* clear the sticky-free error state */
@@ -78,34 +114,34 @@ static br_status cuda_alloc(br_ctx *ctx, size_t bytes, void **out) {
 }
 
 static void cuda_release(br_ctx *ctx, void *mem) {
-    br_cuda *s = ctx->be_state;
+    br_cuda *s = br_cuda_state(ctx);
     /* ops issued before may still read it */
     cudaStreamSynchronize(s->stream);
     cudaFree(mem);
 }
 
 static br_status cuda_upload(br_ctx *ctx, void *dst, const void *src, size_t bytes) {
-    br_cuda *s = ctx->be_state;
+    br_cuda *s = br_cuda_state(ctx);
     BR_CUDA_TRY(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream));
     BR_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
     return BR_OK;
 }
 
 static br_status cuda_download(br_ctx *ctx, void *dst, const void *src, size_t bytes) {
-    br_cuda *s = ctx->be_state;
+    br_cuda *s = br_cuda_state(ctx);
     BR_CUDA_TRY(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream));
     BR_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
     return BR_OK;
 }
 
 static br_status cuda_sync(br_ctx *ctx) {
-    br_cuda *s = ctx->be_state;
+    br_cuda *s = br_cuda_state(ctx);
     BR_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
     return BR_OK;
 }
 
 br_status br_cuda_workspace(br_ctx *ctx, size_t bytes, void **out) {
-    br_cuda *s = ctx->be_state;
+    br_cuda *s = br_cuda_state(ctx);
     if (bytes < ctx->ws_need) bytes = ctx->ws_need;
     if (bytes <= s->ws_bytes && s->ws) {
         *out = s->ws;
@@ -131,8 +167,16 @@ br_status br_cuda_workspace(br_ctx *ctx, size_t bytes, void **out) {
     return BR_OK;
 }
 
-static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
+unsigned br_cuda_blocks(br_ctx *ctx, size_t items, unsigned threads) {
     br_cuda *s = ctx->be_state;
+    size_t want = (items + threads - 1) / threads;
+    size_t cap = (size_t)(s->sm_count > 0 ? s->sm_count : 1) * 32;
+    if (want > cap) want = cap;
+    return want ? (unsigned)want : 1u;
+}
+
+static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
+    br_cuda *s = br_cuda_state(ctx);
     if (!g->be_graph) {
         void *ws = NULL;
         if (g->ws_need) BR_TRY(br_cuda_workspace(ctx, g->ws_need, &ws));
@@ -152,11 +196,13 @@ static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
             if (graph) cudaGraphDestroy(graph);
             return st;
         }
-        if (e != cudaSuccess) return br_cuda_check(ctx, e, "cudaStreamEndCapture", __FILE__, __LINE__);
+        if (e != cudaSuccess)
+            return br_cuda_check(ctx, e, "cudaStreamEndCapture", __FILE__, __LINE__);
         cudaGraphExec_t exec = NULL;
         e = cudaGraphInstantiate(&exec, graph, 0);
         cudaGraphDestroy(graph);
-        if (e != cudaSuccess) return br_cuda_check(ctx, e, "cudaGraphInstantiate", __FILE__, __LINE__);
+        if (e != cudaSuccess)
+            return br_cuda_check(ctx, e, "cudaGraphInstantiate", __FILE__, __LINE__);
         g->be_graph = exec;
     }
     BR_CUDA_TRY(ctx, cudaGraphLaunch((cudaGraphExec_t)g->be_graph, s->stream));
@@ -165,14 +211,14 @@ static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
 }
 
 static void cuda_graph_release(br_ctx *ctx, br_graph *g) {
-    br_cuda *s = ctx->be_state;
+    br_cuda *s = br_cuda_state(ctx);
     cudaStreamSynchronize(s->stream);
     cudaGraphExecDestroy((cudaGraphExec_t)g->be_graph);
     g->be_graph = NULL;
 }
 
 static br_status cuda_timer_mark(br_ctx *ctx, size_t slot) {
-    br_cuda *s = ctx->be_state;
+    br_cuda *s = br_cuda_state(ctx);
     if (slot >= s->nevents) {
         size_t n = slot + 1 > 2 * s->nevents ? slot + 1 : 2 * s->nevents;
         cudaEvent_t *ev = realloc(s->events, n * sizeof *ev);
@@ -187,7 +233,7 @@ static br_status cuda_timer_mark(br_ctx *ctx, size_t slot) {
 }
 
 static br_status cuda_timer_elapsed(br_ctx *ctx, size_t from, size_t to, double *ms) {
-    br_cuda *s = ctx->be_state;
+    br_cuda *s = br_cuda_state(ctx);
     if (from >= s->nevents || to >= s->nevents) return BR_E_ARG;
     float f = 0;
     BR_CUDA_TRY(ctx, cudaEventSynchronize(s->events[to]));
@@ -233,6 +279,9 @@ static const br_backend cuda_backend = {
             [BR_OP_ADAM_CAT] = br_cuda_adam_cat,
             [BR_OP_SUMSQ] = br_cuda_sumsq,
             [BR_OP_SUMSQ_CAT] = br_cuda_sumsq_cat,
+            [BR_OP_CVT_PAD] = br_cuda_cvt_pad,
+            [BR_OP_STEP_CTRL] = br_cuda_step_ctrl,
+            [BR_OP_SIGN_STEP] = br_cuda_sign_step,
         },
 };
 
@@ -244,12 +293,11 @@ br_status br_cuda_devices(br_device_info *out, int max, int *count, char *err, s
     int c = 0;
     cudaError_t e = cudaGetDeviceCount(&c);
     if (e != cudaSuccess || c == 0) {
-        if (err && n)
-            snprintf(err, n, "no usable CUDA GPU: %s",
-                     e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+        cudaGetLastError();
+        no_gpu_message(err, n, e);
         return BR_E_UNSUPPORTED;
     }
-    for (int i = 0; i < c && i < max; i++) {
+    for (int i = 0; i < c && out && i < max; i++) {
         struct cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
         br_device_info *d = &out[*count];

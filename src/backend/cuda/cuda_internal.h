@@ -15,40 +15,53 @@ typedef struct br_cuda {
     int device;
     cudaStream_t stream;
     struct cudaDeviceProp prop;
-    int cc;                  /* compute capability, 10·major + minor */
+    int cc; /* compute capability, 10·major + minor */
     int sm_count;
-    int has_wgmma;           /* sm_90a kernels built and device is 9.0 */
-    void *ws;                /* workspace (column-reduction partials, ...) */
+    int has_wgmma; /* sm_90a kernels built and device is 9.0 */
+    void *ws;      /* workspace (column-reduction partials, ...) */
     size_t ws_bytes;
-    void **retired;          /* old workspaces: captured graphs may still name them */
+    void **retired; /* old workspaces: captured graphs may still name them */
     size_t nretired;
-    cudaEvent_t *events;     /* profiler marks */
+    cudaEvent_t *events; /* profiler marks */
     size_t nevents;
-    int capturing;           /* inside stream capture (no allocation allowed) */
+    int capturing; /* inside stream capture (no allocation allowed) */
 } br_cuda;
 
-static inline br_cuda *br_cuda_state(br_ctx *ctx) { return (br_cuda *)ctx->be_state; }
+/* The backend state of ctx. Also makes ctx's GPU the calling thread's current
+ * device (a cheap check), so that contexts on different GPUs can be used from one
+ * thread: every op function starts with it. */
+static inline br_cuda *br_cuda_state(br_ctx *ctx) {
+    br_cuda *s = (br_cuda *)ctx->be_state;
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != s->device) cudaSetDevice(s->device);
+    return s;
+}
 
 /* Turn a CUDA error into a failed status with the call and location in the message. */
 br_status br_cuda_check(br_ctx *ctx, cudaError_t e, const char *what, const char *file, int line);
-#define BR_CUDA_TRY(ctx, call)                                                                   \
-    do {                                                                                         \
-        cudaError_t br_cuda_e_ = (call);                                                         \
-        if (br_cuda_e_ != cudaSuccess)                                                           \
-            return br_cuda_check((ctx), br_cuda_e_, #call, __FILE__, __LINE__);                  \
+#define BR_CUDA_TRY(ctx, call)                                                                     \
+    do {                                                                                           \
+        cudaError_t br_cuda_e_ = (call);                                                           \
+        if (br_cuda_e_ != cudaSuccess)                                                             \
+            return br_cuda_check((ctx), br_cuda_e_, #call, __FILE__, __LINE__);                    \
     } while (0)
 /* After every kernel launch: counts it and turns a launch error into a status. */
-#define BR_CUDA_LAUNCHED(ctx, name)                                                              \
-    do {                                                                                         \
-        (ctx)->stats.launches++;                                                                 \
-        cudaError_t br_cuda_e_ = cudaGetLastError();                                             \
-        if (br_cuda_e_ != cudaSuccess)                                                           \
-            return br_cuda_check((ctx), br_cuda_e_, "launch of " name, __FILE__, __LINE__);      \
+#define BR_CUDA_LAUNCHED(ctx, name)                                                                \
+    do {                                                                                           \
+        (ctx)->stats.launches++;                                                                   \
+        cudaError_t br_cuda_e_ = cudaGetLastError();                                               \
+        if (br_cuda_e_ != cudaSuccess)                                                             \
+            return br_cuda_check((ctx), br_cuda_e_, "launch of " name, __FILE__, __LINE__);        \
     } while (0)
 
 /* Workspace of at least `bytes` (grown outside capture; inside capture it must have
  * been reserved: br_submit records every op's need in ctx->ws_need). */
 br_status br_cuda_workspace(br_ctx *ctx, size_t bytes, void **out);
+
+/* Blocks of `threads` threads for a grid-stride loop over `items` work items:
+ * enough to fill the GPU several times over, never more than the items need, at
+ * least 1. */
+unsigned br_cuda_blocks(br_ctx *ctx, size_t items, unsigned threads);
 
 /* Op functions, one file per concern. */
 /* cuda_stage.cu */
@@ -76,6 +89,10 @@ br_status br_cuda_adam(br_ctx *ctx, const br_op *op);
 br_status br_cuda_adam_cat(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sumsq(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sumsq_cat(br_ctx *ctx, const br_op *op);
+/* cuda_sign.cu */
+br_status br_cuda_cvt_pad(br_ctx *ctx, const br_op *op);
+br_status br_cuda_step_ctrl(br_ctx *ctx, const br_op *op);
+br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op);
 /* cuda_gemm.cu (dispatch to the mma.sync and wgmma kernels) */
 br_status br_cuda_mm(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op);
@@ -85,4 +102,44 @@ int br_cuda_built_wgmma(void);
 #ifdef __cplusplus
 }
 #endif
+
+#ifdef __CUDACC__
+/* ---------------------------------------------------------------- device helpers
+ * Shared by the kernels of the bit-exact files (compiled with --fmad=false). */
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+/* f32 → f16 bits exactly as br_half_from_float: the hardware's round-to-nearest-even
+ * conversion (subnormals kept) for numbers, and br_half_from_float's NaN pattern
+ * (quiet bit set, top payload bits kept) instead of the hardware's canonical NaN. */
+static __device__ __forceinline__ uint16_t br_dev_f16_bits(float x) {
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u | ((u & 0x7fffffu) >> 13));
+    return __half_as_ushort(__float2half_rn(x));
+}
+
+/* f16 bits → f32 exactly as br_half_to_float (NaN payloads kept, never quieted). */
+static __device__ __forceinline__ float br_dev_f16_to_f32(uint16_t h) {
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+        return __uint_as_float(((uint32_t)(h & 0x8000u) << 16) | 0x7f800000u |
+                               ((uint32_t)(h & 0x3ffu) << 13));
+    return __half2float(__ushort_as_half(h));
+}
+
+/* A grid-stride loop over [0, n): with n ≤ BR_MAX_ELEMS < 2^31 and a grid of fewer
+ * than 2^31 threads (br_cuda_blocks gives far fewer), the 32-bit index cannot wrap. */
+#define BR_GRID_STRIDE(i, n)                                                                       \
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)(n);                    \
+         i += gridDim.x * blockDim.x)
+
+/* Whether every given address is a multiple of `align` bytes (NULL counts as
+ * aligned): views may start anywhere, so vector paths check at run time. */
+static inline int br_aligned(size_t align, const void *a, const void *b = 0, const void *c = 0,
+                             const void *d = 0, const void *e = 0) {
+    return ((uintptr_t)a % align | (uintptr_t)b % align | (uintptr_t)c % align |
+            (uintptr_t)d % align | (uintptr_t)e % align) == 0;
+}
+#endif
+
 #endif

@@ -1,0 +1,466 @@
+/* The sign optimizer's ops on CUDA: cvt_pad, step_ctrl and sign_step (semantics in
+ * ops/sign_ops.h). Bit-identical to the CPU backend (cpu_sign.c): the same f32
+ * operations in the same order (this file is compiled with --fmad=false; divisions
+ * and square roots are the IEEE ones), every sum in the fixed lane-then-tree order
+ * the CPU reproduces, and no atomics in any result: counts and histograms are
+ * integers (shared-memory integer atomics give the same count in any order).
+ *
+ * A sign step is a short kernel sequence on the stream:
+ *   [exact + norm source] norm_kernel      Σ normsrc² (double, 256 lanes, tree)
+ *   [factored]            rowsq_kernel     vr per row (one warp per row)
+ *                         colchunk_kernel  column chunk partials of g²
+ *                         colfin_kernel    vc per column, mean of vr
+ *   update_kernel         latents and moments, or exact scores; selection keys (no
+ *                         budget: the flips themselves, by warp ballots)
+ *   [budget < entries]    select_init, 8 × (hist_kernel, digit_kernel), apply_kernel
+ *                         (flip the selected bits by warp ballots, count per block)
+ *   finish_kernel         flips[slot]
+ * Every kernel returns at once when the schedule's skip flag is set. */
+#include "backend/cuda/cuda_internal.h"
+#include "ops/sign_ops.h"
+
+#define THREADS 256
+#define BLOCKS BR_SIGN_BLOCKS
+#define FULL_MASK 0xffffffffu
+
+/* ---------------------------------------------------------------- cvt_pad */
+
+__global__ void cvt_pad_kernel(const float *src, const float *col, uint16_t *dst, unsigned m,
+                               unsigned k, unsigned ld, unsigned mpad, float scale) {
+    BR_GRID_STRIDE(i, mpad * ld) {
+        unsigned row = i / ld, c = i % ld;
+        uint16_t h = 0;
+        if (row < m && c < k) {
+            float x = src[(size_t)row * k + c];
+            float v = col ? __fmul_rn(__fmul_rn(x, col[c]), scale) : __fmul_rn(x, scale);
+            h = br_dev_f16_bits(v);
+        }
+        dst[i] = h;
+    }
+}
+
+extern "C" br_status br_cuda_cvt_pad(br_ctx *ctx, const br_op *op) {
+    const br_cvt_pad_args *a = &op->u.cvt_pad;
+    br_cuda *s = br_cuda_state(ctx);
+    size_t mpad = br_pad_rows(a->m), n = mpad * a->ld;
+    cvt_pad_kernel<<<br_cuda_blocks(ctx, n, THREADS), THREADS, 0, s->stream>>>(
+        (const float *)br_ptr(a->src), (const float *)br_ptr(a->col), (uint16_t *)br_ptr(a->dst),
+        (unsigned)a->m, (unsigned)a->k, (unsigned)a->ld, (unsigned)mpad, a->scale);
+    BR_CUDA_LAUNCHED(ctx, "cvt_pad_kernel");
+    return BR_OK;
+}
+
+/* ---------------------------------------------------------------- step_ctrl */
+
+/* One thread: a few hundred additions, in the CPU's order. */
+__global__ void step_ctrl_kernel(const float *part, unsigned np, unsigned nclip, const float *hyper,
+                                 float *state, float *sched, float *ssched, float *norms,
+                                 float beta1, float beta2) {
+    if (threadIdx.x || blockIdx.x) return;
+    int finite = 1;
+    double clip = 0;
+    for (unsigned i = 0; i < np; i++) {
+        double s = 0;
+        for (unsigned j = 0; j < BR_SUMSQ_PARTS; j++)
+            s += (double)part[i * BR_SUMSQ_PARTS + j];
+        if (!isfinite(s)) finite = 0;
+        norms[i] = (float)sqrt(s);
+        if (i < nclip) clip += s;
+    }
+    double norm = sqrt(clip);
+    norms[np] = (float)norm;
+    float max_norm = hyper[2];
+    float gm = max_norm > 0 && norm > (double)max_norm ? (float)((double)max_norm / norm) : 1.0f;
+    if (!finite) {
+        sched[2] = gm;
+        sched[3] = 1.0f;
+        ssched[2] = gm;
+        ssched[3] = 1.0f;
+        return;
+    }
+    float t = __fadd_rn(state[0], 1.0f);
+    float b1t = __fmul_rn(state[1], beta1), b2t = __fmul_rn(state[2], beta2);
+    state[0] = t;
+    state[1] = b1t;
+    state[2] = b2t;
+    sched[0] = hyper[0];
+    sched[1] = t;
+    sched[2] = gm;
+    sched[3] = 0.0f;
+    ssched[0] = hyper[1];
+    ssched[1] = t;
+    ssched[2] = gm;
+    ssched[3] = 0.0f;
+    ssched[4] = __fsub_rn(1.0f, b1t);
+    ssched[5] = __fsub_rn(1.0f, b2t);
+    ssched[6] = 0.0f;
+    ssched[7] = 0.0f;
+}
+
+extern "C" br_status br_cuda_step_ctrl(br_ctx *ctx, const br_op *op) {
+    const br_step_ctrl_args *a = &op->u.step_ctrl;
+    br_cuda *s = br_cuda_state(ctx);
+    step_ctrl_kernel<<<1, 32, 0, s->stream>>>(
+        (const float *)br_ptr(a->partials), (unsigned)a->np, (unsigned)a->nclip,
+        (const float *)br_ptr(a->hyper), (float *)br_ptr(a->state), (float *)br_ptr(a->sched),
+        (float *)br_ptr(a->sign_sched), (float *)br_ptr(a->norms), a->sign_beta1, a->sign_beta2);
+    BR_CUDA_LAUNCHED(ctx, "step_ctrl_kernel");
+    return BR_OK;
+}
+
+/* ---------------------------------------------------------------- sign_step */
+
+/* The workspace, in 4-byte words (br_sign_step_workspace sizes it). */
+typedef struct sign_ws {
+    uint32_t *key;           /* [n] score bits of the candidates, 0 elsewhere */
+    uint32_t *hist;          /* [BLOCKS][256] */
+    uint32_t *blockcnt;      /* [BLOCKS] candidates, then flips, per block */
+    unsigned long long *sel; /* [8]: thr, prefix, mask, need, done */
+    float *rowsum;           /* [rows] (unused: vr is updated in place) */
+    float *chunk;            /* [chunks][r] */
+    float *scalar;           /* [16]: [0] Σ normsrc² (f32), [1] mean of vr */
+} sign_ws;
+
+enum { SEL_THR = 0, SEL_PREFIX, SEL_MASK, SEL_NEED, SEL_DONE };
+
+/* The step's constants, passed by value to every kernel. */
+typedef struct sign_job {
+    const float *grad;
+    uint32_t *bits;
+    float *lat, *m1, *v;
+    const float *sched;
+    uint32_t *flips;
+    unsigned slot, rows, r, n, chunks;
+    unsigned long long budget;
+    int exact, factored, direct;
+    float beta1, beta2, omb1, omb2, eps, clamp, hyst, curv2;
+    const float *rowf, *rowq, *colf, *colq, *normsrc;
+    unsigned nnorm;
+    sign_ws ws;
+} sign_job;
+
+static __device__ __forceinline__ int skipped(const sign_job &j) { return j.sched[3] != 0.0f; }
+
+static __device__ __forceinline__ unsigned long long sel_key(uint32_t kb, unsigned e) {
+    return kb ? (unsigned long long)kb << 32 | (unsigned long long)(0xFFFFFFFFu - e) : 0ull;
+}
+
+/* Σ normsrc² in double: lane l sums j = l, l+256, ...; then a halving tree. */
+__global__ void norm_kernel(sign_job j) {
+    if (skipped(j)) return;
+    __shared__ double p[BR_SIGN_LANES];
+    unsigned l = threadIdx.x;
+    double acc = 0;
+    for (unsigned i = l; i < j.nnorm; i += BR_SIGN_LANES) {
+        double x = (double)j.normsrc[i];
+        acc = acc + x * x;
+    }
+    p[l] = acc;
+    __syncthreads();
+    for (unsigned off = BR_SIGN_LANES / 2; off >= 1; off >>= 1) {
+        if (l < off) p[l] = p[l] + p[l + off];
+        __syncthreads();
+    }
+    if (l == 0) j.ws.scalar[0] = (float)p[0];
+}
+
+/* Factored moment, rows: one warp per row; lane l sums k = l, l+32, ... then the
+ * warp's halving tree; vr[i] = β2·vr[i] + (1−β2)·(Σ/r). */
+__global__ void rowsq_kernel(sign_job j) {
+    if (skipped(j)) return;
+    float gm = j.sched[2];
+    unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (unsigned i = blockIdx.x * warps + threadIdx.x / 32; i < j.rows; i += gridDim.x * warps) {
+        float p = 0.0f;
+        for (unsigned k = lane; k < j.r; k += 32) {
+            float g = __fmul_rn(j.grad[(size_t)i * j.r + k], gm);
+            p = __fadd_rn(p, __fmul_rn(g, g));
+        }
+        for (unsigned off = 16; off >= 1; off >>= 1)
+            p = __fadd_rn(p, __shfl_down_sync(FULL_MASK, p, off));
+        if (lane == 0) {
+            float mean = __fdiv_rn(p, (float)j.r);
+            j.v[i] = __fadd_rn(__fmul_rn(j.beta2, j.v[i]), __fmul_rn(j.omb2, mean));
+        }
+    }
+}
+
+/* Factored moment, columns: chunk c of BR_SIGN_CHUNK rows summed in row order. */
+__global__ void colchunk_kernel(sign_job j) {
+    if (skipped(j)) return;
+    float gm = j.sched[2];
+    BR_GRID_STRIDE(q, j.chunks * j.r) {
+        unsigned c = q / j.r, k = q % j.r;
+        unsigned i0 = c * BR_SIGN_CHUNK, i1 = min(i0 + BR_SIGN_CHUNK, j.rows);
+        float p = 0.0f;
+        for (unsigned i = i0; i < i1; i++) {
+            float g = __fmul_rn(j.grad[(size_t)i * j.r + k], gm);
+            p = __fadd_rn(p, __fmul_rn(g, g));
+        }
+        j.ws.chunk[q] = p;
+    }
+}
+
+/* One block: vc[k] from the chunk partials in chunk order; the mean of vr in 256
+ * lanes then a halving tree. */
+__global__ void colfin_kernel(sign_job j) {
+    if (skipped(j)) return;
+    __shared__ float p[BR_SIGN_LANES];
+    unsigned l = threadIdx.x;
+    float *vc = j.v + j.rows;
+    for (unsigned k = l; k < j.r; k += BR_SIGN_LANES) {
+        float total = 0.0f;
+        for (unsigned c = 0; c < j.chunks; c++)
+            total = __fadd_rn(total, j.ws.chunk[c * j.r + k]);
+        vc[k] = __fadd_rn(__fmul_rn(j.beta2, vc[k]),
+                          __fmul_rn(j.omb2, __fdiv_rn(total, (float)j.rows)));
+    }
+    float acc = 0.0f;
+    for (unsigned i = l; i < j.rows; i += BR_SIGN_LANES)
+        acc = __fadd_rn(acc, j.v[i]);
+    p[l] = acc;
+    __syncthreads();
+    for (unsigned off = BR_SIGN_LANES / 2; off >= 1; off >>= 1) {
+        if (l < off) p[l] = __fadd_rn(p[l], p[l + off]);
+        __syncthreads();
+    }
+    if (l == 0) j.ws.scalar[1] = __fdiv_rn(p[0], (float)j.rows);
+}
+
+/* Sum of one int per thread over the block (fixed tree). */
+static __device__ unsigned block_sum(unsigned x) {
+    __shared__ unsigned s[THREADS];
+    s[threadIdx.x] = x;
+    __syncthreads();
+    for (unsigned off = THREADS / 2; off >= 1; off >>= 1) {
+        if (threadIdx.x < off) s[threadIdx.x] += s[threadIdx.x + off];
+        __syncthreads();
+    }
+    unsigned total = s[0];
+    __syncthreads();
+    return total;
+}
+
+/* Per entry: the latent update (or the exact score) and the selection key; with no
+ * budget (direct) the flips themselves. Per block: candidates (flips if direct). */
+__global__ void update_kernel(sign_job j) {
+    if (skipped(j)) return;
+    float lr = j.sched[0], gm = j.sched[2], bc1 = j.sched[4], bc2 = j.sched[5];
+    float mean = j.factored ? j.ws.scalar[1] : 0.0f;
+    float c = j.normsrc ? __fmul_rn(j.curv2, j.ws.scalar[0]) : j.curv2;
+    unsigned words = j.r / 32, count = 0;
+    BR_GRID_STRIDE(e, j.n) {
+        unsigned i = e / j.r, k = e % j.r;
+        int bit = (j.bits[(size_t)i * words + k / 32] >> (k % 32)) & 1u;
+        float score;
+        int cand;
+        if (!j.exact) {
+            float g = __fmul_rn(j.grad[e], gm);
+            float m = __fadd_rn(__fmul_rn(j.beta1, j.m1[e]), __fmul_rn(j.omb1, g));
+            j.m1[e] = m;
+            float ve;
+            if (j.factored) {
+                ve = mean > 0 ? __fdiv_rn(__fmul_rn(j.v[i], j.v[j.rows + k]), mean) : 0.0f;
+            } else {
+                ve = __fadd_rn(__fmul_rn(j.beta2, j.v[e]), __fmul_rn(j.omb2, __fmul_rn(g, g)));
+                j.v[e] = ve;
+            }
+            float mh = __fdiv_rn(m, bc1), vh = __fdiv_rn(ve, bc2);
+            float upd = __fdiv_rn(__fmul_rn(lr, mh), __fadd_rn(__fsqrt_rn(vh), j.eps));
+            float l = fminf(fmaxf(__fsub_rn(j.lat[e], upd), -j.clamp), j.clamp);
+            j.lat[e] = l;
+            cand = (l > 0) != bit && fabsf(l) > j.hyst;
+            score = fabsf(l);
+        } else {
+            float qr = __fmul_rn(j.rowf[i], j.rowf[i]);
+            if (j.rowq) qr = __fmul_rn(qr, j.rowq[i]);
+            float qc = __fmul_rn(j.colf[k], j.colf[k]);
+            if (j.colq) qc = __fmul_rn(qc, j.colq[k]);
+            float quad = __fmul_rn(__fmul_rn(c, qr), qc), tg = __fmul_rn(2.0f, j.grad[e]);
+            float dl = bit ? __fsub_rn(quad, tg) : __fadd_rn(quad, tg);
+            cand = dl < 0;
+            score = -dl;
+        }
+        if (j.direct) { /* no budget: every candidate flips, here (one warp per word) */
+            unsigned word = __ballot_sync(FULL_MASK, cand);
+            if ((threadIdx.x % 32) == 0 && word) {
+                j.bits[e / 32] ^= word; /* every lane has read its bit before the ballot */
+                count += __popc(word);
+            }
+        } else {
+            j.ws.key[e] = cand ? __float_as_uint(score) : 0u;
+            count += cand;
+        }
+    }
+    unsigned total = block_sum(count);
+    if (threadIdx.x == 0) j.ws.blockcnt[blockIdx.x] = total;
+}
+
+/* One thread: every candidate is taken, or the radix selection starts. */
+__global__ void select_init_kernel(sign_job j) {
+    if (skipped(j) || threadIdx.x) return;
+    unsigned long long total = 0;
+    for (unsigned b = 0; b < BLOCKS; b++)
+        total += j.ws.blockcnt[b];
+    unsigned long long *sel = j.ws.sel;
+    sel[SEL_PREFIX] = 0;
+    sel[SEL_MASK] = 0;
+    sel[SEL_NEED] = j.budget;
+    if (j.budget == 0) {
+        sel[SEL_THR] = ~0ull;
+        sel[SEL_DONE] = 1;
+    } else if (total <= j.budget) {
+        sel[SEL_THR] = 1;
+        sel[SEL_DONE] = 1;
+    } else {
+        sel[SEL_DONE] = 0;
+    }
+}
+
+/* Histogram of digit (key >> shift) & 255 over the keys matching the prefix. */
+__global__ void hist_kernel(sign_job j, unsigned shift) {
+    if (skipped(j)) return;
+    const unsigned long long *sel = j.ws.sel;
+    if (sel[SEL_DONE]) return;
+    __shared__ unsigned h[256];
+    h[threadIdx.x] = 0;
+    __syncthreads();
+    unsigned long long prefix = sel[SEL_PREFIX], mask = sel[SEL_MASK];
+    BR_GRID_STRIDE(e, j.n) {
+        unsigned long long key = sel_key(j.ws.key[e], e);
+        if (key && (key & mask) == prefix) atomicAdd(&h[(unsigned)(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    j.ws.hist[blockIdx.x * 256 + threadIdx.x] = h[threadIdx.x];
+}
+
+/* One block: the digit of the K-th highest key at this shift. */
+__global__ void digit_kernel(sign_job j, unsigned shift) {
+    if (skipped(j)) return;
+    unsigned long long *sel = j.ws.sel;
+    if (sel[SEL_DONE]) return;
+    __shared__ unsigned h[256];
+    unsigned b = threadIdx.x, total = 0;
+    for (unsigned blk = 0; blk < BLOCKS; blk++)
+        total += j.ws.hist[blk * 256 + b];
+    h[b] = total;
+    __syncthreads();
+    if (b == 0) {
+        unsigned long long need = sel[SEL_NEED];
+        int d = 255;
+        for (; d > 0 && h[d] < need; d--)
+            need -= h[d];
+        sel[SEL_NEED] = need;
+        sel[SEL_PREFIX] |= (unsigned long long)d << shift;
+        sel[SEL_MASK] |= 255ull << shift;
+        if (shift == 0) sel[SEL_THR] = sel[SEL_PREFIX];
+    }
+}
+
+/* Flip the selected entries: one warp per 32 entries (one bitmap word; r % 32 == 0
+ * and n % 32 == 0 keep the warps whole), flips counted per block. */
+__global__ void apply_kernel(sign_job j) {
+    if (skipped(j)) return;
+    unsigned long long thr = j.ws.sel[SEL_THR];
+    unsigned count = 0;
+    BR_GRID_STRIDE(e, j.n) {
+        uint32_t kb = j.ws.key[e];
+        int take = j.budget && kb && sel_key(kb, e) >= thr;
+        unsigned word = __ballot_sync(FULL_MASK, take);
+        if ((threadIdx.x % 32) == 0 && word) {
+            j.bits[e / 32] ^= word;
+            count += __popc(word);
+        }
+    }
+    unsigned total = block_sum(count);
+    if (threadIdx.x == 0) j.ws.blockcnt[blockIdx.x] = total;
+}
+
+__global__ void finish_kernel(sign_job j) {
+    if (skipped(j) || threadIdx.x) return;
+    unsigned total = 0;
+    for (unsigned b = 0; b < BLOCKS; b++)
+        total += j.ws.blockcnt[b];
+    j.flips[j.slot] = total;
+}
+
+extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
+    const br_sign_step_args *a = &op->u.sign_step;
+    br_cuda *s = br_cuda_state(ctx);
+    void *mem = NULL;
+    BR_TRY(br_cuda_workspace(ctx, br_sign_step_workspace(a->rows, a->r), &mem));
+    size_t n = a->rows * a->r, chunks = (a->rows + BR_SIGN_CHUNK - 1) / BR_SIGN_CHUNK;
+    uint32_t *w = (uint32_t *)mem;
+    sign_job j;
+    memset(&j, 0, sizeof j);
+    j.ws.key = w;
+    j.ws.hist = w + n;
+    j.ws.blockcnt = j.ws.hist + BLOCKS * 256;
+    j.ws.sel = (unsigned long long *)(j.ws.blockcnt + BLOCKS); /* even word offset: 8-aligned */
+    j.ws.rowsum = (float *)(j.ws.blockcnt + BLOCKS + 16);
+    j.ws.chunk = j.ws.rowsum + a->rows;
+    j.ws.scalar = j.ws.chunk + chunks * a->r;
+    j.grad = (const float *)br_ptr(a->grad);
+    j.bits = (uint32_t *)br_ptr(a->bits);
+    j.lat = (float *)br_ptr(a->latent);
+    j.m1 = (float *)br_ptr(a->m1);
+    j.v = (float *)br_ptr(a->v);
+    j.sched = (const float *)br_ptr(a->sched);
+    j.flips = (uint32_t *)br_ptr(a->flips);
+    j.slot = (unsigned)a->slot;
+    j.rows = (unsigned)a->rows;
+    j.r = (unsigned)a->r;
+    j.n = (unsigned)n;
+    j.chunks = (unsigned)chunks;
+    j.budget = a->budget;
+    j.exact = a->exact;
+    j.factored = !a->exact && a->factored;
+    j.beta1 = a->beta1;
+    j.beta2 = a->beta2;
+    j.omb1 = 1.0f - a->beta1;
+    j.omb2 = 1.0f - a->beta2;
+    j.eps = a->eps;
+    j.clamp = a->clamp;
+    j.hyst = a->hyst;
+    j.curv2 = a->curv2;
+    if (a->exact) {
+        j.rowf = (const float *)br_ptr(a->rowf);
+        j.rowq = (const float *)br_ptr(a->rowq);
+        j.colf = (const float *)br_ptr(a->colf);
+        j.colq = (const float *)br_ptr(a->colq);
+        j.normsrc = (const float *)br_ptr(a->normsrc);
+        j.nnorm = (unsigned)a->nnorm;
+    }
+    cudaStream_t st = s->stream;
+    if (j.normsrc) {
+        norm_kernel<<<1, BR_SIGN_LANES, 0, st>>>(j);
+        BR_CUDA_LAUNCHED(ctx, "norm_kernel");
+    }
+    if (j.factored) {
+        rowsq_kernel<<<br_cuda_blocks(ctx, (size_t)a->rows * 32, THREADS), THREADS, 0, st>>>(j);
+        BR_CUDA_LAUNCHED(ctx, "rowsq_kernel");
+        colchunk_kernel<<<br_cuda_blocks(ctx, chunks * a->r, THREADS), THREADS, 0, st>>>(j);
+        BR_CUDA_LAUNCHED(ctx, "colchunk_kernel");
+        colfin_kernel<<<1, BR_SIGN_LANES, 0, st>>>(j);
+        BR_CUDA_LAUNCHED(ctx, "colfin_kernel");
+    }
+    /* without a binding budget the update kernel flips directly */
+    j.direct = a->budget >= n;
+    update_kernel<<<BLOCKS, THREADS, 0, st>>>(j);
+    BR_CUDA_LAUNCHED(ctx, "update_kernel");
+    if (!j.direct) {
+        select_init_kernel<<<1, 32, 0, st>>>(j);
+        BR_CUDA_LAUNCHED(ctx, "select_init_kernel");
+        for (int shift = 56; shift >= 0; shift -= 8) {
+            hist_kernel<<<BLOCKS, 256, 0, st>>>(j, (unsigned)shift);
+            BR_CUDA_LAUNCHED(ctx, "hist_kernel");
+            digit_kernel<<<1, 256, 0, st>>>(j, (unsigned)shift);
+            BR_CUDA_LAUNCHED(ctx, "digit_kernel");
+        }
+        apply_kernel<<<BLOCKS, THREADS, 0, st>>>(j);
+        BR_CUDA_LAUNCHED(ctx, "apply_kernel");
+    }
+    finish_kernel<<<1, 32, 0, st>>>(j);
+    BR_CUDA_LAUNCHED(ctx, "finish_kernel");
+    return BR_OK;
+}
