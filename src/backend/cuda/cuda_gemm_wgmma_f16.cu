@@ -1,0 +1,12 @@
+/* The Hopper GEMM kernels (gemm_wgmma.cuh) for an f16 plane [n][k]: every tile
+ * shape and A source. One file per plane kind, so that the build compiles them in
+ * parallel. */
+#include "backend/cuda/gemm_wgmma.cuh"
+
+namespace br_gemm_cuda {
+
+br_status launch_wgmma_f16(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src) {
+    return launch_wgmma_kind<PLANE_F16>(ctx, p, tile, src);
+}
+
+} // namespace br_gemm_cuda

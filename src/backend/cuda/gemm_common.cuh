@@ -1,0 +1,138 @@
+/* Shared by the GEMM kernels (R-MM): the resolved problem a launcher receives, the
+ * ±1 expansion of sign bits into f16 fragment registers, and thin wrappers of the
+ * PTX both kernel families use (cp.async, ldmatrix, mma.sync). The Hopper-only PTX
+ * (wgmma, TMA, mbarrier) lives in gemm_wgmma.cuh. */
+#ifndef BR_BACKEND_CUDA_GEMM_COMMON_CUH
+#define BR_BACKEND_CUDA_GEMM_COMMON_CUH
+
+#include <stdint.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+namespace br_gemm_cuda {
+
+/* Where the plane operand comes from. */
+enum PlaneKind {
+    PLANE_F16 = 0,  /* f16 [n][k] */
+    PLANE_ROWS = 1, /* bitmap u32 [n][k/32] */
+    PLANE_COLS = 2, /* bitmap u32 [k][ceil(n/32)] */
+};
+
+/* One GEMM, out[i][j] = oscale · Σ_kk act[i][kk] · plane[j][kk] for i < m, j < n,
+ * with every pointer resolved to device memory. */
+struct Problem {
+    const uint16_t *act; /* f16 [≥ m][k] */
+    const void *plane;   /* per PlaneKind */
+    float *out;          /* element [0][ocol] of the output; row stride ldo */
+    long long ldo;
+    int m, n, k;
+    int words; /* u32 words per bitmap row: k/32 (ROWS) or ceil(n/32) (COLS) */
+    PlaneKind kind;
+    float oscale;
+};
+
+/* Kernel families and the Hopper tile shapes (see gemm_wgmma.cuh). */
+enum Family { FAMILY_AUTO = 0, FAMILY_MMA = 1, FAMILY_WGMMA = 2, FAMILY_SIMPLE = 3 };
+enum WgmmaTile {
+    TILE_AUTO = -1,
+    TILE_256x128 = 0, /* 256 plane rows × 128 tokens per CTA */
+    TILE_256x112 = 1, /* 256 × 112: fills the last wave where 128 leaves it nearly empty */
+    TILE_128x256 = 2, /* 128 × 256 */
+    TILE_128x128 = 3, /* 128 × 128: more CTAs for narrow planes */
+    TILE_COUNT = 4,
+};
+
+/* Where the Hopper bitmap kernels take the ±1 plane (wgmma's A operand) from. */
+enum WgmmaASource {
+    A_AUTO = -1,
+    A_SMEM = 0, /* expanded into shared memory by the producer warpgroup */
+    A_REG2 = 2, /* expanded into A-fragment registers, 2 sets in flight */
+    A_REG4 = 4, /* the same, 4 sets */
+};
+
+/* Launchers: one per file (cuda_gemm_mma.cu, cuda_gemm_wgmma_*.cu). Each checks its
+ * launch and returns a status with a message on failure. */
+br_status launch_mma(br_ctx *ctx, const Problem &p);
+br_status launch_simple(br_ctx *ctx, const Problem &p);
+br_status launch_wgmma_f16(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
+br_status launch_wgmma_rows(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
+br_status launch_wgmma_cols(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
+
+/* The whole dispatch (cuda_gemm.cu): family, tile and A source as given (AUTO: the
+ * context's option, then the device and the shape decide). The benchmark calls it
+ * directly to time each variant. */
+br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family,
+              WgmmaTile tile = TILE_AUTO, WgmmaASource src = A_AUTO);
+/* The tile and A source AUTO picks for a problem on `sm_count` multiprocessors. */
+void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src);
+/* Name of a tile ("256x128") and of an A source ("smem", "reg2"). */
+const char *tile_name(WgmmaTile tile);
+const char *asource_name(WgmmaASource src);
+
+/* ---------------------------------------------------------------- device helpers */
+
+/* Two sign bits → a half2 of ±1: bit 0 of x → the low half, bit 1 → the high half
+ * (bit 1 = +1.0 = 0x3C00, bit 0 = −1.0 = 0xBC00; only the sign bit differs). */
+__device__ __forceinline__ uint32_t pm1_pair(uint32_t x) {
+    return (((x & 3u) * 0x40008000u) & 0x80008000u) ^ 0xBC00BC00u;
+}
+/* Bit 0 of lo → the low half, bit 0 of hi → the high half. */
+__device__ __forceinline__ uint32_t pm1_pair2(uint32_t lo, uint32_t hi) {
+    return (((lo & 1u) << 15) | (hi << 31)) ^ 0xBC00BC00u;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* cp.async of `bytes` (4 or 16) with zero fill: src_bytes = 0 reads nothing and
+ * writes zeros. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* d += a·b, one m16n8k16 tile, f16 operands, f32 accumulators. */
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+} // namespace br_gemm_cuda
+
+#endif

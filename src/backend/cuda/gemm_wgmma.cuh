@@ -1,0 +1,615 @@
+/* The Hopper GEMM family (sm_90a): warp-specialized, persistent, TMA-fed wgmma.
+ *
+ * The kernel computes the transposed product, outᵀ[j][i] = Σ_kk plane[j][kk]·act[i][kk]:
+ * the plane is wgmma's A operand (M = plane rows j), the activation its K-major B
+ * operand (N = tokens i), loaded by TMA as [BT tokens][64 k] tiles (128-byte swizzle).
+ *
+ * A CTA of 384 threads. Warpgroup 0 produces; warpgroups 1 and 2 consume, each owning
+ * 64·kWgM of the CTA's BJ = 128·kWgM plane rows and all BT tokens (kWgM wgmma
+ * m64nBTk16 per 16-wide k step). Stages are handed over with mbarriers (full: data
+ * landed; empty: both consumers are done with it). CTAs loop over tiles (persistent
+ * grid), so the producer fetches the next tile while the consumers store the last.
+ *
+ * Where the plane (A) comes from, kASets:
+ *   0   shared memory, [BJ][64] f16 tiles in the TMA swizzle: an f16 plane by TMA;
+ *       a bitmap expanded to ±1 halves there by the producer warpgroup (its 128
+ *       threads are otherwise idle), so the consumers run exactly the f16 loop;
+ *   ≥2  registers (bitmaps): the producer copies the tile's bit words with cp.async
+ *       and each consumer thread expands its bits straight into wgmma A-fragment
+ *       registers (register-A wgmma), one wgmma per step with kASets fragment sets
+ *       in flight. No shared-memory bandwidth for A, but ptxas gives a consumer
+ *       only 168 registers (128 of them accumulators), hence the small sets.
+ * On the H200 (bench_gemm, 2026-11-29) registers with 2 sets and 128 × 256 tiles
+ * are the fastest bitmap variant; the shared-memory expansion trails by 0–10 %
+ * (ROWS) and 5–10 % (COLS): the single producer warp per SM quarter does not keep
+ * the consumers fed.
+ *
+ * Epilogue: accumulators × oscale go through shared memory in [tokens][32 plane rows]
+ * f32 boxes (128-byte swizzled, bank-conflict free) and leave by TMA stores, which
+ * clip at m and n; when the output block is not 16-byte aligned, or n·4 bytes is
+ * not (TMA clips the inner dimension at 16-byte granularity), each thread stores its
+ * values directly instead.
+ *
+ * Shapes: any m, n ≥ 1; k a multiple of 32 (a k tail of 32 is zero-filled by TMA and
+ * predicated for bits). Rows past m or n are zero-filled by TMA or never loaded. */
+#ifndef BR_BACKEND_CUDA_GEMM_WGMMA_CUH
+#define BR_BACKEND_CUDA_GEMM_WGMMA_CUH
+
+#include <cuda.h> /* CUtensorMap (the driver entry point is fetched at run time) */
+
+#include <atomic>
+#include <string.h>
+
+#include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm_wgmma_ops.cuh"
+
+namespace br_gemm_cuda {
+
+/* Encodes a 2-D row-major tensor map: `inner` elements per row (contiguous), `rows`
+ * rows `row_bytes` apart, boxes of box_inner × box_rows, 128-byte swizzle, zero
+ * fill out of bounds (cuda_gemm.cu). */
+br_status encode_tmap_2d(br_ctx *ctx, CUtensorMap *map, CUtensorMapDataType type, const void *base,
+                         uint64_t inner, uint64_t rows, uint64_t row_bytes, uint32_t box_inner,
+                         uint32_t box_rows);
+
+struct WgmmaArgs {
+    const uint32_t *bits; /* the bitmap (ROWS, COLS) */
+    float *out;           /* element [0][ocol] */
+    long long ldo;
+    int m, n, k, words;
+    int tiles_j, tiles; /* tile grid: tiles_j along n, tiles in all */
+    float oscale;
+    int tma_store; /* the output block allows TMA stores (see above) */
+};
+
+template <int kKind, int kWgM, int kBT, int kASets> struct WgmmaCfg {
+    static constexpr bool kSmemA = kKind == PLANE_F16 || kASets == 0;
+    static constexpr bool kExpand = kKind != PLANE_F16 && kASets == 0; /* producer expands */
+    static constexpr int kBJ = 128 * kWgM;                             /* plane rows per CTA */
+    static constexpr int kBK = 64; /* k per stage: one 128-byte swizzle row of f16 */
+    static constexpr int kStages = kSmemA || kBT > 128 ? 4 : 8;
+    static constexpr int kActBytes = kBT * kBK * 2;
+    static constexpr int kColsRowWords = kBJ / 32 + 1; /* COLS stage row, padded: no conflicts */
+    static constexpr int kPlaneBytes = kSmemA                ? kBJ * kBK * 2
+                                       : kKind == PLANE_ROWS ? kBJ * 2 * 4
+                                                             : kBK * kColsRowWords * 4;
+    static constexpr int kEpiRows = kBT < 128 ? kBT : 128; /* tokens per epilogue box */
+    static constexpr int kEpiRounds = (kBT + 127) / 128;   /* boxes along the tokens */
+    static constexpr int kEpiBufBytes = kEpiRows * 32 * 4;
+    /* [tokens][32 rows] boxes a consumer fills per round: 2 (all its warps at once),
+     * or 1 where f16 plane stages leave no room */
+    static constexpr int kEpiBoxes = kSmemA ? 1 : 2;
+    static constexpr int kPlaneOff = kStages * kActBytes;
+    static constexpr int kEpiOff = (kPlaneOff + kStages * kPlaneBytes + 1023) / 1024 * 1024;
+    static constexpr int kBarOff = kEpiOff + 2 * kEpiBoxes * kEpiBufBytes;
+    static constexpr int kSmem = kBarOff + 2 * kStages * 8 + 1024; /* + base alignment slack */
+    /* full barrier: the TMA thread's arrive (+ tx bytes), plus one arrive per
+     * expanding producer warp, or one cp.async arrive per copying lane */
+    static constexpr int kFullArrivals = kKind == PLANE_F16 ? 1 : kExpand ? 1 + 4 : 1 + 32;
+    static constexpr int kTxBytes = kActBytes + (kKind == PLANE_F16 ? kPlaneBytes : 0);
+    static_assert(kWgM * kBT <= 256, "128 accumulator registers per thread at most");
+    static_assert(kBT % 8 == 0 && kBT <= 256, "wgmma n");
+    static_assert(kASets == 0 || (kKind != PLANE_F16 && kASets >= 2 &&
+                                  4 * kWgM % (kASets > 0 ? kASets : 1) == 0),
+                  "fragment sets must divide a stage's steps");
+    static_assert(kSmem <= 227 * 1024, "shared memory");
+};
+
+/* ---------------------------------------------------------------- Hopper PTX */
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+/* Waits until the phase of parity `parity` has completed. A wait that cannot end
+ * (a broken pipeline) traps after seconds instead of hanging the device. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done, spins = 0;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+        if (!done && ++spins == (1u << 26)) __trap();
+    } while (!done);
+}
+__device__ __forceinline__ void cp_async_drain() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+/* One arrive on `bar` once this thread's earlier cp.async copies have landed. */
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void tma_prefetch(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+/* Box at (c0 = inner coordinate, c1 = row) → shared dst; completes tx bytes on bar. */
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0,
+                                         int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+            reinterpret_cast<uint64_t>(map)),
+        "r"(src), "r"(c0), "r"(c1)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/* Until this thread's bulk stores have read their shared source (may reuse it). */
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+/* Until this thread's bulk stores are complete. */
+__device__ __forceinline__ void bulk_wait_all() {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+/* Generic-proxy shared writes → visible to the TMA (async proxy). */
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void sts32(uint32_t addr, float v) {
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void sts128(uint32_t addr, uint32_t x, uint32_t y, uint32_t z,
+                                       uint32_t w) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x), "r"(y), "r"(z),
+                 "r"(w)
+                 : "memory");
+}
+
+template <int kRegs> __device__ __forceinline__ void regs_release() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs> __device__ __forceinline__ void regs_claim() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+/* Until at most kPending of this warpgroup's wgmma groups are still running. */
+template <int kPending> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+/* Shared-memory matrix descriptor of a K-major tile with 128-byte rows, 128-byte
+ * swizzle (as TMA writes it), 8-row groups 1024 bytes apart. Adding 2 moves the
+ * start 32 bytes = 16 f16 along k. */
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 |
+           (uint64_t)1 << 62;
+}
+
+/* ---------------------------------------------------------------- bit expansion */
+
+/* Bit words a producer thread expands for one stage: ROWS: rows tid + 128·i, words
+ * 2kb, 2kb+1 (k 0..31, 32..63 of the stage); COLS: bitmap rows kb·64 + 32h + lane,
+ * word column warp + 4·i (transposed into row words before expanding). */
+template <int kWgM> struct StageBits { uint32_t w[kWgM][2]; };
+
+template <int kKind, int kWgM>
+__device__ __forceinline__ StageBits<kWgM> load_stage_bits(const WgmmaArgs &a, int j0, int kb,
+                                                           int tid) {
+    StageBits<kWgM> b;
+    const int warp = tid / 32, lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < kWgM; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (kKind == PLANE_ROWS) {
+                const int gj = j0 + tid + 128 * i, w = 2 * kb + h;
+                b.w[i][h] = gj < a.n && w < a.words ? __ldg(a.bits + (size_t)gj * a.words + w) : 0u;
+            } else {
+                const int gk = 64 * kb + 32 * h + lane, gw = j0 / 32 + warp + 4 * i;
+                b.w[i][h] =
+                    gk < a.k && gw < a.words ? __ldg(a.bits + (size_t)gk * a.words + gw) : 0u;
+            }
+        }
+    return b;
+}
+
+/* A warp's 32 × 32 bit matrix, lane l holding row l (bit b = column b), transposed:
+ * lane l gets column l (bit b = row b). Five rounds of swapping the off-diagonal
+ * blocks of size d with the lane d apart. */
+__device__ __forceinline__ uint32_t transpose32(uint32_t v, int lane) {
+    const uint32_t masks[5] = {0x0000FFFFu, 0x00FF00FFu, 0x0F0F0F0Fu, 0x33333333u, 0x55555555u};
+#pragma unroll
+    for (int r = 0; r < 5; r++) {
+        const int d = 16 >> r;
+        const uint32_t m = masks[r], other = __shfl_xor_sync(0xffffffffu, v, d);
+        v = lane & d ? (v & ~m) | ((other & ~m) >> d) : (v & m) | ((other & m) << d);
+    }
+    return v;
+}
+
+/* Writes a stage's ±1 plane tile, [BJ][64] f16 in the TMA 128-byte swizzle (16-byte
+ * chunk c of row r at chunk c ^ (r % 8)), from the bit words of load_stage_bits. */
+template <int kKind, int kWgM>
+__device__ __forceinline__ void expand_stage(const StageBits<kWgM> &b, uint32_t tile, int tid) {
+    const int warp = tid / 32, lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < kWgM; i++) {
+        uint32_t rw[2]; /* this thread's row: k 0..31, 32..63 */
+        int row;
+        if (kKind == PLANE_ROWS) {
+            rw[0] = b.w[i][0], rw[1] = b.w[i][1];
+            row = tid + 128 * i;
+        } else {
+            /* lane l holds bitmap row k = 32h + l of word column c (bit r: plane row
+             * 32c + r); transposing the warp's 32 × 32 bits gives lane r plane row
+             * 32c + r over those 32 k */
+            rw[0] = transpose32(b.w[i][0], lane), rw[1] = transpose32(b.w[i][1], lane);
+            row = 32 * (warp + 4 * i) + lane;
+        }
+        const uint32_t line = tile + row * 128;
+#pragma unroll
+        for (int c = 0; c < 8; c++) { /* chunk c: k = 8c .. 8c+7 */
+            const uint32_t y = rw[c >> 2] >> (8 * (c & 3));
+            sts128(line + ((c ^ (row & 7)) << 4), pm1_pair(y), pm1_pair(y >> 2), pm1_pair(y >> 4),
+                   pm1_pair(y >> 6));
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- the kernel */
+
+template <int kKind, int kWgM, int kBT, int kASets>
+__global__ void __launch_bounds__(384, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tm_act,
+                      const __grid_constant__ CUtensorMap tm_plane,
+                      const __grid_constant__ CUtensorMap tm_out, const WgmmaArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets>;
+    constexpr int S = Cfg::kStages;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const uint32_t act_s = base, plane_s = base + Cfg::kPlaneOff, epi_s = base + Cfg::kEpiOff;
+    const uint32_t full = base + Cfg::kBarOff, empty = full + 8 * S; /* barrier s at +8·s */
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int warp = tid / 32, lane = tid % 32;
+    const int nkb = (a.k + Cfg::kBK - 1) / Cfg::kBK;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(full + 8 * s, Cfg::kFullArrivals);
+            mbar_init(empty + 8 * s, 8); /* one arrive per consumer warp */
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ------------------------------------------------ producer */
+        if (Cfg::kExpand)
+            regs_release<56>(); /* room for the ring of prefetched bits */
+        else
+            regs_release<40>();
+        if (!Cfg::kExpand && warp != 0) return;      /* TMA (+ cp.async): warp 0 */
+        if (kKind == PLANE_F16 && lane != 0) return; /* TMA only: one thread */
+        const bool tma_thread = warp == 0 && lane == 0;
+        if (tma_thread) {
+            tma_prefetch(&tm_act);
+            if (kKind == PLANE_F16) tma_prefetch(&tm_plane);
+        }
+        /* the grid never exceeds the tile count: every CTA has ≥ 1 tile */
+        const int steps = (a.tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * nkb;
+        auto plane_row0 = [&](int it) {
+            return ((blockIdx.x + (it / nkb) * gridDim.x) % a.tiles_j) * Cfg::kBJ;
+        };
+        int s = 0;
+        uint32_t phase = 0;
+        /* One stage: wait until it is free, then fill it (cur: the expand mode's bits) */
+        auto fill = [&](int it, const StageBits<kWgM> &cur) {
+            const int tile = blockIdx.x + (it / nkb) * gridDim.x, kb = it % nkb;
+            const int j0 = (tile % a.tiles_j) * Cfg::kBJ, t0 = (tile / a.tiles_j) * kBT;
+            mbar_wait(empty + 8 * s, phase ^ 1);
+            const uint32_t bar = full + 8 * s, pdst = plane_s + s * Cfg::kPlaneBytes;
+            if (tma_thread) {
+                mbar_arrive_expect_tx(bar, Cfg::kTxBytes);
+                tma_load(act_s + s * Cfg::kActBytes, &tm_act, bar, kb * Cfg::kBK, t0);
+                if (kKind == PLANE_F16) tma_load(pdst, &tm_plane, bar, kb * Cfg::kBK, j0);
+            }
+            if (Cfg::kExpand) {
+                expand_stage<kKind, kWgM>(cur, pdst, tid);
+                fence_proxy_async(); /* our st.shared → the consumers' wgmma */
+                __syncwarp();
+                if (lane == 0) mbar_arrive(bar);
+            } else if (kKind == PLANE_ROWS) {
+                /* [BJ][2] words: row j's words 2kb, 2kb+1 (zero past n or k) */
+                for (int e = lane; e < 2 * Cfg::kBJ; e += 32) {
+                    const int gj = j0 + (e >> 1), w = 2 * kb + (e & 1);
+                    const bool ok = gj < a.n && w < a.words;
+                    cp_async4(pdst + 4 * e, a.bits + (ok ? (size_t)gj * a.words + w : 0),
+                              ok ? 4 : 0);
+                }
+                cp_async_arrive(bar);
+            } else if (kKind == PLANE_COLS) {
+                /* [64 k][BJ/32 (+1 pad)] words of bitmap rows kb·64 .. */
+                constexpr int W = Cfg::kBJ / 32;
+                for (int e = lane; e < Cfg::kBK * W; e += 32) {
+                    const int kr = e / W, c = e % W;
+                    const int gk = kb * Cfg::kBK + kr, gw = j0 / 32 + c;
+                    const bool ok = gk < a.k && gw < a.words;
+                    cp_async4(pdst + 4 * (kr * Cfg::kColsRowWords + c),
+                              a.bits + (ok ? (size_t)gk * a.words + gw : 0), ok ? 4 : 0);
+                }
+                cp_async_arrive(bar);
+            }
+            if (++s == S) s = 0, phase ^= 1;
+        };
+        if (Cfg::kExpand) {
+            /* The bits of stage it + 3 are loaded while stage it is filled: a ring of
+             * four, unrolled so that its registers are named statically; L2 latency
+             * under load is a large part of a stage's time. */
+            constexpr int R = 4;
+            StageBits<kWgM> ring[R];
+#pragma unroll
+            for (int i = 0; i < R - 1; i++)
+                if (i < steps)
+                    ring[i] = load_stage_bits<kKind, kWgM>(a, plane_row0(i), i % nkb, tid);
+            for (int it0 = 0; it0 < steps; it0 += R) {
+#pragma unroll
+                for (int u = 0; u < R; u++) {
+                    const int it = it0 + u;
+                    if (it >= steps) break;
+                    if (it + R - 1 < steps)
+                        ring[(u + R - 1) % R] = load_stage_bits<kKind, kWgM>(
+                            a, plane_row0(it + R - 1), (it + R - 1) % nkb, tid);
+                    fill(it, ring[u]);
+                }
+            }
+        } else {
+            const StageBits<kWgM> none = {};
+            for (int it = 0; it < steps; it++)
+                fill(it, none);
+            if (kKind != PLANE_F16) cp_async_drain(); /* no copy left in flight */
+        }
+        return;
+    }
+
+    /* ---------------------------------------------------- consumers */
+    if (Cfg::kExpand)
+        regs_claim<224>();
+    else
+        regs_claim<232>();
+    const int cw = wg - 1; /* which half of the CTA's plane rows */
+    const int g = lane / 4, t = lane % 4;
+    const float os = a.oscale;
+    float acc[kWgM][kBT / 2];
+    int s = 0;
+    uint32_t phase = 0;
+
+    for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
+        const int j0 = (tile % a.tiles_j) * Cfg::kBJ, t0 = (tile / a.tiles_j) * kBT;
+#pragma unroll
+        for (int mi = 0; mi < kWgM; mi++)
+#pragma unroll
+            for (int r = 0; r < kBT / 2; r++)
+                acc[mi][r] = 0.0f;
+
+        /* A stage is released once the wgmmas reading it are known complete: wgmma
+         * groups stay in flight across steps and k blocks. */
+        int held = -1;
+        for (int kb = 0; kb < nkb; kb++) {
+            mbar_wait(full + 8 * s, phase);
+            __syncwarp();
+            const uint32_t act_tile = act_s + s * Cfg::kActBytes;
+            const uint32_t plane_tile = plane_s + s * Cfg::kPlaneBytes;
+            const uint64_t desc_b = sw128_desc(act_tile);
+            if (Cfg::kSmemA) {
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int mi = 0; mi < kWgM; mi++) {
+                        const uint32_t a_tile = plane_tile + ((cw * kWgM + mi) * 64) * 128;
+                        Wgmma<kBT>::ss(acc[mi], sw128_desc(a_tile) + 2 * kk, desc_b + 2 * kk);
+                    }
+                wgmma_commit();
+                wgmma_wait<1>(); /* the previous k block's group is done */
+                if (held >= 0 && lane == 0) mbar_arrive(empty + 8 * held);
+            } else {
+                /* One wgmma per step (kk, mi), its A fragment built into one of
+                 * kASets register sets: 4 registers per thread, rows j = g, g+8 of
+                 * the warp's 16 × k pairs {2t, 2t+1}, {2t+8, 2t+9} of the 16-wide
+                 * step, as ±1 halves. Before refilling a set, wait until the wgmma
+                 * that last read it is done (at most kASets − 1 groups pending). */
+                constexpr int kA = kASets > 0 ? kASets : 2;
+                uint32_t fr[kA][4];
+#pragma unroll
+                for (int q = 0; q < 4 * kWgM; q++) {
+                    const int kk = q / kWgM, mi = q % kWgM;
+                    uint32_t(&f)[4] = fr[q % kA];
+                    wgmma_wait<kA - 1>();
+                    /* all groups of the previous k block are done from here on */
+                    if (q == kA - 1 && held >= 0 && lane == 0) mbar_arrive(empty + 8 * held);
+                    if (kKind == PLANE_ROWS) {
+                        const int jl = (cw * kWgM + mi) * 64 + warp * 16 + g;
+                        const uint32_t wl = lds32(plane_tile + 8 * jl + 4 * (kk >> 1));
+                        const uint32_t wh = lds32(plane_tile + 8 * (jl + 8) + 4 * (kk >> 1));
+                        const int sh = 16 * (kk & 1) + 2 * t;
+                        f[0] = pm1_pair(wl >> sh);
+                        f[1] = pm1_pair(wh >> sh);
+                        f[2] = pm1_pair(wl >> (sh + 8));
+                        f[3] = pm1_pair(wh >> (sh + 8));
+                    } else {
+                        /* this warp's 16 rows share word column c, from bit `bit` */
+                        const int c = (cw * kWgM + mi) * 2 + warp / 2, bit = 16 * (warp & 1) + g;
+                        const int k0 = 16 * kk + 2 * t;
+                        const uint32_t col = plane_tile + 4 * c;
+                        const uint32_t wa = lds32(col + 4 * Cfg::kColsRowWords * k0);
+                        const uint32_t wb = lds32(col + 4 * Cfg::kColsRowWords * (k0 + 1));
+                        const uint32_t wc = lds32(col + 4 * Cfg::kColsRowWords * (k0 + 8));
+                        const uint32_t wd = lds32(col + 4 * Cfg::kColsRowWords * (k0 + 9));
+                        f[0] = pm1_pair2(wa >> bit, wb >> bit);
+                        f[1] = pm1_pair2(wa >> (bit + 8), wb >> (bit + 8));
+                        f[2] = pm1_pair2(wc >> bit, wd >> bit);
+                        f[3] = pm1_pair2(wc >> (bit + 8), wd >> (bit + 8));
+                    }
+                    wgmma_fence();
+                    Wgmma<kBT>::rs(acc[mi], f, desc_b + 2 * kk);
+                    wgmma_commit();
+                }
+            }
+            held = s;
+            if (++s == S) s = 0, phase ^= 1;
+        }
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(empty + 8 * held);
+
+        /* acc[mi][4c + 2h + e] = outᵀ[row g + 8h of warp's 16][token 8c + 2t + e] */
+        const int jw = j0 + (cw * kWgM) * 64 + warp * 16 + g; /* + 64·mi + 8h */
+        if (a.tma_store) {
+            /* warp w fills box w/2 (rows 32·(w/2) .. of its 64-row slice), column
+             * 16·(w&1) + g (+ 8 for the row g+8 values) of it */
+            constexpr int kB = Cfg::kEpiBoxes;
+            const int col = 16 * (warp & 1) + g, box = warp / 2;
+#pragma unroll
+            for (int mi = 0; mi < kWgM; mi++)
+#pragma unroll
+                for (int r = 0; r < Cfg::kEpiRounds; r++)
+#pragma unroll
+                    for (int b0 = 0; b0 < 2; b0 += kB) {
+                        if (tid == 0) bulk_wait_read(); /* the boxes are free again */
+                        named_barrier(1 + cw, 128);
+                        if (box >= b0 && box < b0 + kB) {
+                            const uint32_t buf = epi_s + (cw * kB + box - b0) * Cfg::kEpiBufBytes;
+#pragma unroll
+                            for (int c = 0; c < Cfg::kEpiRows / 8; c++)
+#pragma unroll
+                                for (int e = 0; e < 2; e++) {
+                                    const int row = 8 * c + 2 * t + e, cc = r * 16 + c, x = row & 7;
+                                    const uint32_t line = buf + row * 128 + (col & 3) * 4;
+                                    sts32(line + (((col >> 2) ^ x) << 4), acc[mi][4 * cc + e] * os);
+                                    sts32(line + ((((col + 8) >> 2) ^ x) << 4),
+                                          acc[mi][4 * cc + 2 + e] * os);
+                                }
+                        }
+                        fence_proxy_async();
+                        named_barrier(1 + cw, 128);
+                        if (tid == 0) {
+                            const int jc = j0 + (cw * kWgM + mi) * 64, tc = t0 + r * 128;
+                            for (int b = b0; b < b0 + kB; b++)
+                                if (jc + 32 * b < a.n && tc < a.m)
+                                    tma_store(&tm_out,
+                                              epi_s + (cw * kB + b - b0) * Cfg::kEpiBufBytes,
+                                              jc + 32 * b, tc);
+                            bulk_commit();
+                        }
+                    }
+        } else {
+#pragma unroll
+            for (int mi = 0; mi < kWgM; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int j = jw + 64 * mi + 8 * h;
+                    if (j >= a.n) continue;
+#pragma unroll
+                    for (int c = 0; c < kBT / 8; c++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int i = t0 + 8 * c + 2 * t + e;
+                            if (i < a.m)
+                                a.out[(long long)i * a.ldo + j] = acc[mi][4 * c + 2 * h + e] * os;
+                        }
+                }
+        }
+    }
+    if (a.tma_store && tid == 0) bulk_wait_all();
+#endif
+}
+
+/* ---------------------------------------------------------------- host launch */
+
+template <int kKind, int kWgM, int kBT, int kASets>
+br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets>;
+    br_cuda *s = br_cuda_state(ctx);
+    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets>;
+    static std::atomic<uint64_t> attr_set{0}; /* per device: the attribute is per device */
+    const uint64_t dev_bit = s->device >= 0 && s->device < 64 ? 1ull << s->device : 0;
+    if (!dev_bit || !(attr_set.load() & dev_bit)) {
+        BR_CUDA_TRY(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              Cfg::kSmem));
+        attr_set.fetch_or(dev_bit);
+    }
+    CUtensorMap tm_act, tm_plane, tm_out;
+    memset(&tm_plane, 0, sizeof tm_plane);
+    memset(&tm_out, 0, sizeof tm_out);
+    BR_TRY(encode_tmap_2d(ctx, &tm_act, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.act, (uint64_t)p.k,
+                          (uint64_t)p.m, (uint64_t)p.k * 2, Cfg::kBK, kBT));
+    if (kKind == PLANE_F16)
+        BR_TRY(encode_tmap_2d(ctx, &tm_plane, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.plane,
+                              (uint64_t)p.k, (uint64_t)p.n, (uint64_t)p.k * 2, Cfg::kBK, Cfg::kBJ));
+    WgmmaArgs a;
+    a.bits = kKind == PLANE_F16 ? nullptr : static_cast<const uint32_t *>(p.plane);
+    a.out = p.out;
+    a.ldo = p.ldo;
+    a.m = p.m, a.n = p.n, a.k = p.k, a.words = p.words;
+    a.tiles_j = (p.n + Cfg::kBJ - 1) / Cfg::kBJ;
+    a.tiles = a.tiles_j * ((p.m + kBT - 1) / kBT);
+    a.oscale = p.oscale;
+    /* TMA stores clip the inner dimension at 16 bytes: n·4 must be a multiple */
+    a.tma_store = (uintptr_t)p.out % 16 == 0 && p.ldo % 4 == 0 && p.n % 4 == 0;
+    if (a.tma_store)
+        BR_TRY(encode_tmap_2d(ctx, &tm_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.out, (uint64_t)p.n,
+                              (uint64_t)p.m, (uint64_t)p.ldo * 4, 32, Cfg::kEpiRows));
+    const int grid = a.tiles < s->sm_count ? a.tiles : s->sm_count;
+    kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, a);
+    BR_CUDA_LAUNCHED(ctx, "wgmma_gemm_kernel");
+    return BR_OK;
+}
+
+/* The A source of the bitmap kernels: 0 = expanded into shared memory by the
+ * producer, 2 or 4 = register fragments with that many sets in flight (4 only
+ * beside fewer than 128 accumulators: ptxas would serialize the wgmmas). */
+template <int kKind, int kWgM, int kBT>
+br_status launch_wgmma_asets(br_ctx *ctx, const Problem &p, WgmmaASource src) {
+    constexpr bool kBits = kKind != PLANE_F16;
+    constexpr int kReg2 = kBits ? 2 : 0, kReg4 = kBits && kWgM * kBT < 256 ? 4 : 0;
+    if (!kBits || src == A_SMEM) return launch_wgmma_shape<kKind, kWgM, kBT, 0>(ctx, p);
+    if (src == A_REG2) return launch_wgmma_shape<kKind, kWgM, kBT, kReg2>(ctx, p);
+    if (src == A_REG4 && kReg4) return launch_wgmma_shape<kKind, kWgM, kBT, kReg4>(ctx, p);
+    return br_fail(ctx, BR_E_UNSUPPORTED, "mm_bits: A source %d is not built for this tile",
+                   (int)src);
+}
+
+template <int kKind>
+br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src) {
+    switch (tile) {
+    case TILE_256x128: return launch_wgmma_asets<kKind, 2, 128>(ctx, p, src);
+    case TILE_256x112: return launch_wgmma_asets<kKind, 2, 112>(ctx, p, src);
+    case TILE_128x256: return launch_wgmma_asets<kKind, 1, 256>(ctx, p, src);
+    case TILE_128x128: return launch_wgmma_asets<kKind, 1, 128>(ctx, p, src);
+    default: break;
+    }
+    return br_fail(ctx, BR_E_ARG, "mm: unknown wgmma tile %d", (int)tile);
+}
+
+} // namespace br_gemm_cuda
+
+#endif
