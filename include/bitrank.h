@@ -163,7 +163,9 @@ typedef enum br_bits_layout {
 } br_bits_layout;
 /* br_mm with the plane given as a sign bitmap, expanded to ±1 inside the GEMM (no
  * f16 plane in memory). Results equal br_mm on the expanded plane within GEMM
- * tolerance. Same constraints as br_mm. */
+ * tolerance. Same constraints as br_mm. With BR_OPT_BITS_GEMM = 0, or on a backend
+ * without a bitmap GEMM, the bitmap is expanded into a context-owned f16 plane and
+ * br_mm runs on it. */
 br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits_layout layout,
                      br_buf *out, br_gemm g);
 
@@ -300,7 +302,10 @@ br_status br_adam_cat(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br
 /* Number of partial sums br_sumsq writes per parameter. */
 #define BR_SUMSQ_PARTS 64
 /* Partial sums of squares of a[0..n) into out f32 [BR_SUMSQ_PARTS]; their sum is
- * Σ a². NaN and Inf propagate into the partials (so a caller can refuse a step). */
+ * Σ a². NaN and Inf propagate into the partials (so a caller can refuse a step).
+ * Bit-exact across backends: element i goes to partial j = (i/256) % 64, lane
+ * i % 256; each lane sums fmaf(x, x, lane) in index order from 0; then for s = 128,
+ * 64, …, 1: lane[t] = lane[t] + lane[t+s] for t < s; the partial is lane[0]. */
 br_status br_sumsq(br_ctx *ctx, const br_buf *a, size_t n, br_buf *out);
 /* br_sumsq of np parameters of a concatenation: tab u32 [2·np] = (offset, length)
  * per parameter; out f32 [np][BR_SUMSQ_PARTS]. */
@@ -310,7 +315,11 @@ br_status br_sumsq_host(br_ctx *ctx, const br_buf *a, size_t n, double *out);
 
 /* ---------------------------------------------------------------- composites */
 
-/* A frozen dense linear: y[ntok][n] = (x · scale)·planeᵀ / scale, through the f16
+/* Composites check all their arguments before issuing any op. Buffers that one of
+ * their ops writes and a later one reads must not overlap (act16 and plane, xt and
+ * dyt, acc and tmp: BR_E_ARG); scales must be non-zero with a finite reciprocal.
+ *
+ * A frozen dense linear (y may be x's own buffer: x is staged before y is written): y[ntok][n] = (x · scale)·planeᵀ / scale, through the f16
  * staging buffer act16. plane f16 [n][k]; x f32 [ntok][k]; act16 f16
  * [br_pad_rows(ntok)][k]; y f32 [ntok][n]; k a multiple of 32. */
 br_status br_plane_linear(br_ctx *ctx, const br_buf *plane, const br_buf *x, br_buf *act16,
@@ -340,11 +349,26 @@ br_status br_gram_acc(br_ctx *ctx, const br_buf *x, br_buf *xt, br_buf *acc, br_
  * and copied as bytes); only F32, F16 and BF16 convert to f32. */
 typedef enum br_st_dtype {
     BR_ST_UNKNOWN = 0, /* a dtype string this build does not know, kept by name */
-    BR_ST_BOOL, BR_ST_U8, BR_ST_I8, BR_ST_F8_E5M2, BR_ST_F8_E4M3, BR_ST_F8_E8M0,
-    BR_ST_I16, BR_ST_U16, BR_ST_F16, BR_ST_BF16,
-    BR_ST_I32, BR_ST_U32, BR_ST_F32,
-    BR_ST_I64, BR_ST_U64, BR_ST_F64, BR_ST_C64,
-    BR_ST_F4, BR_ST_F6_E2M3, BR_ST_F6_E3M2,
+    BR_ST_BOOL,
+    BR_ST_U8,
+    BR_ST_I8,
+    BR_ST_F8_E5M2,
+    BR_ST_F8_E4M3,
+    BR_ST_F8_E8M0,
+    BR_ST_I16,
+    BR_ST_U16,
+    BR_ST_F16,
+    BR_ST_BF16,
+    BR_ST_I32,
+    BR_ST_U32,
+    BR_ST_F32,
+    BR_ST_I64,
+    BR_ST_U64,
+    BR_ST_F64,
+    BR_ST_C64,
+    BR_ST_F4,
+    BR_ST_F6_E2M3,
+    BR_ST_F6_E3M2,
 } br_st_dtype;
 /* The dtype's name in files ("BF16"); "unknown" for BR_ST_UNKNOWN. */
 const char *br_st_dtype_name(br_st_dtype dtype);
@@ -361,10 +385,10 @@ typedef struct br_st_tensor {
     const char *dtype_name; /* as written in the file (also for BR_ST_UNKNOWN) */
     size_t ndim;
     uint64_t shape[BR_ST_MAX_DIMS];
-    uint64_t numel;         /* product of shape (1 for a scalar) */
-    uint64_t nbytes;        /* bytes of data */
-    const void *data;       /* the mapped bytes (read-only) */
-    const char *file;       /* the file (shard) holding it */
+    uint64_t numel;   /* product of shape (1 for a scalar) */
+    uint64_t nbytes;  /* bytes of data */
+    const void *data; /* the mapped bytes (read-only) */
+    const char *file; /* the file (shard) holding it */
 } br_st_tensor;
 
 /* A read-only safetensors checkpoint: one file, or the shards of a sharded one. */
@@ -474,11 +498,11 @@ br_status br_st_writer_add_blr(br_st_writer *w, const char *name, const br_blr_h
 
 /* A compressed linear found in a file of format "bitrank-blr". */
 typedef struct br_blr_info {
-    const char *name;  /* NAME */
+    const char *name; /* NAME */
     size_t m, n, r, paths;
-    double bpw;        /* br_blr_bpw of the shapes */
-    uint64_t nbytes;   /* bytes of its tensors in the file */
-    int cortiq;        /* 1: stored as a cortiq payload (tensor NAME.blr.cortiq) */
+    double bpw;      /* br_blr_bpw of the shapes */
+    uint64_t nbytes; /* bytes of its tensors in the file */
+    int cortiq;      /* 1: stored as a cortiq payload (tensor NAME.blr.cortiq) */
 } br_blr_info;
 /* The compressed linears of a file (validated by br_st_open); NULL when out of range. */
 size_t br_st_blr_count(const br_st_file *file);
@@ -528,6 +552,7 @@ typedef struct br_blr br_blr;
  * of 32; m, n, r, paths ≥ 1; flags a combination of BR_BLR_*. */
 br_status br_blr_new(br_ctx *ctx, size_t m, size_t n, size_t r, size_t paths, unsigned flags,
                      br_blr **out);
+/* Frees the layer; free its scratches and optimizer first. */
 void br_blr_free(br_blr *layer);
 /* Shape of a layer (any pointer may be NULL). */
 void br_blr_shape(const br_blr *layer, size_t *m, size_t *n, size_t *r, size_t *paths);
@@ -652,8 +677,9 @@ typedef struct br_opt_cfg {
     float sign_clamp;       /* |Λ| ≤ clamp (1) */
     float sign_hyst;        /* hysteresis: a bit flips only where |Λ| > hyst (0) */
     float sign_tau;         /* latent init from the bits: Λ = ±tau (0.1) */
-    /* Most flips per step, as a fraction of a sign matrix's entries (0: no limit)
-     * (0). BR_SIGN_EXACT needs one (e.g. 1e-3): its predictions hold for one flip. */
+    /* Most flips per step, as a fraction of a sign matrix's entries, at least one
+     * (0: no limit) (0); the highest scores flip, ties to the lower index.
+     * BR_SIGN_EXACT needs one (e.g. 1e-3): its predictions hold for one flip. */
     float flip_budget;
     /* BR_SIGN_EXACT: the loss's second derivative in y, 1 for L = ½‖y − y*‖²; a
      * loss divided by N (dy divided by N) needs 1/N. (1) */
@@ -716,12 +742,26 @@ br_buf *br_blr_opt_buf(br_blr_opt *opt, size_t path, int which, br_opt_part part
 /* ---- compression ---- */
 
 /* The rank the compression gives a layer [m][n] for `bpw` bits per weight: the
- * largest multiple of 32 whose br_blr_bpw (section "files") is ≤ bpw, capped at min(m, n) rounded
- * up to a multiple of 32 (more rank cannot be initialized from an SVD). At least
- * 32: when even rank 32 exceeds the budget, fails with BR_E_SHAPE and a message
- * naming the layer (`name`, may be NULL), its shape and the bpw rank 32 needs. */
+ * largest multiple of 32 whose br_blr_bpw (section "files") is ≤ bpw, capped at
+ * min(m, n) rounded up to a multiple of 32 (more rank cannot be initialized from
+ * an SVD). At least 32: when even rank 32 exceeds the budget, fails with
+ * BR_E_SHAPE and a message naming the layer (`name`, may be NULL), its shape and
+ * the bpw rank 32 needs. */
 br_status br_compress_rank(br_ctx *ctx, const char *name, size_t m, size_t n, size_t paths,
                            double bpw, size_t *rank);
+
+/* Synthetic calibration inputs, used where no recorded ones are given. */
+typedef enum br_synthetic {
+    /* x ~ N(0, I). With the input statistics unknown no channel is special, so the
+     * training minimizes the expected output error over inputs whose channel
+     * scales are unknown: ‖W − Ŵ‖_F, the weights' own error. The safe default. */
+    BR_SYNTH_ISOTROPIC = 0,
+    /* x[t][j] = s_j·z, z ~ N(0, 1), s_j = exp(N(0, 1)) per channel, seeded per
+     * layer: heavy-tailed channel magnitudes like those of LLM activations. The
+     * layer is fit to these random channel weights: a stand-in for recorded
+     * inputs in tests, benchmarks and the demo, not for a model you will use. */
+    BR_SYNTH_HEAVY = 1,
+} br_synthetic;
 
 /* Options of a compression; br_compress_opts_default fills the defaults noted. */
 typedef struct br_compress_opts {
@@ -738,16 +778,20 @@ typedef struct br_compress_opts {
     const char *const *exclude;
     size_t n_exclude;
     /* Calibration inputs. activations: a safetensors file with, per compressed
-     * layer NAME, a tensor NAME [tokens][n] of that layer's inputs (f32/f16/bf16).
-     * gram: a safetensors file with a tensor NAME [n][n], the input Gram Σ = XᵀX;
-     * it also makes the initialization activation-aware. Neither: synthetic inputs,
-     * x[t][j] = s_j·z, z ~ N(0, 1), per-channel scales s_j = exp(N(0, 1)) (a
-     * heavy-tailed, log-normal spread of channel magnitudes), seeded per layer. A
-     * layer absent from the file gets synthetic inputs too. */
+     * layer NAME, a tensor NAME (or NAME less ".weight", or the nearest enclosing
+     * module's, e.g. one "…attention.self" for q, k and v) [tokens][n] of that
+     * layer's inputs (f32/f16/bf16); the last min(eval_tokens, tokens/4) are held
+     * out. gram: a safetensors file with such a tensor [n][n], the input Gram
+     * Σ = XᵀX (any scale), or a factor F [k][n], k < n, of it (Σ = FᵀF: e.g. a
+     * big Gram's top eigenpairs Λ^½·Vᵀ): Gaussian inputs of that covariance; it
+     * also makes the initialization activation-aware. A layer found in neither
+     * gets `synthetic` inputs. */
     const char *activations;
     const char *gram;
+    int synthetic; /* a br_synthetic (BR_SYNTH_ISOTROPIC) */
     /* Training per layer: Adam on h, ℓ, g and the sign optimizer on S_U, S_V, to
-     * reproduce the original layer's outputs (loss ½‖ŷ − y‖² / ‖y‖², per batch). */
+     * reproduce the original layer's outputs y = W·x (loss ½‖ŷ − y‖², batches of
+     * `tokens` from a pool of 8 batches, or from the recorded activations). */
     int steps;           /* steps per layer (300); 0: initialization only */
     size_t tokens;       /* tokens per step (512) */
     float lr;            /* peak Adam step for the scales, relative to |w| (2e-2) */
@@ -778,7 +822,7 @@ typedef struct br_layer_report {
     int steps;           /* training steps run (fewer than asked: early stop) */
     int loss_every;      /* steps between two points of the loss curve */
     size_t n_loss;
-    float *loss;         /* [n_loss] training loss ½‖ŷ − y‖²/½‖y‖² of the batch */
+    float *loss;         /* [n_loss] training loss of the batch, as ‖ŷ − y‖²/‖y‖² */
     double seconds;      /* initialization + training */
     int resumed;         /* 1: taken from the checkpoint of an interrupted run */
     char init_device[16]; /* where the SVD ran: "cpu" or "cuda" */
@@ -815,7 +859,8 @@ typedef struct br_compress_report {
     uint64_t file_in, file_out; /* sizes of the input and output files */
     double seconds;
     char device[160];         /* br_ctx_device of the context */
-    char calibration[32];     /* "synthetic", "activations" or "gram" */
+    char calibration[32];     /* "activations", "gram", "synthetic isotropic" or
+                               * "synthetic heavy-tailed" (the options') */
 } br_compress_report;
 void br_compress_report_free(br_compress_report *report);
 
@@ -829,8 +874,8 @@ void br_compress_report_free(br_compress_report *report);
  * with `resume` the layers found there are taken instead of recomputed (a
  * checkpoint made with other options or input is refused, BR_E_STATE), and the
  * directory is removed after a successful run. Checks everything it can before
- * the first layer: the input's tensors and dtypes, every layer's rank budget, the
- * output location. progress may be NULL. *report (may be NULL) receives the
+ * the first layer: the input's tensors and dtypes, every layer's rank budget, NaN
+ * or Inf in a weight, the output location. progress may be NULL. *report (may be NULL) receives the
  * report (free with br_compress_report_free), also on failure when some layers
  * finished. */
 br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_path,
@@ -839,8 +884,9 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
                            br_compress_report **report);
 
 /* One matrix, for library users with their own trainer or file handling: W f32
- * [m][n] on the host, its inputs x f32 [ntok][n] (NULL: synthetic, as in
- * br_compress_opts), the input Gram f64 [n][n] (NULL: none). The last
+ * [m][n] on the host, its inputs x f32 [ntok][n] (NULL: Gaussian inputs of the
+ * Gram's covariance, else opts->synthetic ones), the input Gram f64 [n][n] (NULL:
+ * none; given, the initialization is activation-aware). The last
  * min(opts->eval_tokens, ntok/4) tokens of x are held out for the report's errors.
  * *out receives the layer (allocated; free with br_blr_host_free), report (may be
  * NULL) its report (free its loss with free()). */

@@ -5,5 +5,7 @@
 
 int br_cmd_devices(int argc, char **argv);
 int br_cmd_demo(int argc, char **argv);
+int br_cmd_inspect(int argc, char **argv);
+int br_cmd_compress(int argc, char **argv);
 
 #endif

@@ -12,8 +12,10 @@ static void usage(FILE *out) {
             "Compress the linear layers of an LLM checkpoint into binary low-rank form.\n"
             "\n"
             "commands:\n"
+            "  compress         compress a checkpoint's linear layers: compress IN -o OUT\n"
             "  demo             run the main job on the embedded default and print its table\n"
             "  devices          list the CPU and each usable CUDA GPU\n"
+            "  inspect FILE     list a safetensors file's tensors and compressed layers\n"
             "  version          print the version\n"
             "  help, --help     this text\n");
 }
@@ -33,7 +35,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "devices")) return br_cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(cmd, "compress")) return br_cmd_compress(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return br_cmd_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return br_cmd_inspect(argc - 1, argv + 1);
     fprintf(stderr, "bitrank: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

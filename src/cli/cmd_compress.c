@@ -1,0 +1,227 @@
+/* `bitrank compress IN -o OUT --bpw 1.0 ...`: the main job. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bitrank.h"
+#include "cli/commands.h"
+#include "cli/compress_report.h"
+
+static const char usage_text[] =
+    "usage: bitrank compress IN -o OUT [options]\n"
+    "\n"
+    "Replace the linear layers of the safetensors checkpoint IN (a file, a sharded\n"
+    "index .json or a directory) by binary low-rank layers, trained to reproduce\n"
+    "their outputs, and write OUT (safetensors, docs/FORMAT.md).\n"
+    "\n"
+    "  -o, --output FILE   the output file (written to a temporary name, then renamed)\n"
+    "  --bpw X             bits per weight per layer (1.0); the rank is the largest\n"
+    "                      multiple of 32 within it\n"
+    "  --rank R            a fixed rank instead (a multiple of 32)\n"
+    "  --paths P           1 or 2 binary paths per layer (2)\n"
+    "  --calib FILE        recorded inputs: safetensors, tensor NAME [tokens][n] per layer\n"
+    "  --gram FILE         input Grams: safetensors, tensor NAME [n][n] per layer\n"
+    "  --synthetic KIND    inputs of layers without recorded ones: iso (default:\n"
+    "                      N(0, I), which fits the weights themselves) or heavy\n"
+    "                      (log-normal channel scales: a stand-in for activations)\n"
+    "  --device D          auto, cpu, cuda or cuda:N (auto)\n"
+    "  --steps N           training steps per layer (300; 0 = initialization only)\n"
+    "  --tokens T          tokens per step (512)\n"
+    "  --lr X              peak learning rate of the scales (0.02)\n"
+    "  --sign-lr X         peak learning rate of the signs (0.01; 0 = signs frozen)\n"
+    "  --include PAT       also compress 2-D tensors matching the glob (repeatable)\n"
+    "  --exclude PAT       never compress tensors matching the glob (repeatable)\n"
+    "  --report FILE.html  write an HTML report (table and loss curves)\n"
+    "  --resume            continue an interrupted run from OUT.partial/\n"
+    "  --seed S            seed of every random choice (1)\n"
+    "  --quiet             no progress and no table (errors only)\n";
+
+static volatile sig_atomic_t cancel_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    cancel_requested = 1;
+}
+
+static int bad_usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "bitrank compress: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(bitrank compress --help for usage)\n");
+    return 2;
+}
+
+static int parse_double(const char *s, double *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_size(const char *s, unsigned long long *out) {
+    char *end = NULL;
+    errno = 0;
+    if (*s == '-') return -1;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *o,
+                        int resume, int quiet, const char *report_path, const char *who) {
+    br_cli_progress prog;
+    br_cli_progress_init(&prog, stderr, quiet, &cancel_requested);
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    br_compress_report *rep = NULL;
+    br_status st = br_compress_file(ctx, in, out, o, NULL, resume, br_cli_progress_cb, &prog, &rep);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    br_cli_progress_end(&prog);
+    if (st != BR_OK) {
+        if (cancel_requested)
+            fprintf(stderr,
+                    "%s: interrupted; no output written. Finished layers are kept in %s.partial: "
+                    "rerun with --resume to continue\n",
+                    who, out);
+        else
+            fprintf(stderr, "%s: %s\n", who, br_ctx_error(ctx));
+        br_compress_report_free(rep);
+        return 1;
+    }
+    if (!quiet) br_cli_print_table(stdout, rep, in, out);
+    int rc = 0;
+    if (report_path) {
+        char err[512];
+        if (br_cli_write_html(report_path, rep, in, out, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", who, err);
+            rc = 1;
+        } else if (!quiet) {
+            printf("report: %s\n", report_path);
+        }
+    }
+    br_compress_report_free(rep);
+    return rc;
+}
+
+int br_cmd_compress(int argc, char **argv) {
+    br_compress_opts o;
+    br_compress_opts_default(&o);
+    const char *in = NULL, *out = NULL, *device = "auto", *report = NULL;
+    int resume = 0, quiet = 0;
+    const char **inc = calloc((size_t)argc + 1, sizeof *inc);
+    const char **exc = calloc((size_t)argc + 1, sizeof *exc);
+    if (!inc || !exc) {
+        fprintf(stderr, "bitrank compress: out of memory\n");
+        free(inc);
+        free(exc);
+        return 1;
+    }
+    int rc = -1;
+    for (int i = 1; i < argc && rc < 0; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d;
+        unsigned long long u;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            rc = 0;
+        } else if (!strcmp(a, "--resume")) {
+            resume = 1;
+        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            quiet = 1;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            if (!v) {
+                rc = bad_usage("option %s needs a value", a);
+                break;
+            }
+            i++;
+            if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+                out = v;
+            } else if (!strcmp(a, "--bpw")) {
+                if (parse_double(v, &d) || !(d > 0))
+                    rc = bad_usage("--bpw: '%s' is not a positive number", v);
+                o.bpw = d;
+            } else if (!strcmp(a, "--rank")) {
+                if (parse_size(v, &u) || !u || u % 32 || u > (1u << 20))
+                    rc = bad_usage("--rank: '%s' is not a positive multiple of 32", v);
+                o.rank = (size_t)u;
+            } else if (!strcmp(a, "--paths")) {
+                if (parse_size(v, &u) || u < 1 || u > 2)
+                    rc = bad_usage("--paths: '%s' is not 1 or 2", v);
+                o.paths = (size_t)u;
+            } else if (!strcmp(a, "--calib")) {
+                o.activations = v;
+            } else if (!strcmp(a, "--gram")) {
+                o.gram = v;
+            } else if (!strcmp(a, "--synthetic")) {
+                if (!strcmp(v, "iso") || !strcmp(v, "isotropic"))
+                    o.synthetic = BR_SYNTH_ISOTROPIC;
+                else if (!strcmp(v, "heavy"))
+                    o.synthetic = BR_SYNTH_HEAVY;
+                else
+                    rc = bad_usage("--synthetic: '%s' is not iso or heavy", v);
+            } else if (!strcmp(a, "--device")) {
+                device = v;
+            } else if (!strcmp(a, "--steps")) {
+                if (parse_size(v, &u) || u > 10000000)
+                    rc = bad_usage("--steps: '%s' is not a count", v);
+                o.steps = (int)u;
+            } else if (!strcmp(a, "--tokens")) {
+                if (parse_size(v, &u) || !u || u > (1u << 20))
+                    rc = bad_usage("--tokens: '%s' is not a count of 1..1048576", v);
+                o.tokens = (size_t)u;
+            } else if (!strcmp(a, "--lr")) {
+                if (parse_double(v, &d) || d < 0)
+                    rc = bad_usage("--lr: '%s' is not a number ≥ 0", v);
+                o.lr = (float)d;
+            } else if (!strcmp(a, "--sign-lr")) {
+                if (parse_double(v, &d) || d < 0)
+                    rc = bad_usage("--sign-lr: '%s' is not a number ≥ 0", v);
+                o.sign_lr = (float)d;
+            } else if (!strcmp(a, "--include")) {
+                inc[o.n_include++] = v;
+            } else if (!strcmp(a, "--exclude")) {
+                exc[o.n_exclude++] = v;
+            } else if (!strcmp(a, "--report")) {
+                report = v;
+            } else if (!strcmp(a, "--seed")) {
+                if (parse_size(v, &u)) rc = bad_usage("--seed: '%s' is not a number", v);
+                o.seed = u;
+            } else {
+                rc = bad_usage("unknown option '%s'", a);
+            }
+        } else if (!in) {
+            in = a;
+        } else {
+            rc = bad_usage("unexpected argument '%s'", a);
+        }
+    }
+    o.include = inc;
+    o.exclude = exc;
+    if (rc < 0 && !in) rc = bad_usage("%s", "no input file given");
+    if (rc < 0 && !out) rc = bad_usage("%s", "no output file given (-o OUT)");
+    if (rc < 0) {
+        br_ctx *ctx = NULL;
+        char err[256];
+        if (br_ctx_new(device, &ctx, err, sizeof err) != BR_OK) {
+            fprintf(stderr, "bitrank compress: device %s: %s\n", device, err);
+            rc = 1;
+        } else {
+            if (!quiet) fprintf(stderr, "bitrank %s on %s\n", BITRANK_VERSION, br_ctx_device(ctx));
+            rc = br_cli_run_compress(ctx, in, out, &o, resume, quiet, report, "bitrank compress");
+            br_ctx_free(ctx);
+        }
+    }
+    free(inc);
+    free(exc);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/* What `bitrank compress` and `bitrank demo` show: the progress display, the
+ * per-layer table with totals, and the HTML report. */
+#ifndef BR_CLI_COMPRESS_REPORT_H
+#define BR_CLI_COMPRESS_REPORT_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "bitrank.h"
+
+/* State of the progress display on `out`: a bar redrawn in place with \r on a
+ * terminal, one plain line per finished layer otherwise, nothing when quiet. */
+typedef struct br_cli_progress {
+    FILE *out;
+    int tty, quiet;
+    double last_draw;              /* elapsed seconds of the last redraw */
+    double layer_start;            /* elapsed seconds when the current layer began */
+    double done_seconds;           /* seconds of the layers finished in this run */
+    size_t done_layers;            /* layers finished in this run (not resumed) */
+    volatile sig_atomic_t *cancel; /* set by a signal handler: cancel the job */
+} br_cli_progress;
+
+void br_cli_progress_init(br_cli_progress *p, FILE *out, int quiet, volatile sig_atomic_t *cancel);
+/* A br_compress_progress_fn; user is a br_cli_progress. */
+int br_cli_progress_cb(const br_compress_progress *progress, void *user);
+/* Clears a half-drawn bar (before an error message). */
+void br_cli_progress_end(br_cli_progress *p);
+
+/* The table of layers and the totals. */
+void br_cli_print_table(FILE *out, const br_compress_report *rep, const char *in_path,
+                        const char *out_path);
+
+/* A self-contained HTML page: summary, table, a loss curve per layer (inline SVG).
+ * Written to a temporary file and renamed. 0 on success; else -1 with a message
+ * in err. */
+int br_cli_write_html(const char *path, const br_compress_report *rep, const char *in_path,
+                      const char *out_path, char *err, size_t err_len);
+
+/* Run br_compress_file with the progress display (SIGINT/SIGTERM cancel it
+ * cleanly), then print the table and write the HTML report (report_path may be
+ * NULL). Errors go to stderr prefixed by `who`. Returns the exit status. */
+int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *opts,
+                        int resume, int quiet, const char *report_path, const char *who);
+
+#endif

@@ -1,0 +1,237 @@
+/* Calibration inputs of a layer: recorded activations, Gaussian samples shaped by a
+ * recorded input Gram, or synthetic inputs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/calib.h"
+#include "core/rng.h"
+
+#ifdef BR_HAVE_LAPACK
+#include <lapacke.h>
+#endif
+
+uint64_t br_name_hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (; s && *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* A Gram [n][n], or its factor [k][n] (k < n); activations [...][n]. */
+static int fits(const br_st_tensor *t, size_t n, int gram) {
+    if (gram) return t->ndim == 2 && t->shape[0] >= 1 && t->shape[0] <= n && t->shape[1] == n;
+    return t->ndim >= 2 && t->shape[t->ndim - 1] == n;
+}
+
+/* The tensor of `file` for layer `name` with n inputs: NAME, else NAME less
+ * ".weight" (the module whose input was recorded) — these two are taken whatever
+ * their shape (a wrong one is an error later) — else the nearest enclosing module
+ * (NAME cut at its last dots) whose tensor fits, so that one recording serves all
+ * the linears reading the same input (e.g. "attention.self" for q, k and v). */
+static const br_st_tensor *find_for_layer(const br_st_file *file, const char *name, size_t n,
+                                          int gram) {
+    const br_st_tensor *t = br_st_find(file, name);
+    if (t) return t;
+    size_t len = strlen(name);
+    char base[512];
+    if (len >= sizeof base) return NULL;
+    memcpy(base, name, len + 1);
+    if (len > 7 && strcmp(base + len - 7, ".weight") == 0) {
+        base[len - 7] = '\0';
+        if ((t = br_st_find(file, base))) return t;
+    }
+    for (char *dot = strrchr(base, '.'); dot; dot = strrchr(base, '.')) {
+        *dot = '\0';
+        t = br_st_find(file, base);
+        if (t && fits(t, n, gram)) return t;
+    }
+    return NULL;
+}
+
+static br_status check_finite(br_ctx *ctx, const char *file, const char *tensor, const float *v,
+                              size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(v[i]))
+            return br_fail(ctx, BR_E_NONFINITE, "%s: tensor '%s': element %zu is %s", file, tensor,
+                           i, isnan(v[i]) ? "NaN" : "infinite");
+    return BR_OK;
+}
+
+/* Synthetic inputs: x[t][j] = s_j·z, z ~ N(0, 1) (s_j = 1, or exp(N(0, 1))). */
+static void gaussian_inputs(br_rng *rng, const double *chan, float *x, size_t ntok, size_t n) {
+    for (size_t t = 0; t < ntok; t++)
+        for (size_t j = 0; j < n; j++)
+            x[t * n + j] = (float)(chan[j] * br_rng_normal(rng));
+}
+
+/* Gaussian inputs whose covariance is the Gram's (normalized to a mean channel
+ * variance of 1): x = z·Lᵀ with Σ' = L·Lᵀ (Cholesky, 1e-6 of the mean added to the
+ * diagonal); per-channel standard deviations only where the build has no LAPACK. */
+static br_status from_gram(br_ctx *ctx, br_rng *rng, const double *gram, size_t n, float *x,
+                           size_t ntok) {
+    double mean = 0;
+    for (size_t j = 0; j < n; j++)
+        mean += gram[j * n + j];
+    mean /= (double)n;
+    if (!(mean > 0) || !isfinite(mean))
+        return br_fail(ctx, BR_E_FORMAT, "input Gram: its diagonal is not positive (mean %g)",
+                       mean);
+    double *chol = malloc(n * n * sizeof *chol), *z = malloc(n * sizeof *z);
+    if (!chol || !z) {
+        free(chol);
+        free(z);
+        return br_fail(ctx, BR_E_NOMEM, "input Gram [%zu][%zu]: out of host memory", n, n);
+    }
+    for (size_t i = 0; i < n * n; i++)
+        chol[i] = gram[i] / mean;
+    int full = 0;
+#ifdef BR_HAVE_LAPACK
+    for (size_t j = 0; j < n; j++)
+        chol[j * n + j] += 1e-6;
+    full = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, chol, (lapack_int)n) == 0;
+    if (!full)
+        for (size_t i = 0; i < n * n; i++)
+            chol[i] = gram[i] / mean;
+#endif
+    for (size_t t = 0; t < ntok; t++) {
+        for (size_t j = 0; j < n; j++)
+            z[j] = br_rng_normal(rng);
+        for (size_t i = 0; i < n; i++) {
+            double acc = 0;
+            if (full) {
+                for (size_t j = 0; j <= i; j++)
+                    acc += chol[i * n + j] * z[j];
+            } else {
+                double d = chol[i * n + i];
+                acc = sqrt(d > 0 ? d : 0) * z[i];
+            }
+            x[t * n + i] = (float)acc;
+        }
+    }
+    free(chol);
+    free(z);
+    return BR_OK;
+}
+
+br_status br_calib_gram(br_ctx *ctx, const br_st_file *file, const char *name, size_t n,
+                        double **gram) {
+    *gram = NULL;
+    if (!file) return BR_OK;
+    const br_st_tensor *t = find_for_layer(file, name, n, 1);
+    if (!t) return BR_OK;
+    const char *path = br_st_path(file);
+    if (!fits(t, n, 1))
+        return br_fail(ctx, BR_E_SHAPE,
+                       "%s: tensor '%s': the Gram of layer '%s' must be [%zu][%zu] (its input "
+                       "size), or a factor [k][%zu] with k < %zu",
+                       path, t->name, name, n, n, n, n);
+    size_t k = (size_t)t->shape[0];
+    float *f = malloc(k * n * sizeof *f);
+    double *g = calloc(n * n, sizeof *g);
+    if (!f || !g) {
+        free(f);
+        free(g);
+        return br_fail(ctx, BR_E_NOMEM, "%s: tensor '%s': out of host memory", path, t->name);
+    }
+    br_status st = br_st_read_f32(ctx, file, t, 0, k * n, f);
+    if (!st) st = check_finite(ctx, path, t->name, f, k * n);
+    if (st) {
+        free(f);
+        free(g);
+        return st;
+    }
+    if (k == n) {
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < n; j++)
+                g[i * n + j] = 0.5 * ((double)f[i * n + j] + f[j * n + i]);
+    } else {
+        /* Σ = FᵀF */
+        for (size_t r = 0; r < k; r++)
+            for (size_t i = 0; i < n; i++) {
+                double fi = f[r * n + i];
+                for (size_t j = 0; j < n; j++)
+                    g[i * n + j] += fi * f[r * n + j];
+            }
+    }
+    free(f);
+    *gram = g;
+    return BR_OK;
+}
+
+br_status br_calib_inputs(br_ctx *ctx, const br_calib_src *src, const char *name, size_t n,
+                          size_t ntrain_want, size_t neval_want, uint64_t seed, const double *gram,
+                          int synthetic, br_calib_set *out) {
+    memset(out, 0, sizeof *out);
+    br_rng rng;
+    br_rng_seed(&rng, seed ^ br_name_hash(name));
+    const br_st_tensor *t = src && src->acts ? find_for_layer(src->acts, name, n, 0) : NULL;
+    if (t) {
+        const char *path = br_st_path(src->acts);
+        if (t->ndim < 2 || t->shape[t->ndim - 1] != n)
+            return br_fail(ctx, BR_E_SHAPE,
+                           "%s: tensor '%s': activations of layer '%s' must be [tokens][%zu], "
+                           "its last dimension is %llu",
+                           path, t->name, name, n,
+                           (unsigned long long)(t->ndim ? t->shape[t->ndim - 1] : 0));
+        size_t ntok = (size_t)(t->numel / n);
+        if (ntok < 2)
+            return br_fail(ctx, BR_E_SHAPE,
+                           "%s: tensor '%s': %zu token(s) of activations; at least 2 are needed "
+                           "(some are held out)",
+                           path, t->name, ntok);
+        size_t neval = neval_want < ntok / 4 ? neval_want : ntok / 4;
+        if (!neval) neval = 1;
+        float *x = malloc(ntok * n * sizeof *x);
+        if (!x)
+            return br_fail(ctx, BR_E_NOMEM, "%s: tensor '%s': out of host memory", path, t->name);
+        br_status st = br_st_read_f32(ctx, src->acts, t, 0, ntok * n, x);
+        if (!st) st = check_finite(ctx, path, t->name, x, ntok * n);
+        if (st) {
+            free(x);
+            return st;
+        }
+        out->x_train = x;
+        out->ntrain = ntok - neval;
+        out->x_eval = x + out->ntrain * n;
+        out->neval = neval;
+        out->owns_eval = 0;
+        out->kind = "activations";
+        return BR_OK;
+    }
+    out->x_train = malloc(ntrain_want * n * sizeof(float));
+    out->x_eval = malloc(neval_want * n * sizeof(float));
+    out->ntrain = ntrain_want;
+    out->neval = neval_want;
+    out->owns_eval = 1;
+    double *chan = malloc(n * sizeof *chan);
+    if (!out->x_train || !out->x_eval || !chan) {
+        free(chan);
+        br_calib_free(out);
+        return br_fail(ctx, BR_E_NOMEM, "calibration inputs of '%s': out of host memory", name);
+    }
+    br_status st = BR_OK;
+    if (gram) {
+        out->kind = "gram";
+        st = from_gram(ctx, &rng, gram, n, out->x_train, ntrain_want);
+        if (!st) st = from_gram(ctx, &rng, gram, n, out->x_eval, neval_want);
+    } else {
+        out->kind = synthetic == BR_SYNTH_HEAVY ? "synthetic heavy-tailed" : "synthetic isotropic";
+        for (size_t j = 0; j < n; j++)
+            chan[j] = synthetic == BR_SYNTH_HEAVY ? exp(br_rng_normal(&rng)) : 1.0;
+        gaussian_inputs(&rng, chan, out->x_train, ntrain_want, n);
+        gaussian_inputs(&rng, chan, out->x_eval, neval_want, n);
+    }
+    free(chan);
+    if (st) br_calib_free(out);
+    return st;
+}
+
+void br_calib_free(br_calib_set *set) {
+    if (!set) return;
+    free(set->x_train);
+    if (set->owns_eval) free(set->x_eval);
+    memset(set, 0, sizeof *set);
+}

@@ -1,0 +1,38 @@
+/* Calibration inputs of the compression (see br_compress_opts in bitrank.h). */
+#ifndef BR_COMPRESS_CALIB_H
+#define BR_COMPRESS_CALIB_H
+
+#include "compress/compress.h"
+
+/* Where inputs come from: files (either may be NULL). */
+typedef struct br_calib_src {
+    const br_st_file *acts; /* per layer NAME: tensor NAME (or NAME less ".weight") [tokens][n] */
+    const br_st_file *gram; /* per layer NAME: tensor NAME [n][n] */
+} br_calib_src;
+
+/* One layer's inputs: x_train [ntrain][n] and held-out x_eval [neval][n] (host f32). */
+typedef struct br_calib_set {
+    float *x_train, *x_eval;
+    size_t ntrain, neval;
+    int owns_eval;    /* x_eval is its own allocation (else a part of x_train's) */
+    const char *kind; /* "activations", "gram", "synthetic" */
+} br_calib_set;
+
+/* FNV-1a of a string: per-layer seeds, option hashes. */
+uint64_t br_name_hash(const char *s);
+
+/* The input Gram of layer `name` (n inputs) from `file` (NULL, or no such tensor:
+ * *gram = NULL), symmetrized, f64 [n][n]; free() it. */
+br_status br_calib_gram(br_ctx *ctx, const br_st_file *file, const char *name, size_t n,
+                        double **gram);
+
+/* Inputs of layer `name`: its recorded activations if src->acts has them (the last
+ * min(neval_want, tokens/4) tokens held out), else ntrain_want + neval_want Gaussian
+ * tokens shaped by `gram` when given, else synthetic ones of kind `synthetic` (a
+ * br_synthetic). Seeded by seed and the name. */
+br_status br_calib_inputs(br_ctx *ctx, const br_calib_src *src, const char *name, size_t n,
+                          size_t ntrain_want, size_t neval_want, uint64_t seed, const double *gram,
+                          int synthetic, br_calib_set *out);
+void br_calib_free(br_calib_set *set);
+
+#endif

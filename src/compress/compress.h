@@ -1,0 +1,70 @@
+/* Internals of the compression job shared by the files of src/compress: the host form of a
+ * layer's factors, the Dual-SVID initialization, calibration inputs and the
+ * per-layer training loop. Nothing below compress/ includes this. */
+#ifndef BR_COMPRESS_COMPRESS_H
+#define BR_COMPRESS_COMPRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bitrank.h"
+#include "core/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Layers on the host are the io layout's br_blr_host (f32 scales while training;
+ * r a multiple of 32 here, so a row of signs is r/32 words). These helpers are
+ * the job's own, independent of the io implementation. */
+br_status br_layer_host_alloc(br_ctx *ctx, br_blr_host *L, size_t m, size_t n, size_t r,
+                              size_t paths);
+void br_layer_host_free(br_blr_host *L);
+
+/* Sign of S[row][k] (+1 or −1) from a bitmap [rows][r/32]. */
+static inline float br_bit_sign(const uint32_t *bits, size_t words, size_t row, size_t k) {
+    return (bits[row * words + k / 32] >> (k % 32)) & 1u ? 1.0f : -1.0f;
+}
+
+/* Ŵ [m][n] (f32) of the first `paths` paths of L (all of them if 0). */
+br_status br_layer_host_reconstruct(br_ctx *ctx, const br_blr_host *L, size_t paths, float *w_hat);
+
+/* The real-valued factors the signs of a Dual-SVID come from, per path: U' [m][r]
+ * and V' [n][r] (zero past min(m, n)): a sign optimizer's latents start there. */
+typedef struct br_svid_factors {
+    float *u[2], *v[2];
+} br_svid_factors;
+br_status br_svid_factors_alloc(br_ctx *ctx, br_svid_factors *f, size_t m, size_t n, size_t r,
+                                size_t paths);
+void br_svid_factors_free(br_svid_factors *f);
+
+/* The Dual-SVID initialization of L (already allocated with m, n, r, paths) from
+ * W [m][n] f32 on the host. gram: the input Gram Σ [n][n] (f64, symmetric) for
+ * the activation-aware variant, or NULL. seed: the randomized SVD's test matrix
+ * and the signs of unused columns. factors: receives U', V' (NULL: not kept).
+ * Fails with BR_E_UNSUPPORTED when this build has no LAPACK. */
+br_status br_svid_init_host(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
+                            br_blr_host *L, br_svid_factors *factors);
+
+/* The k leading singular triplets of A [m][n] (row-major f32): u [m][k], s [k]
+ * (descending), v [n][k]. k ≤ min(m, n). */
+typedef br_status (*br_svd_topk_fn)(br_ctx *ctx, const float *a, size_t m, size_t n, size_t k,
+                                    uint64_t seed, float *u, float *s, float *v);
+/* br_svid_init_host with the truncated SVD done by `svd` (the rest on the host). */
+br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
+                            br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd);
+/* Extra columns of a randomized range finder for k singular vectors. */
+size_t br_svid_oversample(size_t k);
+
+/* The same on the context's device (CUDA: cuSOLVER/cuBLAS); BR_E_UNSUPPORTED where
+ * the context has no device path (the caller falls back to the host). */
+br_status br_svid_init_device(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
+                              br_blr_host *L, br_svid_factors *factors);
+
+/* ‖a − b‖ / ‖b‖ over n values, in f64. */
+double br_rel_diff(const float *a, const float *b, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,21 @@
+/* Host matrix products of the initialization (row-major f32 and f64): CBLAS
+ * where the build has it, plain loops otherwise. */
+#ifndef BR_COMPRESS_HOST_BLAS_H
+#define BR_COMPRESS_HOST_BLAS_H
+
+#include <stddef.h>
+
+/* C[M][N] = alpha·op(A)·op(B) + beta·C; op(A) is [M][K], op(B) is [K][N]; ta/tb:
+ * 0 = as stored, 1 = transposed (A stored [K][M], B stored [N][K]). */
+void br_sgemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A, size_t lda,
+              const float *B, size_t ldb, float beta, float *C, size_t ldc);
+void br_dgemm(int ta, int tb, size_t M, size_t N, size_t K, double alpha, const double *A,
+              size_t lda, const double *B, size_t ldb, double beta, double *C, size_t ldc);
+
+/* C[M][N] = A[M][K]·B[N][K]ᵀ + beta·C. */
+static inline void br_sgemm_nt(size_t M, size_t N, size_t K, const float *A, size_t lda,
+                               const float *B, size_t ldb, float beta, float *C, size_t ldc) {
+    br_sgemm(0, 1, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
+#endif

@@ -1,0 +1,44 @@
+/* The rank of a layer from a bits-per-weight budget (SPEC §1's count). */
+#include <math.h>
+
+#include "compress/compress.h"
+
+/* SPEC §1's count (the same as br_blr_bpw of the files section). */
+static double bpw_of(size_t m, size_t n, size_t r, size_t paths) {
+    double md = (double)m, nd = (double)n, rd = (double)r;
+    return (double)paths * (rd * (md + nd) + 16.0 * (md + nd + rd)) / (md * nd);
+}
+
+br_status br_compress_rank(br_ctx *ctx, const char *name, size_t m, size_t n, size_t paths,
+                           double bpw, size_t *rank) {
+    const char *nm = name ? name : "layer";
+    if (!rank) return br_fail(ctx, BR_E_ARG, "br_compress_rank: rank is NULL");
+    *rank = 0;
+    if (!m || !n) return br_fail(ctx, BR_E_SHAPE, "%s: shape [%zu][%zu] has no elements", nm, m, n);
+    if (paths < 1 || paths > 2)
+        return br_fail(ctx, BR_E_ARG, "%s: paths must be 1 or 2 (got %zu)", nm, paths);
+    if (!(bpw > 0.0) || !isfinite(bpw))
+        return br_fail(ctx, BR_E_ARG, "%s: bits per weight must be a positive number (got %g)", nm,
+                       bpw);
+    double need32 = bpw_of(m, n, 32, paths);
+    if (need32 > bpw)
+        return br_fail(ctx, BR_E_SHAPE,
+                       "%s: %g bits per weight is too small for shape [%zu][%zu]: rank 32 with %zu "
+                       "path%s needs %.4g",
+                       nm, bpw, m, n, paths, paths > 1 ? "s" : "", need32);
+    /* bpw(r) is increasing in r: solve for the real bound, then step down to a
+     * multiple of 32 that the exact count accepts. */
+    double md = (double)m, nd = (double)n;
+    double bound = (bpw * md * nd / (double)paths - 16.0 * (md + nd)) / (md + nd + 16.0);
+    size_t mn = m < n ? m : n;
+    size_t cap = (mn + 31) / 32 * 32;
+    double capd = (double)cap;
+    size_t r = bound >= capd ? cap : (size_t)(bound / 32.0) * 32;
+    while (r > 32 && bpw_of(m, n, r, paths) > bpw)
+        r -= 32;
+    while (r + 32 <= cap && bpw_of(m, n, r + 32, paths) <= bpw)
+        r += 32;
+    if (r < 32) r = 32;
+    *rank = r;
+    return BR_OK;
+}

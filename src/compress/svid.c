@@ -1,0 +1,384 @@
+/* Dual-SVID initialization (LittleBit) on the host, with LAPACK.
+ *
+ * Per path, from the matrix still to explain (W, then the residual W − Ŵ₁):
+ *   truncated SVD  W ≈ U·diag(s)·Vᵀ              U [m][k], V [n][k], k ≤ r
+ *   U' = U·diag(√s), V' = V·diag(√s)            so W ≈ U'·V'ᵀ
+ *   S_U = sign(U'), S_V = sign(V')               (sign(0) = +1)
+ *   |U'| ≈ h·ℓ_uᵀ, |V'| ≈ g·ℓ_vᵀ                 rank-1 fits (Perron vectors)
+ *   ℓ = ℓ_u ⊙ ℓ_v                                so U'·V'ᵀ ≈ diag(h)·S_U·diag(ℓ)·S_Vᵀ·diag(g)
+ * Activation-aware (an input Gram Σ = XᵀX is known): factor W·Σ^½ instead, which
+ * ranks directions by their effect on the outputs ‖(W − Ŵ)·X‖, and map the V side
+ * back: V' = Σ^-½·Ṽ·diag(√s).
+ *
+ * The truncated SVD is randomized (a Gaussian range finder with two power
+ * iterations, Halko–Martinsson–Tropp) when k is well below min(m, n), so a
+ * 3584×1024 layer initializes in well under a second; a full SVD otherwise. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/compress.h"
+#include "compress/host_blas.h"
+#include "core/rng.h"
+
+#ifdef BR_HAVE_LAPACK
+#include <lapacke.h>
+#endif
+
+size_t br_svid_oversample(size_t k) { return k / 4 > 16 ? k / 4 : 16; }
+
+#ifdef BR_HAVE_LAPACK
+
+/* Power iterations of the randomized range finder and the extra columns it keeps. */
+#define SVD_POWER_ITERS 2
+
+/* Orthonormal columns of Y [rows][cols] (rows ≥ cols), in place (QR's Q). */
+static br_status orthonormalize(br_ctx *ctx, float *y, size_t rows, size_t cols) {
+    float *tau = malloc(cols * sizeof *tau);
+    if (!tau) return br_fail(ctx, BR_E_NOMEM, "Dual-SVID: out of host memory");
+    lapack_int info = LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, (lapack_int)rows, (lapack_int)cols, y,
+                                     (lapack_int)cols, tau);
+    if (!info)
+        info = LAPACKE_sorgqr(LAPACK_ROW_MAJOR, (lapack_int)rows, (lapack_int)cols,
+                              (lapack_int)cols, y, (lapack_int)cols, tau);
+    free(tau);
+    if (info)
+        return br_fail(ctx, BR_E_DEVICE, "Dual-SVID: QR of [%zu][%zu] failed (LAPACK info %d)",
+                       rows, cols, (int)info);
+    return BR_OK;
+}
+
+/* Full thin SVD of a [rows][cols] (destroyed): the first k triplets into
+ * u [rows][k], s [k], v [cols][k]. */
+static br_status svd_full(br_ctx *ctx, float *a, size_t rows, size_t cols, size_t k, float *u,
+                          float *s, float *v) {
+    size_t mn = rows < cols ? rows : cols;
+    float *uu = malloc(rows * mn * sizeof *uu), *vt = malloc(mn * cols * sizeof *vt),
+          *ss = malloc(mn * sizeof *ss);
+    br_status st = BR_OK;
+    if (!uu || !vt || !ss) {
+        st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID: out of host memory for an SVD of [%zu][%zu]",
+                     rows, cols);
+        goto done;
+    }
+    lapack_int info =
+        LAPACKE_sgesdd(LAPACK_ROW_MAJOR, 'S', (lapack_int)rows, (lapack_int)cols, a,
+                       (lapack_int)cols, ss, uu, (lapack_int)mn, vt, (lapack_int)cols);
+    if (info) {
+        st = br_fail(ctx, BR_E_DEVICE, "Dual-SVID: SVD of [%zu][%zu] did not converge (info %d)",
+                     rows, cols, (int)info);
+        goto done;
+    }
+    for (size_t i = 0; i < rows; i++)
+        memcpy(u + i * k, uu + i * mn, k * sizeof *u);
+    for (size_t c = 0; c < k; c++) {
+        s[c] = ss[c];
+        for (size_t j = 0; j < cols; j++)
+            v[j * k + c] = vt[c * cols + j];
+    }
+done:
+    free(uu);
+    free(vt);
+    free(ss);
+    return st;
+}
+
+/* The k leading singular triplets of A [m][n]: u [m][k], s [k], v [n][k]. */
+static br_status svd_topk(br_ctx *ctx, const float *A, size_t m, size_t n, size_t k, uint64_t seed,
+                          float *u, float *s, float *v) {
+    size_t mn = m < n ? m : n;
+    size_t l = k + br_svid_oversample(k);
+    if (l * 10 >= mn * 6) {
+        float *a = malloc(m * n * sizeof *a);
+        if (!a) return br_fail(ctx, BR_E_NOMEM, "Dual-SVID: out of host memory");
+        memcpy(a, A, m * n * sizeof *a);
+        br_status st = svd_full(ctx, a, m, n, k, u, s, v);
+        free(a);
+        return st;
+    }
+    float *y = malloc(m * l * sizeof *y), *z = malloc(n * l * sizeof *z),
+          *b = malloc(l * n * sizeof *b), *ub = malloc(l * k * sizeof *ub);
+    br_status st = BR_OK;
+    if (!y || !z || !b || !ub) {
+        st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID: out of host memory");
+        goto done;
+    }
+    br_rng rng;
+    br_rng_seed(&rng, seed ^ 0x5D1Dull);
+    for (size_t i = 0; i < n * l; i++)
+        z[i] = (float)br_rng_normal(&rng);
+    br_sgemm(0, 0, m, l, n, 1.0f, A, n, z, l, 0.0f, y, l); /* Y = A·Ω */
+    if ((st = orthonormalize(ctx, y, m, l))) goto done;
+    for (int it = 0; it < SVD_POWER_ITERS; it++) {
+        br_sgemm(1, 0, n, l, m, 1.0f, A, n, y, l, 0.0f, z, l); /* Z = Aᵀ·Y */
+        if ((st = orthonormalize(ctx, z, n, l))) goto done;
+        br_sgemm(0, 0, m, l, n, 1.0f, A, n, z, l, 0.0f, y, l); /* Y = A·Z */
+        if ((st = orthonormalize(ctx, y, m, l))) goto done;
+    }
+    br_sgemm(1, 0, l, n, m, 1.0f, y, l, A, n, 0.0f, b, n); /* B = Yᵀ·A [l][n] */
+    if ((st = svd_full(ctx, b, l, n, k, ub, s, v))) goto done;
+    br_sgemm(0, 0, m, k, l, 1.0f, y, l, ub, k, 0.0f, u, k); /* U = Y·U_B */
+done:
+    free(y);
+    free(z);
+    free(b);
+    free(ub);
+    return st;
+}
+
+/* Σ^½ and Σ^-½ [n][n] (f32) of a Gram matrix, eigenvalues damped by 1% of their
+ * mean so a rank-deficient Σ (fewer tokens than channels) stays invertible. */
+static br_status gram_roots(br_ctx *ctx, const double *gram, size_t n, float *half,
+                            float *inv_half) {
+    double *q = malloc(n * n * sizeof *q), *lam = malloc(n * sizeof *lam),
+           *t = malloc(n * n * sizeof *t), *r = malloc(n * n * sizeof *r);
+    br_status st = BR_OK;
+    if (!q || !lam || !t || !r) {
+        st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID: out of host memory for a [%zu][%zu] Gram", n, n);
+        goto done;
+    }
+    memcpy(q, gram, n * n * sizeof *q);
+    lapack_int info =
+        LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', (lapack_int)n, q, (lapack_int)n, lam);
+    if (info) {
+        st = br_fail(ctx, BR_E_DEVICE,
+                     "Dual-SVID: eigendecomposition of the [%zu][%zu] Gram failed "
+                     "(info %d)",
+                     n, n, (int)info);
+        goto done;
+    }
+    double mean = 0;
+    for (size_t i = 0; i < n; i++)
+        mean += lam[i] > 0 ? lam[i] : 0;
+    mean /= (double)n;
+    if (!(mean > 0) || !isfinite(mean)) {
+        st = br_fail(ctx, BR_E_NONFINITE, "Dual-SVID: the Gram matrix has no positive eigenvalue");
+        goto done;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        /* Σ^(±½) = Q·diag(λ^(±½))·Qᵀ */
+        for (size_t i = 0; i < n; i++)
+            for (size_t c = 0; c < n; c++) {
+                double e = (lam[c] > 0 ? lam[c] : 0) + 0.01 * mean;
+                t[i * n + c] = q[i * n + c] * (pass ? 1.0 / sqrt(e) : sqrt(e));
+            }
+        br_dgemm(0, 1, n, n, n, 1.0, t, n, q, n, 0.0, r, n);
+        float *out = pass ? inv_half : half;
+        for (size_t i = 0; i < n * n; i++)
+            out[i] = (float)r[i];
+    }
+done:
+    free(q);
+    free(lam);
+    free(t);
+    free(r);
+    return st;
+}
+
+#endif /* BR_HAVE_LAPACK */
+
+/* |M| ≈ a·bᵀ for M [rows][k]: the Perron vectors of diag(wt)·|M| by power
+ * iteration (a ≥ 0, b ≥ 0, balanced), then a ← a/wt. Row weights wt (NULL: all 1)
+ * make the fit count each row by its importance: √Σ_jj, the input channel's RMS,
+ * for the V side of an activation-aware initialization. */
+static void rank1_abs(const float *M, const double *wt, size_t rows, size_t k, double *a,
+                      double *b) {
+    for (size_t c = 0; c < k; c++)
+        b[c] = 1.0;
+    double sigma = 0;
+    for (int it = 0; it < 60; it++) {
+        double na = 0;
+        for (size_t i = 0; i < rows; i++) {
+            double acc = 0;
+            for (size_t c = 0; c < k; c++)
+                acc += fabs((double)M[i * k + c]) * b[c];
+            a[i] = wt ? acc * wt[i] : acc;
+            na += a[i] * a[i];
+        }
+        na = sqrt(na);
+        if (!(na > 0)) {
+            memset(a, 0, rows * sizeof *a);
+            memset(b, 0, k * sizeof *b);
+            return;
+        }
+        for (size_t i = 0; i < rows; i++)
+            a[i] /= na;
+        double nb = 0;
+        for (size_t c = 0; c < k; c++)
+            b[c] = 0;
+        for (size_t i = 0; i < rows; i++)
+            for (size_t c = 0; c < k; c++)
+                b[c] += fabs((double)M[i * k + c]) * (wt ? a[i] * wt[i] : a[i]);
+        for (size_t c = 0; c < k; c++)
+            nb += b[c] * b[c];
+        nb = sqrt(nb);
+        int done = fabs(nb - sigma) <= 1e-9 * nb;
+        sigma = nb;
+        if (done) break;
+    }
+    double root = sqrt(sigma);
+    for (size_t i = 0; i < rows; i++)
+        a[i] = wt ? a[i] * root / wt[i] : a[i] * root;
+    for (size_t c = 0; c < k; c++)
+        b[c] = root > 0 ? b[c] / root : 0;
+}
+
+static double rms(const float *v, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)v[i] * v[i];
+    return sqrt(s / (double)n);
+}
+
+/* One path from U' [m][k] and V' [n][k] (k ≤ r; columns k..r−1 get random signs
+ * and ℓ = 0, so they start silent and training can grow them). */
+static void binarize_path(const float *up, const float *vp, const double *v_weight, size_t m,
+                          size_t n, size_t k, size_t r, br_rng *rng, double *tmp_rows, double *lu,
+                          double *lv, br_blr_path_host *P) {
+    size_t words = r / 32;
+    memset(P->bits_u, 0, m * words * sizeof *P->bits_u);
+    memset(P->bits_v, 0, n * words * sizeof *P->bits_v);
+    for (size_t i = 0; i < m; i++)
+        for (size_t c = 0; c < r; c++) {
+            int plus = c < k ? up[i * k + c] >= 0.0f : (int)(br_rng_u64(rng) >> 63);
+            if (plus) P->bits_u[i * words + c / 32] |= 1u << (c % 32);
+        }
+    for (size_t j = 0; j < n; j++)
+        for (size_t c = 0; c < r; c++) {
+            int plus = c < k ? vp[j * k + c] >= 0.0f : (int)(br_rng_u64(rng) >> 63);
+            if (plus) P->bits_v[j * words + c / 32] |= 1u << (c % 32);
+        }
+    rank1_abs(up, NULL, m, k, tmp_rows, lu);
+    for (size_t i = 0; i < m; i++)
+        P->h[i] = (float)tmp_rows[i];
+    rank1_abs(vp, v_weight, n, k, tmp_rows, lv);
+    for (size_t j = 0; j < n; j++)
+        P->g[j] = (float)tmp_rows[j];
+    for (size_t c = 0; c < r; c++)
+        P->l[c] = c < k ? (float)(lu[c] * lv[c]) : 0.0f;
+    /* The product h_i·ℓ_k·g_j is what counts; give the three vectors one RMS so
+     * none drifts toward f16's subnormals or overflow when stored. */
+    double rh = rms(P->h, m), rg = rms(P->g, n), rl = rms(P->l, r);
+    if (rh > 0 && rg > 0 && rl > 0) {
+        double c = cbrt(rh * rg * rl);
+        for (size_t i = 0; i < m; i++)
+            P->h[i] = (float)(P->h[i] * (c / rh));
+        for (size_t j = 0; j < n; j++)
+            P->g[j] = (float)(P->g[j] * (c / rg));
+        for (size_t q = 0; q < r; q++)
+            P->l[q] = (float)(P->l[q] * (c / rl));
+    }
+}
+
+br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
+                            br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd) {
+#ifndef BR_HAVE_LAPACK
+    if (gram)
+        return br_fail(ctx, BR_E_UNSUPPORTED,
+                       "Dual-SVID: the activation-aware initialization (an input Gram) needs "
+                       "LAPACK, which this build lacks");
+#endif
+    size_t m = L->m, n = L->n, r = L->r, mn = m < n ? m : n;
+    size_t k = r < mn ? r : mn;
+    float *target = malloc(m * n * sizeof *target), *work = malloc(m * n * sizeof *work),
+          *u = malloc(m * k * sizeof *u), *v = malloc(n * k * sizeof *v),
+          *s = malloc(k * sizeof *s);
+    double *tmp = malloc((m > n ? m : n) * sizeof *tmp), *lu = malloc(k * sizeof *lu),
+           *lv = malloc(k * sizeof *lv);
+    float *half = NULL, *inv_half = NULL;
+    double *v_weight = NULL;
+    br_status st = BR_OK;
+    if (!target || !work || !u || !v || !s || !tmp || !lu || !lv) {
+        st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID of [%zu][%zu]: out of host memory", m, n);
+        goto done;
+    }
+    if (gram) {
+        half = malloc(n * n * sizeof *half);
+        inv_half = malloc(n * n * sizeof *inv_half);
+        if (!half || !inv_half) {
+            st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID of [%zu][%zu]: out of host memory", m, n);
+            goto done;
+        }
+#ifdef BR_HAVE_LAPACK
+        if ((st = gram_roots(ctx, gram, n, half, inv_half))) goto done;
+#endif
+        v_weight = malloc(n * sizeof *v_weight);
+        if (!v_weight) {
+            st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID of [%zu][%zu]: out of host memory", m, n);
+            goto done;
+        }
+        double mean = 0;
+        for (size_t j = 0; j < n; j++)
+            mean += gram[j * n + j] > 0 ? gram[j * n + j] : 0;
+        mean /= (double)n;
+        for (size_t j = 0; j < n; j++)
+            v_weight[j] = sqrt((gram[j * n + j] > 0 ? gram[j * n + j] : 0) + 0.01 * mean);
+    }
+    br_rng rng;
+    br_rng_seed(&rng, seed);
+    memcpy(target, w, m * n * sizeof *target);
+    for (size_t p = 0; p < L->paths; p++) {
+        if (p > 0) {
+            /* the next path fits what the previous ones left: W − Ŵ */
+            if ((st = br_layer_host_reconstruct(ctx, L, p, work))) goto done;
+            for (size_t i = 0; i < m * n; i++)
+                target[i] = w[i] - work[i];
+        }
+        const float *a = target;
+        if (gram) {
+            br_sgemm(0, 0, m, n, n, 1.0f, target, n, half, n, 0.0f, work, n); /* W·Σ^½ */
+            a = work;
+        }
+        if ((st = svd(ctx, a, m, n, k, seed + 7919 * p, u, s, v))) goto done;
+        for (size_t c = 0; c < k; c++) {
+            float root = sqrtf(s[c] > 0 ? s[c] : 0);
+            for (size_t i = 0; i < m; i++)
+                u[i * k + c] *= root;
+            for (size_t j = 0; j < n; j++)
+                v[j * k + c] *= root;
+        }
+        if (gram) {
+            /* V' = Σ^-½·Ṽ·diag(√s) */
+            br_sgemm(0, 0, n, k, n, 1.0f, inv_half, n, v, k, 0.0f, work, k);
+            memcpy(v, work, n * k * sizeof *v);
+        }
+        if (factors && factors->u[p] && factors->v[p]) {
+            memset(factors->u[p], 0, m * r * sizeof(float));
+            memset(factors->v[p], 0, n * r * sizeof(float));
+            for (size_t i = 0; i < m; i++)
+                memcpy(factors->u[p] + i * r, u + i * k, k * sizeof *u);
+            for (size_t j = 0; j < n; j++)
+                memcpy(factors->v[p] + j * r, v + j * k, k * sizeof *v);
+        }
+        binarize_path(u, v, v_weight, m, n, k, r, &rng, tmp, lu, lv, &L->path[p]);
+    }
+done:
+    free(target);
+    free(work);
+    free(u);
+    free(v);
+    free(s);
+    free(tmp);
+    free(lu);
+    free(lv);
+    free(half);
+    free(inv_half);
+    free(v_weight);
+    return st;
+}
+
+br_status br_svid_init_host(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
+                            br_blr_host *L, br_svid_factors *factors) {
+#ifdef BR_HAVE_LAPACK
+    return br_svid_init_with(ctx, w, gram, seed, L, factors, svd_topk);
+#else
+    (void)w;
+    (void)gram;
+    (void)seed;
+    (void)L;
+    (void)factors;
+    return br_fail(ctx, BR_E_UNSUPPORTED,
+                   "Dual-SVID initialization on the CPU needs LAPACK: this build has none "
+                   "(install liblapacke-dev and reconfigure, or use a CUDA device)");
+#endif
+}
