@@ -4,8 +4,6 @@
 #ifndef BR_TESTS_BLR_REF_H
 #define BR_TESTS_BLR_REF_H
 
-/* the harness defines helpers a file may not use */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
 
 typedef struct ref_path {
@@ -20,7 +18,7 @@ typedef struct ref_layer {
 } ref_layer;
 
 /* Bitmap of ±1 signs s [rows][r] (bit 1 = +1). */
-static void ref_pack(const float *s, size_t rows, size_t r, uint32_t *bits) {
+static inline void ref_pack(const float *s, size_t rows, size_t r, uint32_t *bits) {
     size_t w = r / 32;
     memset(bits, 0, rows * w * sizeof *bits);
     for (size_t i = 0; i < rows; i++)
@@ -28,7 +26,7 @@ static void ref_pack(const float *s, size_t rows, size_t r, uint32_t *bits) {
             if (s[i * r + k] > 0) bits[i * w + k / 32] |= 1u << (k % 32);
 }
 
-static float *ref_signs(br_rng *rng, size_t n) {
+static inline float *ref_signs(br_rng *rng, size_t n) {
     float *s = t_xmalloc(n * sizeof *s);
     for (size_t i = 0; i < n; i++)
         s[i] = br_rng_sym(rng) >= 0 ? 1.0f : -1.0f;
@@ -38,7 +36,8 @@ static float *ref_signs(br_rng *rng, size_t n) {
 /* A random layer. grid = 1: ℓ ∈ {0.5, 1, 2}, g ∈ {0.5, 1}, h ∈ {1/32, 1/16} (powers
  * of two, so every f16 operand of a forward on inputs that are multiples of 1/8 is
  * exact, and so is the staged dy⊙h·gs of a dy on a grid of 1/64). */
-static ref_layer ref_random(br_rng *rng, size_t m, size_t n, size_t r, size_t paths, int grid) {
+static inline ref_layer ref_random(br_rng *rng, size_t m, size_t n, size_t r, size_t paths,
+                                   int grid) {
     ref_layer L = {m, n, r, paths, t_xmalloc(paths * sizeof(ref_path))};
     for (size_t p = 0; p < paths; p++) {
         ref_path *q = &L.p[p];
@@ -67,7 +66,7 @@ static ref_layer ref_random(br_rng *rng, size_t m, size_t n, size_t r, size_t pa
     return L;
 }
 
-static void ref_free(ref_layer *L) {
+static inline void ref_free(ref_layer *L) {
     for (size_t p = 0; p < L->paths; p++) {
         ref_path *q = &L->p[p];
         free(q->su), free(q->sv), free(q->bu), free(q->bv), free(q->h), free(q->l), free(q->g);
@@ -77,7 +76,7 @@ static void ref_free(ref_layer *L) {
 }
 
 /* The layer on ctx (exits on failure: a setup error, not a finding). */
-static br_blr *ref_upload(br_ctx *ctx, const ref_layer *L, unsigned flags) {
+static inline br_blr *ref_upload(br_ctx *ctx, const ref_layer *L, unsigned flags) {
     br_blr *l = NULL;
     if (br_blr_new(ctx, L->m, L->n, L->r, L->paths, flags, &l) != BR_OK) {
         fprintf(stderr, "br_blr_new failed: %s\n", br_ctx_error(ctx));
@@ -103,13 +102,13 @@ typedef struct ref_out {
     double *a;       /* [paths][ntok][r] */
 } ref_out;
 
-static void ref_out_free(ref_out *o) {
+static inline void ref_out_free(ref_out *o) {
     free(o->y), free(o->dx), free(o->dh), free(o->dl), free(o->dg), free(o->gu), free(o->gv),
         free(o->a), free(o->dh_abs), free(o->dl_abs), free(o->dg_abs);
     memset(o, 0, sizeof *o);
 }
 
-static double *ref_zeros(size_t n) {
+static inline double *ref_zeros(size_t n) {
     double *v = t_xmalloc(n * sizeof *v);
     memset(v, 0, n * sizeof *v);
     return v;
@@ -117,7 +116,8 @@ static double *ref_zeros(size_t n) {
 
 /* y = Σ_p h⊙((a⊙ℓ)·S_Uᵀ), a = (x⊙g)·S_V; with dy (may be NULL: forward only) the
  * gradients of SPEC §1. */
-static void ref_run(const ref_layer *L, const float *x, const float *dy, size_t ntok, ref_out *o) {
+static inline void ref_run(const ref_layer *L, const float *x, const float *dy, size_t ntok,
+                           ref_out *o) {
     size_t m = L->m, n = L->n, r = L->r, P = L->paths;
     memset(o, 0, sizeof *o);
     o->y = ref_zeros(ntok * m);
@@ -195,7 +195,8 @@ static void ref_run(const ref_layer *L, const float *x, const float *dy, size_t 
 
 /* ‖got − ref‖ / ‖scale‖: the error of a reduction over tokens relative to the size
  * of its terms (scale = Σ_t |term|), for vectors so short that ‖ref‖ may cancel. */
-static double ref_err_scaled(const float *got, const double *ref, const double *scale, size_t n) {
+static inline double ref_err_scaled(const float *got, const double *ref, const double *scale,
+                                    size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(got[i])) return INFINITY;
@@ -206,7 +207,7 @@ static double ref_err_scaled(const float *got, const double *ref, const double *
 }
 
 /* Download n floats of a layer part. */
-static float *ref_part(br_ctx *ctx, br_blr *l, size_t p, br_blr_part part, size_t n) {
+static inline float *ref_part(br_ctx *ctx, br_blr *l, size_t p, br_blr_part part, size_t n) {
     br_buf *b = br_blr_buf(l, p, part);
     if (!b) {
         fprintf(stderr, "layer part %d of path %zu missing\n", (int)part, p);

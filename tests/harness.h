@@ -49,6 +49,15 @@ static const char *t_current = "";
         CHECK(t_st_ == BR_OK || br_ctx_error(ctx)[0] != '\0', "%s: no error message", #call);    \
     } while (0)
 
+/* CHECK_FAILS whose message also names `needle` (a stale message from an earlier
+ * failure would name something else). */
+#define CHECK_FAILS_MSG(ctx, want, needle, call)                                                 \
+    do {                                                                                         \
+        CHECK_FAILS(ctx, want, call);                                                            \
+        CHECK(strstr(br_ctx_error(ctx), needle) != NULL, "%s: message \"%s\" does not name %s",  \
+              #call, br_ctx_error(ctx), needle);                                                 \
+    } while (0)
+
 /* Fresh seed per run unless BITRANK_TEST_SEED is set; printed so a failure can be
  * replayed. */
 static inline uint64_t t_seed(void) {
@@ -102,6 +111,49 @@ static inline void *t_xmalloc(size_t n) {
         exit(1);
     }
     return p;
+}
+
+/* The value of an f16 bit pattern, decoded in double independently of the library
+ * (NaN for NaN patterns). */
+static inline double t_f16_value(uint16_t h) {
+    int e = (h >> 10) & 31, man = h & 1023;
+    double v = e == 31  ? (man ? NAN : INFINITY)
+               : e == 0 ? ldexp(man, -24)
+                        : ldexp(1024 + man, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* A size uniform in [lo, hi]. */
+static inline size_t t_rand_size(br_rng *r, size_t lo, size_t hi) {
+    return lo + (size_t)(br_rng_u64(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* Shape i of a test's list: fixed[i] for the first nfixed, then a random one with
+ * *a in [lo_a, hi_a] and *b in [lo_b, hi_b]. */
+static inline void t_pick_shape2(br_rng *r, const size_t (*fixed)[2], size_t nfixed, size_t i,
+                                 size_t lo_a, size_t hi_a, size_t lo_b, size_t hi_b, size_t *a,
+                                 size_t *b) {
+    if (i < nfixed) {
+        *a = fixed[i][0];
+        *b = fixed[i][1];
+    } else {
+        *a = t_rand_size(r, lo_a, hi_a);
+        *b = t_rand_size(r, lo_b, hi_b);
+    }
+}
+/* The same with three dimensions, *c in [lo_c, hi_c]. */
+static inline void t_pick_shape3(br_rng *r, const size_t (*fixed)[3], size_t nfixed, size_t i,
+                                 size_t lo_a, size_t hi_a, size_t lo_b, size_t hi_b, size_t lo_c,
+                                 size_t hi_c, size_t *a, size_t *b, size_t *c) {
+    if (i < nfixed) {
+        *a = fixed[i][0];
+        *b = fixed[i][1];
+        *c = fixed[i][2];
+    } else {
+        *a = t_rand_size(r, lo_a, hi_a);
+        *b = t_rand_size(r, lo_b, hi_b);
+        *c = t_rand_size(r, lo_c, hi_c);
+    }
 }
 
 /* n floats uniform in [-scale, scale), never all zero. */
@@ -174,6 +226,31 @@ static inline size_t t_bits_differ16(const uint16_t *a, const uint16_t *b, size_
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += a[i] != b[i];
     return bad;
+}
+
+/* Index of the first element whose bits differ, or n. */
+static inline size_t t_first_diff32(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) != 0) return i;
+    return n;
+}
+static inline size_t t_first_diff16(const uint16_t *a, const uint16_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return i;
+    return n;
+}
+
+/* Number of elements an op wrote over the poison: f32 ones no longer NaN, f16 ones
+ * no longer T_NAN16. */
+static inline size_t t_count_written32(const float *v, size_t n) {
+    size_t written = 0;
+    for (size_t i = 0; i < n; i++) written += !isnan(v[i]);
+    return written;
+}
+static inline size_t t_count_written16(const uint16_t *v, size_t n) {
+    size_t written = 0;
+    for (size_t i = 0; i < n; i++) written += v[i] != T_NAN16;
+    return written;
 }
 
 typedef void (*t_fn)(void);

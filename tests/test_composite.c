@@ -5,8 +5,6 @@
  * staging must produce, where only f32 accumulation is left: ‖got − ref‖ relative to
  * the norm of the sums of |terms| (robust to cancellation, and still ~1000 times
  * larger than the error of a result that is wrong in any way). Graphs; bad arguments. */
-/* the harness defines helpers this file does not use */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
 
 #define TOL 3e-3       /* the contract, against f64 of the unrounded inputs */
@@ -282,9 +280,7 @@ static void composite_graph(void) {
     CHECK(br_graph_op_count(graph) == 2 + 3 + 3, "graph holds %zu ops, expected 8",
           br_graph_op_count(graph));
     float *got = t_download_f32(ctx, y, ntok * n);
-    size_t written = 0;
-    for (size_t i = 0; i < ntok * n; i++)
-        written += !isnan(got[i]);
+    size_t written = t_count_written32(got, ntok * n);
     free(got);
     got = t_download_f32(ctx, acc, k * k);
     for (size_t i = 0; i < k * k; i++)
@@ -355,9 +351,7 @@ static void plane_linear_bad_args(void) {
     CHECK_FAILS(ctx, BR_E_NONFINITE, br_plane_linear(ctx, plane, x, act16, y, ntok, n, k, 1e-40f));
     CHECK_FAILS(ctx, BR_E_ARG, br_plane_linear(ctx, plane_part, x, act_part, y, ntok, n, k, 1));
     float *got = t_download_f32(ctx, y, ntok * n);
-    size_t written = 0;
-    for (size_t i = 0; i < ntok * n; i++)
-        written += !isnan(got[i]);
+    size_t written = t_count_written32(got, ntok * n);
     CHECK(written == 0, "failed calls wrote %zu outputs", written);
     free(got);
     br_buf *all[] = {plane,   x,   act16,   y,      small_act,  small_plane, small_x,
@@ -403,9 +397,7 @@ static void weight_grad_bad_args(void) {
     CHECK_FAILS(ctx, BR_E_ARG, br_weight_grad(ctx, x, dy, xt, xt, dw, ntok, m, k, 1));
     CHECK_FAILS(ctx, BR_E_ARG, br_weight_grad(ctx, x, dy, xt_part, dyt_part, dw, ntok, m, k, 1));
     float *got = t_download_f32(ctx, dw, m * k);
-    size_t written = 0;
-    for (size_t i = 0; i < m * k; i++)
-        written += !isnan(got[i]);
+    size_t written = t_count_written32(got, m * k);
     CHECK(written == 0, "failed calls wrote %zu outputs", written);
     free(got);
     br_buf *all[] = {x,        dy,       xt,   dyt,     dw,   small_xt, small_dyt,
@@ -441,9 +433,7 @@ static void gram_acc_bad_args(void) {
     CHECK_FAILS(ctx, BR_E_ARG, br_gram_acc(ctx, x, xt, acc, foreign, ntok, k));
     CHECK_FAILS(ctx, BR_E_ARG, br_gram_acc(ctx, x, xt, acc, acc, ntok, k));
     float *got = t_download_f32(ctx, acc, k * k);
-    size_t written = 0;
-    for (size_t i = 0; i < k * k; i++)
-        written += !isnan(got[i]);
+    size_t written = t_count_written32(got, k * k);
     CHECK(written == 0, "failed calls wrote %zu outputs", written);
     free(got);
     br_buf *all[] = {x, xt, acc, tmp, small_x, small_xt, small_acc, small_tmp, xt32, foreign};

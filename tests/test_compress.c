@@ -2,8 +2,6 @@
  * initialization, training, resume and atomic output. */
 #include "compress/calib.h"
 #include "compress/compress.h"
-/* harness.h defines static helpers this suite does not all use */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
 
 /* ---------------------------------------------------------------- rank */

@@ -3,18 +3,7 @@
  * graph recording and replay, and the op profiler. */
 #include <float.h>
 
-/* harness.h defines its helpers static; this file does not use all of them */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
-
-/* The message of the last failure names `needle` (a stale message from an
- * earlier failure would name something else). */
-#define CHECK_FAILS_MSG(ctx, want, needle, call)                                                   \
-    do {                                                                                           \
-        CHECK_FAILS(ctx, want, call);                                                              \
-        CHECK(strstr(br_ctx_error(ctx), needle) != NULL, "%s: message \"%s\" does not name %s",    \
-              #call, br_ctx_error(ctx), needle);                                                   \
-    } while (0)
 
 static float f32_from_bits(uint32_t u) {
     float f;
@@ -29,15 +18,6 @@ static uint32_t bits_of_f32(float f) {
 
 /* ---------------------------------------------------------------- f16 */
 
-/* Value of an f16 pattern from its fields, in double (NaN for NaN patterns). */
-static double f16_value(uint16_t h) {
-    int e = (h >> 10) & 31, man = h & 1023;
-    double v = e == 31  ? (man ? NAN : INFINITY)
-               : e == 0 ? ldexp(man, -24)
-                        : ldexp(1024 + man, e - 25);
-    return h & 0x8000 ? -v : v;
-}
-
 /* Every non-negative f16 value by pattern, 0x0000 .. 0x7c00, where 0x7c00 stands
  * for 65536: the value an unbounded exponent range would have there, which makes
  * rounding to Inf fall out of ordinary round-to-nearest-even. Increasing. */
@@ -45,7 +25,7 @@ static double f16_ladder[0x7c01];
 
 static void init_ladder(void) {
     for (uint32_t h = 0; h < 0x7c00; h++)
-        f16_ladder[h] = f16_value((uint16_t)h);
+        f16_ladder[h] = t_f16_value((uint16_t)h);
     f16_ladder[0x7c00] = 65536.0;
 }
 
@@ -83,7 +63,7 @@ static void half_every_pattern_round_trips(void) {
                        ((h & 0x200) && back != h);
             continue;
         }
-        float want = (float)f16_value(h);
+        float want = (float)t_f16_value(h);
         bad_value += bits_of_f32(f) != bits_of_f32(want);
         bad_trip += br_half_from_float(f) != h;
     }

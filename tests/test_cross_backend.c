@@ -11,8 +11,6 @@
  * It compares two backends, so it is skipped (exit 77) unless BITRANK_TEST_DEVICE
  * is "cuda" (or "cuda:N"). BITRANK_CROSS_SELFTEST=1 runs it CPU against CPU, to
  * check the test itself on a machine without a GPU. */
-/* harness.h defines its helpers static; this file does not use all of them */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
 
 enum { DUT = 0, REF = 1 }; /* side: the device under test, the CPU reference */
@@ -136,10 +134,6 @@ static void same_bufs(const char *out, br_buf *const b[2], size_t n) {
 
 /* ---------------------------------------------------------------- data */
 
-static size_t rand_size(br_rng *r, size_t lo, size_t hi) {
-    return lo + (size_t)(br_rng_u64(r) % (uint64_t)(hi - lo + 1));
-}
-
 /* Values that exercise f16 rounding: ordinary ones, magnitudes from f16
  * subnormals to past f16's range, exact ties between f16 neighbours, and small
  * exact values. */
@@ -167,7 +161,7 @@ static float *rand_wide(br_rng *r, size_t n) {
 static float *rand_cols(br_rng *r, size_t n) {
     float *v = t_xmalloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++) {
-        float x = ldexpf(0.5f + 0.5f * (float)br_rng_unit(r), (int)rand_size(r, 0, 8) - 4);
+        float x = ldexpf(0.5f + 0.5f * (float)br_rng_unit(r), (int)t_rand_size(r, 0, 8) - 4);
         v[i] = br_rng_u64(r) & 1 ? -x : x;
     }
     return v;
@@ -176,20 +170,8 @@ static float *rand_cols(br_rng *r, size_t n) {
 static float rand_scale(br_rng *r) {
     switch (br_rng_u64(r) % 3) {
     case 0: return 1.0f;
-    case 1: return ldexpf(1.0f, (int)rand_size(r, 0, 20) - 10);
+    case 1: return ldexpf(1.0f, (int)t_rand_size(r, 0, 20) - 10);
     default: return 0.1f + 3.0f * (float)br_rng_unit(r);
-    }
-}
-
-/* A shape from `fixed`, then random ones. */
-static void pick2(br_rng *r, const size_t (*fixed)[2], size_t nfixed, size_t i, size_t lo0,
-                  size_t hi0, size_t lo1, size_t hi1, size_t *a, size_t *b) {
-    if (i < nfixed) {
-        *a = fixed[i][0];
-        *b = fixed[i][1];
-    } else {
-        *a = rand_size(r, lo0, hi0);
-        *b = rand_size(r, lo1, hi1);
     }
 }
 
@@ -210,8 +192,8 @@ static void fill_and_copy(void) {
     static const br_dtype dts[] = {BR_F32, BR_F16, BR_U32};
     FOR_OFFSETS for (int d = 0; d < 3; d++) for (int i = 0; i < 6; i++) {
         br_dtype dt = dts[d];
-        size_t n = i == 0 ? 1 : rand_size(&r, 2, i < 3 ? 100 : 300000);
-        size_t off = rand_size(&r, 0, n - 1), cnt = rand_size(&r, 1, n - off);
+        size_t n = i == 0 ? 1 : t_rand_size(&r, 2, i < 3 ? 100 : 300000);
+        size_t off = t_rand_size(&r, 0, n - 1), cnt = t_rand_size(&r, 1, n - off);
         uint32_t bits = (uint32_t)br_rng_u64(&r);
         uint32_t *host = t_xmalloc(n * 4);
         for (size_t j = 0; j < n; j++)
@@ -226,8 +208,8 @@ static void fill_and_copy(void) {
 
         /* copy into a second buffer, then within one buffer (overlapping ranges, both
          * directions, distances short and long) */
-        size_t src_off = rand_size(&r, 0, n - 1), len = rand_size(&r, 1, n - src_off);
-        size_t dst_off = rand_size(&r, 0, n - len);
+        size_t src_off = t_rand_size(&r, 0, n - 1), len = t_rand_size(&r, 1, n - src_off);
+        size_t dst_off = t_rand_size(&r, 0, n - len);
         WHAT("copy %s n=%zu src [%zu, +%zu) dst %zu off=%zu", br_dtype_name(dt), n, src_off, len,
              dst_off, g_off);
         uint32_t *host2 = t_xmalloc(n * 4);
@@ -265,9 +247,9 @@ static void cvt_family(void) {
     br_rng r = t_rng_for(2);
     FOR_OFFSETS for (size_t i = 0; i < N_STAGE_SHAPES + N_RANDOM; i++) {
         size_t m, k;
-        pick2(&r, stage_shapes, N_STAGE_SHAPES, i, 1, 700, 1, 700, &m, &k);
+        t_pick_shape2(&r, stage_shapes, N_STAGE_SHAPES, i, 1, 700, 1, 700, &m, &k);
         if (TOO_BIG(m * k)) continue;
-        size_t mpad = br_pad_rows(m), n_out = rand_size(&r, 1, 4);
+        size_t mpad = br_pad_rows(m), n_out = t_rand_size(&r, 1, 4);
         float scale = rand_scale(&r);
         int with_col = (int)(i % 2);
         float *src = rand_wide(&r, m * k), *cols[4];
@@ -308,7 +290,7 @@ static void cvt_family(void) {
         free_bufs();
 
         /* a column block [col0, col0 + kb) of src seen as [m][k] */
-        size_t kb = rand_size(&r, 1, k), col0 = rand_size(&r, 0, k - kb);
+        size_t kb = t_rand_size(&r, 1, k), col0 = t_rand_size(&r, 0, k - kb);
         WHAT("cvt_cols m=%zu ld=%zu col0=%zu k=%zu off=%zu", m, k, col0, kb, g_off);
         for (int s = 0; s < 2; s++) {
             br_buf *bs = buf_in(s, BR_F32, src, m * k);
@@ -342,7 +324,7 @@ static void expand_planes(void) {
     const size_t nfixed = sizeof fixed / sizeof fixed[0];
     FOR_OFFSETS for (size_t i = 0; i < nfixed + N_RANDOM; i++) {
         size_t rows, rk;
-        pick2(&r, fixed, nfixed, i, 1, 600, 1, 300, &rows, &rk);
+        t_pick_shape2(&r, fixed, nfixed, i, 1, 600, 1, 300, &rows, &rk);
         size_t words = (rk + 31) / 32, which = i % 3; /* 0 both, 1 plane, 2 plane_t */
         uint32_t *bits = t_xmalloc(rows * words * 4);
         for (size_t j = 0; j < rows * words; j++)
@@ -373,7 +355,7 @@ static void colsum_terms(void) {
     br_rng r = t_rng_for(4);
     FOR_OFFSETS for (size_t i = 0; i < N_REDUCE_SHAPES + N_RANDOM; i++) {
         size_t rows, k;
-        pick2(&r, reduce_shapes, N_REDUCE_SHAPES, i, 1, 3000, 1, 300, &rows, &k);
+        t_pick_shape2(&r, reduce_shapes, N_REDUCE_SHAPES, i, 1, 3000, 1, 300, &rows, &k);
         if (TOO_BIG(rows * k)) continue;
         float *a = t_rand(&r, rows * k, 1.0f), *b = t_rand(&r, rows * k, 2.0f);
         float *f = t_rand(&r, rows, 1.5f), *out0 = t_rand(&r, k, 4.0f);
@@ -404,7 +386,7 @@ static void colsum_fused_ops(void) {
     br_rng r = t_rng_for(5);
     FOR_OFFSETS for (size_t i = 0; i < N_REDUCE_SHAPES + N_RANDOM; i++) {
         size_t rows, k;
-        pick2(&r, reduce_shapes, N_REDUCE_SHAPES, i, 1, 3000, 1, 300, &rows, &k);
+        t_pick_shape2(&r, reduce_shapes, N_REDUCE_SHAPES, i, 1, 3000, 1, 300, &rows, &k);
         if (TOO_BIG(rows * k)) continue;
         size_t n = rows * k, nd = br_pad_rows(rows) * k;
         size_t nt = br_pad_rows(k) * br_pad_tokens(rows);
@@ -451,7 +433,7 @@ static void elementwise_ops(void) {
     br_rng r = t_rng_for(6);
     FOR_OFFSETS for (size_t i = 0; i < N_STAGE_SHAPES + N_RANDOM; i++) {
         size_t m, k;
-        pick2(&r, stage_shapes, N_STAGE_SHAPES, i, 1, 700, 1, 700, &m, &k);
+        t_pick_shape2(&r, stage_shapes, N_STAGE_SHAPES, i, 1, 700, 1, 700, &m, &k);
         if (TOO_BIG(m * k)) continue;
         size_t n = m * k;
         float *a0 = t_rand(&r, n, 3.0f), *a1 = t_rand(&r, n, 1.0f), *o0 = t_rand(&r, n, 2.0f);
@@ -491,7 +473,7 @@ static void elementwise_ops(void) {
         free_bufs();
 
         /* split_qg: m tokens, heads·2·hd = k rounded down to even (hd ≥ 1) */
-        size_t heads = rand_size(&r, 1, 4), hd = (k + 1) / 2, nh = m * heads * hd;
+        size_t heads = t_rand_size(&r, 1, 4), hd = (k + 1) / 2, nh = m * heads * hd;
         float *qg = t_rand(&r, 2 * nh, 1.0f), *q = t_rand(&r, nh, 1.0f), *g = t_rand(&r, nh, 1.0f);
         WHAT("split_qg m=%zu heads=%zu hd=%zu off=%zu", m, heads, hd, g_off);
         br_buf *bq[2], *bg[2], *bqg[2];
@@ -524,7 +506,7 @@ static void elementwise_ops(void) {
 static void f16_to_f32_all(void) {
     br_rng r = t_rng_for(7);
     FOR_OFFSETS for (int i = 0; i < 4; i++) {
-        size_t n = i == 0 ? 65536 : rand_size(&r, 1, 100000);
+        size_t n = i == 0 ? 65536 : t_rand_size(&r, 1, 100000);
         uint16_t *h = t_xmalloc(n * 2);
         for (size_t j = 0; j < n; j++)
             h[j] = i == 0 ? (uint16_t)j : (uint16_t)br_rng_u64(&r);
@@ -550,15 +532,7 @@ static void dense_ops(void) {
     const size_t nfixed = sizeof fixed / sizeof fixed[0];
     FOR_OFFSETS for (size_t i = 0; i < nfixed + N_RANDOM; i++) {
         size_t m, k, rr;
-        if (i < nfixed) {
-            m = fixed[i][0];
-            k = fixed[i][1];
-            rr = fixed[i][2];
-        } else {
-            m = rand_size(&r, 1, 400);
-            k = rand_size(&r, 1, 300);
-            rr = rand_size(&r, 1, 64);
-        }
+        t_pick_shape3(&r, fixed, nfixed, i, 1, 400, 1, 300, 1, 64, &m, &k, &rr);
         float *a = t_rand(&r, m * k, 1.0f), *w = t_rand(&r, rr * k, 1.0f);
         float *o0 = t_rand(&r, m * rr, 1.0f), *dy = t_rand(&r, m * rr, 1.0f);
         float *dx0 = t_rand(&r, m * k, 1.0f);
@@ -706,7 +680,7 @@ static void sumsq_parts(void) {
     br_rng r = t_rng_for(10);
     static const size_t sizes[] = {1, 255, 256, 16385, 1000003, 70};
     FOR_OFFSETS for (size_t si = 0; si < 6; si++) for (int special = 0; special < 3; special++) {
-        size_t n = sizes[si], at = rand_size(&r, 0, n - 1);
+        size_t n = sizes[si], at = t_rand_size(&r, 0, n - 1);
         if (TOO_BIG(n)) continue;
         float *a = t_rand(&r, n, 3.0f);
         if (special) a[at] = special == 1 ? NAN : -INFINITY;
@@ -734,13 +708,13 @@ static void sumsq_parts(void) {
     }
     /* sumsq_cat over 6 parameters of a, two of them running past its end */
     FOR_OFFSETS for (int rep = 0; rep < 3; rep++) {
-        size_t n = rand_size(&r, 1000, 300000), np = 6;
+        size_t n = t_rand_size(&r, 1000, 300000), np = 6;
         float *a = t_rand(&r, n, 1.0f);
         uint32_t tab[12];
         for (size_t p = 0; p < 4; p++) {
-            size_t off = rand_size(&r, 0, n - 1);
+            size_t off = t_rand_size(&r, 0, n - 1);
             tab[2 * p] = (uint32_t)off;
-            tab[2 * p + 1] = (uint32_t)rand_size(&r, 1, n - off);
+            tab[2 * p + 1] = (uint32_t)t_rand_size(&r, 1, n - off);
         }
         tab[8] = (uint32_t)(n - 10); /* length past the end: clamped to 10 */
         tab[9] = 1000;

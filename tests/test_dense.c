@@ -2,25 +2,11 @@
  * give the same bits as a scalar reference of the contract's order (one fmaf per
  * term, from 0, in index order), and agree with an f64 product within a rigorous
  * rounding bound. Fresh random data, outputs poisoned first, awkward shapes. */
-/* harness.h defines its helpers static; this file does not use all of them */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
 
 #include "core/internal.h" /* ctx->stats: the CPU counts one launch per op */
 
-/* The failure's message names `needle` (a stale message would name another thing). */
-#define CHECK_FAILS_MSG(ctx, want, needle, call)                                                   \
-    do {                                                                                           \
-        CHECK_FAILS(ctx, want, call);                                                              \
-        CHECK(strstr(br_ctx_error(ctx), needle) != NULL, "%s: message \"%s\" does not name %s",    \
-              #call, br_ctx_error(ctx), needle);                                                   \
-    } while (0)
-
 #define EXTRA 5 /* elements past each output that must keep their poison */
-
-static size_t rand_size(br_rng *r, size_t lo, size_t hi) {
-    return lo + (size_t)(br_rng_u64(r) % (uint64_t)(hi - lo + 1));
-}
 
 /* n values with random signs and magnitudes over 2^-8 .. 2^8: sums whose bits
  * depend on the order of their terms. */
@@ -28,7 +14,7 @@ static float *spread_data(br_rng *r, size_t n) {
     float *v = t_xmalloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++) {
         float mant = br_rng_sym(r);
-        v[i] = ldexpf(mant == 0.0f ? 0.5f : mant, (int)rand_size(r, 0, 16) - 8);
+        v[i] = ldexpf(mant == 0.0f ? 0.5f : mant, (int)t_rand_size(r, 0, 16) - 8);
     }
     return v;
 }
@@ -94,12 +80,6 @@ static size_t bwd_vs_f64(const float *got, const float *dy, const float *w, cons
     return m * k;
 }
 
-static size_t first_diff32(const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], 4) != 0) return i;
-    return n;
-}
-
 /* An f32 buffer of n + EXTRA elements: host values then NaN (host NULL: all NaN). */
 static br_buf *out_buf(br_ctx *ctx, const float *host, size_t n) {
     br_buf *b = t_buf_poison(ctx, BR_F32, n + EXTRA, T_NAN32);
@@ -111,7 +91,7 @@ static br_buf *out_buf(br_ctx *ctx, const float *host, size_t n) {
 static void check_bits(br_ctx *ctx, const br_buf *buf, const float *ref, size_t n, const char *what,
                        size_t m, size_t k, size_t r) {
     float *got = t_download_f32(ctx, buf, n + EXTRA);
-    size_t i = first_diff32(got, ref, n);
+    size_t i = t_first_diff32(got, ref, n);
     CHECK(i == n, "%s m=%zu k=%zu r=%zu: %zu of %zu differ (first [%zu]: %a, want %a)", what, m, k,
           r, t_bits_differ32(got, ref, n), n, i, i < n ? got[i] : 0.0f, i < n ? ref[i] : 0.0f);
     for (size_t j = n; j < n + EXTRA; j++) {
@@ -129,15 +109,8 @@ static void pick_shape(br_rng *rng, int i, size_t *m, size_t *k, size_t *r) {
     static const size_t fixed[][3] = {{1, 1, 1},   {1, 300, 48},  {3, 65, 17},  {5, 64, 16},
                                       {70, 7, 47}, {9, 257, 1},   {4, 129, 49}, {130, 33, 100},
                                       {2, 513, 3}, {1000, 40, 12}};
-    if (i < 10) {
-        *m = fixed[i][0];
-        *k = fixed[i][1];
-        *r = fixed[i][2];
-    } else {
-        *m = rand_size(rng, 1, 200);
-        *k = rand_size(rng, 1, 400);
-        *r = rand_size(rng, 1, 60);
-    }
+    t_pick_shape3(rng, fixed, sizeof fixed / sizeof fixed[0], (size_t)i, 1, 200, 1, 400, 1, 60, m,
+                  k, r);
 }
 #define N_SHAPES 18
 
@@ -231,7 +204,7 @@ static void dense_on_views(void) {
         CHECK_OK(ctx, br_dense_fwd(ctx, va, vw, vout, m, k, r, 0, (br_dense_impl)impl));
         float *ref = ref_fwd(a + off, w + off, NULL, m, k, r, 0);
         float *got = t_download_f32(ctx, big_out, m * r + off + EXTRA);
-        CHECK(first_diff32(got + off, ref, m * r) == m * r, "dense_fwd %s through views differs",
+        CHECK(t_first_diff32(got + off, ref, m * r) == m * r, "dense_fwd %s through views differs",
               impl_name((br_dense_impl)impl));
         for (size_t i = 0; i < off; i++)
             CHECK(isnan(got[i]), "element %zu before the view", i);
@@ -241,8 +214,8 @@ static void dense_on_views(void) {
     CHECK_OK(ctx, br_dense_bwd(ctx, vdy, vw, vdx, m, k, r, BR_DENSE_TILED));
     float *ref = ref_bwd(a + off, w + off, dx0 + off, m, k, r);
     float *got = t_download_f32(ctx, big_dx, m * k + off);
-    CHECK(first_diff32(got + off, ref, m * k) == m * k, "dense_bwd through views differs");
-    CHECK(first_diff32(got, dx0, off) == off, "dense_bwd wrote before the view");
+    CHECK(t_first_diff32(got + off, ref, m * k) == m * k, "dense_bwd through views differs");
+    CHECK(t_first_diff32(got, dx0, off) == off, "dense_bwd wrote before the view");
     free(got);
     free(ref);
     br_buf_free(va);

@@ -1,22 +1,7 @@
 /* Elementwise ops (scale_acc, scale_acc2, f16_to_f32, add, split_qg) against
  * scalar C references of the exact arithmetic, bit for bit, on fresh random data
  * (magnitudes reaching the f32 subnormals); outputs poisoned first. */
-/* harness.h defines its helpers static; this file does not use all of them */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
-
-/* The message of the last failure names `needle` (a stale message from an
- * earlier failure would name another argument). */
-#define CHECK_FAILS_MSG(ctx, want, needle, call)                                                   \
-    do {                                                                                           \
-        CHECK_FAILS(ctx, want, call);                                                              \
-        CHECK(strstr(br_ctx_error(ctx), needle) != NULL, "%s: message \"%s\" does not name %s",    \
-              #call, br_ctx_error(ctx), needle);                                                   \
-    } while (0)
-
-static size_t rand_size(br_rng *r, size_t lo, size_t hi) {
-    return lo + (size_t)(br_rng_u64(r) % (uint64_t)(hi - lo + 1));
-}
 
 /* n finite nonzero floats, random signs; one in eight with a magnitude down to
  * 2^-66 so that products reach the f32 subnormals (no flush to zero allowed). */
@@ -25,8 +10,8 @@ static float *wide_data(br_rng *r, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float mant = br_rng_sym(r);
         if (mant == 0.0f) mant = 0.75f;
-        int e =
-            br_rng_u64(r) % 8 == 0 ? (int)rand_size(r, 0, 86) - 66 : (int)rand_size(r, 0, 16) - 8;
+        int e = br_rng_u64(r) % 8 == 0 ? (int)t_rand_size(r, 0, 86) - 66
+                                       : (int)t_rand_size(r, 0, 16) - 8;
         v[i] = ldexpf(mant, e);
     }
     return v;
@@ -34,30 +19,16 @@ static float *wide_data(br_rng *r, size_t n) {
 
 static void pick_shape(br_rng *r, int i, size_t *m, size_t *k) {
     static const size_t fixed[][2] = {{1, 1}, {1, 1000}, {257, 1}, {64, 1024}, {3, 31}};
-    if (i < 5) {
-        *m = fixed[i][0];
-        *k = fixed[i][1];
-    } else {
-        *m = rand_size(r, 1, 300);
-        *k = rand_size(r, 1, 300);
-    }
-}
-
-static size_t first_diff32(const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], 4) != 0) return i;
-    return n;
+    t_pick_shape2(r, fixed, sizeof fixed / sizeof fixed[0], (size_t)i, 1, 300, 1, 300, m, k);
 }
 
 /* got[0..n) equals want bit for bit; got[n..n+extra) still NaN-poisoned. */
 static void check_bits32(const float *got, const float *want, size_t n, size_t extra,
                          const char *what, size_t m, size_t k) {
-    size_t bad = t_bits_differ32(got, want, n), i = first_diff32(got, want, n);
+    size_t bad = t_bits_differ32(got, want, n), i = t_first_diff32(got, want, n);
     CHECK(bad == 0, "%s m=%zu k=%zu: %zu of %zu differ (first at %zu: %a, want %a)", what, m, k,
           bad, n, i, i < n ? (double)got[i] : 0.0, i < n ? (double)want[i] : 0.0);
-    size_t touched = 0;
-    for (size_t j = n; j < n + extra; j++)
-        touched += !isnan(got[j]);
+    size_t touched = t_count_written32(got + n, extra);
     CHECK(touched == 0, "%s m=%zu k=%zu: %zu elements past the output were written", what, m, k,
           touched);
 }
@@ -168,14 +139,11 @@ static void f16_to_f32_every_pattern(void) {
     float *got = t_download_f32(ctx, dst, n + 4);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
-        uint16_t p = h[off + i];
-        int e = (p >> 10) & 31, man = p & 1023, neg = p >> 15;
-        if (e == 31 && man) {
+        float want = (float)t_f16_value(h[off + i]);
+        if (isnan(want)) { /* a NaN pattern: any NaN will do */
             bad += !isnan(got[i]);
             continue;
         }
-        double v = e == 31 ? INFINITY : e == 0 ? ldexp(man, -24) : ldexp(1024 + man, e - 25);
-        float want = (float)(neg ? -v : v);
         bad += memcmp(&want, &got[i], 4) != 0;
     }
     CHECK(bad == 0, "f16_to_f32: %zu of 65536 patterns wrong", bad);
@@ -194,7 +162,7 @@ static void add_matches_reference(void) {
     br_rng r = t_rng_for(13);
     static const size_t sizes[] = {1, 17, 1000, 65537, 0};
     for (int i = 0; i < 8; i++) {
-        size_t n = i < 4 ? sizes[i] : rand_size(&r, 1, 5000);
+        size_t n = i < 4 ? sizes[i] : t_rand_size(&r, 1, 5000);
         float *a = wide_data(&r, n), *b = wide_data(&r, n), *want = t_xmalloc(n * sizeof *want);
         for (size_t e = 0; e < n; e++)
             want[e] = a[e] + b[e];
@@ -237,9 +205,9 @@ static void split_qg_matches_reference(void) {
     br_rng r = t_rng_for(14);
     static const size_t fixed[][3] = {{1, 1, 1}, {1, 3, 5}, {70, 2, 64}, {5, 16, 1}};
     for (int i = 0; i < 10; i++) {
-        size_t m = i < 4 ? fixed[i][0] : rand_size(&r, 1, 80);
-        size_t heads = i < 4 ? fixed[i][1] : rand_size(&r, 1, 9);
-        size_t hd = i < 4 ? fixed[i][2] : rand_size(&r, 1, 70);
+        size_t m, heads, hd;
+        t_pick_shape3(&r, fixed, sizeof fixed / sizeof fixed[0], (size_t)i, 1, 80, 1, 9, 1, 70, &m,
+                      &heads, &hd);
         size_t half = m * heads * hd, full = 2 * half;
         float *qg = t_rand(&r, full, 4.0f), *q = t_rand(&r, half, 4.0f);
         float *gate = t_rand(&r, half, 4.0f);
@@ -349,9 +317,7 @@ static void scale_acc_bad_arguments(void) {
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps col1", br_scale_acc2(ctx, a, col, a, tail, lo, m, k));
 
     float *o = t_download_f32(ctx, out, n);
-    size_t written = 0;
-    for (size_t i = 0; i < n; i++)
-        written += !isnan(o[i]);
+    size_t written = t_count_written32(o, n);
     CHECK(written == 0, "a failed call wrote %zu elements of out", written);
     free(o);
     br_buf *bufs[] = {a, col, out, a16, colu, short_a, short_col, lo, shifted, tail, big};
@@ -397,9 +363,7 @@ static void unary_bad_arguments(void) {
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps a", br_add(ctx, shifted, g, lo, n));
 
     float *o = t_download_f32(ctx, f, n);
-    size_t written = 0;
-    for (size_t i = 0; i < n; i++)
-        written += !isnan(o[i]);
+    size_t written = t_count_written32(o, n);
     CHECK(written == 0, "a failed call wrote %zu elements", written);
     free(o);
     br_buf *bufs[] = {h, f, g, short_f, short_h, lo, shifted, big};

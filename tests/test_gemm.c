@@ -2,8 +2,6 @@
  * the exact f16 operands, the output block (ldo, ocol) against a poisoned output,
  * both bitmap layouts, the expand-then-mm path, graphs, and bad arguments. */
 #include "core/internal.h"
-/* the harness defines helpers this file does not use */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
 
 /* The contract's tolerance; f32 accumulation on the CPU lands near 1e-6. */
@@ -357,9 +355,7 @@ static void mm_bits_expand_graph(void) {
     CHECK(br_graph_op_count(graph) == 2, "expand path records 2 ops, got %zu",
           br_graph_op_count(graph));
     float *o = t_download_f32(ctx, ob, m * n);
-    size_t written = 0;
-    for (size_t i = 0; i < m * n; i++)
-        written += !isnan(o[i]);
+    size_t written = t_count_written32(o, m * n);
     CHECK(written == 0, "recording wrote %zu outputs", written);
     free(o);
 
@@ -419,9 +415,7 @@ static void mm_graph(void) {
                       (br_gemm){.m = m, .n = n, .k = k, .ldo = ldo, .ocol = ocol, .oscale = 0.5f}));
     CHECK_OK(ctx, br_graph_end(ctx, &graph));
     float *o = t_download_f32(ctx, ob, count);
-    size_t written = 0;
-    for (size_t i = 0; i < count; i++)
-        written += !isnan(o[i]);
+    size_t written = t_count_written32(o, count);
     CHECK(written == 0, "recording wrote %zu outputs", written);
     free(o);
     uint16_t *bplane = plane_of_bits(bits, BR_BITS_COLS, n, k);
@@ -588,9 +582,7 @@ static void mm_bad_args(void) {
     /* no failed call wrote the output */
     CHECK_OK(ctx, br_ctx_sync(ctx));
     float *o = t_download_f32(ctx, out, m * n);
-    size_t written = 0;
-    for (size_t i = 0; i < m * n; i++)
-        written += !isnan(o[i]);
+    size_t written = t_count_written32(o, m * n);
     CHECK(written == 0, "failed calls wrote %zu outputs", written);
     free(o);
 

@@ -4,29 +4,9 @@
  * unchanged), relative floors, the sched buffer (read when the op runs, in a graph
  * too; skip ≠ 0 changes nothing); br_sumsq, br_sumsq_cat, br_sumsq_host against
  * f64 sums, with NaN and Inf propagating; bad arguments of every family. */
-/* harness.h defines its helpers static; this file does not use all of them */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
 
 #include "core/internal.h" /* ctx->stats: the CPU counts one launch per op */
-
-/* The failure's message names `needle` (a stale message would name another thing). */
-#define CHECK_FAILS_MSG(ctx, want, needle, call)                                                   \
-    do {                                                                                           \
-        CHECK_FAILS(ctx, want, call);                                                              \
-        CHECK(strstr(br_ctx_error(ctx), needle) != NULL, "%s: message \"%s\" does not name %s",    \
-              #call, br_ctx_error(ctx), needle);                                                   \
-    } while (0)
-
-static size_t rand_size(br_rng *r, size_t lo, size_t hi) {
-    return lo + (size_t)(br_rng_u64(r) % (uint64_t)(hi - lo + 1));
-}
-
-static size_t first_diff32(const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], 4) != 0) return i;
-    return n;
-}
 
 /* ------------------------------------------------------------------ adam */
 
@@ -296,9 +276,9 @@ static void adam_sched_buffer(void) {
                 CHECK_OK(ctx, br_adam(ctx, b.w, b.grad, b.m1, b.m2, b.mask, n, &hp));
             adam_state after = adam_download(ctx, &b, &host);
             if (s == 1) {
-                CHECK(first_diff32(before.w, after.w, n) == n &&
-                          first_diff32(before.m1, after.m1, n) == n &&
-                          first_diff32(before.m2, after.m2, n) == n,
+                CHECK(t_first_diff32(before.w, after.w, n) == n &&
+                          t_first_diff32(before.m1, after.m1, n) == n &&
+                          t_first_diff32(before.m2, after.m2, n) == n,
                       "%s: a skipped step changed the state", cat ? "adam_cat" : "adam");
                 sched[3] = NAN;
                 CHECK_OK(ctx, br_buf_upload(bsched, 0, sched, 4));
@@ -307,7 +287,7 @@ static void adam_sched_buffer(void) {
                 else
                     CHECK_OK(ctx, br_adam(ctx, b.w, b.grad, b.m1, b.m2, b.mask, n, &hp));
                 float *w = t_download_f32(ctx, b.w, n);
-                CHECK(first_diff32(before.w, w, n) == n, "skip = NaN changed the weights");
+                CHECK(t_first_diff32(before.w, w, n) == n, "skip = NaN changed the weights");
                 free(w);
             } else {
                 adam_sched sc = {sched[0], sched[1], sched[2]};
@@ -342,7 +322,7 @@ static void adam_sched_in_a_graph(void) {
     CHECK_OK(ctx, br_adam_cat(ctx, b.w, b.grad, b.m1, b.m2, b.mask, b.rho, n, &hp));
     CHECK_OK(ctx, br_graph_end(ctx, &g));
     adam_state untouched = adam_download(ctx, &b, &host);
-    CHECK(first_diff32(untouched.w, host.w, n) == n, "recording ran the op");
+    CHECK(t_first_diff32(untouched.w, host.w, n) == n, "recording ran the op");
     adam_download_free(&untouched);
     for (int s = 1; s <= 4; s++) {
         float now[4] = {1e-3f * (float)s, (float)s, 0.5f, s == 3 ? 1.0f : 0.0f};
@@ -351,8 +331,8 @@ static void adam_sched_in_a_graph(void) {
         CHECK_OK(ctx, br_graph_launch(g));
         adam_state after = adam_download(ctx, &b, &host);
         if (s == 3) {
-            CHECK(first_diff32(before.w, after.w, n) == n &&
-                      first_diff32(before.m1, after.m1, n) == n,
+            CHECK(t_first_diff32(before.w, after.w, n) == n &&
+                      t_first_diff32(before.m1, after.m1, n) == n,
                   "a skipped replay changed the state");
         } else {
             adam_sched sc = {now[0], now[1], now[2]};
@@ -513,7 +493,7 @@ static void sumsq_matches_f64(void) {
         if (cpu) { /* the documented partition, bit for bit */
             float ref[BR_SUMSQ_PARTS];
             ref_sumsq_parts(a, n, ref);
-            CHECK(first_diff32(parts, ref, BR_SUMSQ_PARTS) == BR_SUMSQ_PARTS,
+            CHECK(t_first_diff32(parts, ref, BR_SUMSQ_PARTS) == BR_SUMSQ_PARTS,
                   "sumsq n=%zu: partials differ from the documented partition", n);
         }
         double host;
@@ -543,7 +523,7 @@ static void sumsq_propagates_nonfinite(void) {
     static const float bad[] = {NAN, INFINITY, -INFINITY, 1e30f, -3e19f};
     for (size_t v = 0; v < sizeof bad / sizeof bad[0]; v++) {
         for (int rep = 0; rep < 3; rep++) {
-            size_t at = rep == 0 ? 0 : rep == 1 ? n - 1 : rand_size(&r, 0, n - 1);
+            size_t at = rep == 0 ? 0 : rep == 1 ? n - 1 : t_rand_size(&r, 0, n - 1);
             CHECK_OK(ctx, br_buf_upload(ba, at, &bad[v], 1));
             double host;
             CHECK_OK(ctx, br_sumsq_host(ctx, ba, n, &host));
@@ -610,7 +590,7 @@ static void sumsq_cat_matches_f64(void) {
         if (strcmp(br_ctx_backend(ctx), "cpu") == 0) {
             float ref[BR_SUMSQ_PARTS];
             ref_sumsq_parts(a + (len ? off : 0), len, ref);
-            CHECK(first_diff32(parts + p * BR_SUMSQ_PARTS, ref, BR_SUMSQ_PARTS) == BR_SUMSQ_PARTS,
+            CHECK(t_first_diff32(parts + p * BR_SUMSQ_PARTS, ref, BR_SUMSQ_PARTS) == BR_SUMSQ_PARTS,
                   "parameter %zu: partials differ from the documented partition", p);
         }
     }

@@ -4,25 +4,11 @@
  * (br_colsum, br_cvt, br_scale_acc, br_cvt_t). Fresh random data, outputs
  * poisoned first, awkward shapes (1 row, one block, one row past a block, blocks
  * of more than 64 rows, k a multiple of nothing). */
-/* harness.h defines its helpers static; this file does not use all of them */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
 
 #include "core/internal.h" /* ctx->stats: the CPU counts one launch per op */
 
-/* The failure's message names `needle` (a stale message would name another thing). */
-#define CHECK_FAILS_MSG(ctx, want, needle, call)                                                   \
-    do {                                                                                           \
-        CHECK_FAILS(ctx, want, call);                                                              \
-        CHECK(strstr(br_ctx_error(ctx), needle) != NULL, "%s: message \"%s\" does not name %s",    \
-              #call, br_ctx_error(ctx), needle);                                                   \
-    } while (0)
-
 #define EXTRA 5 /* elements past each output that must keep their poison */
-
-static size_t rand_size(br_rng *r, size_t lo, size_t hi) {
-    return lo + (size_t)(br_rng_u64(r) % (uint64_t)(hi - lo + 1));
-}
 
 /* Rows per block, written from the contract's words: max(64, ceil(rows/256)). */
 static size_t ref_block_rows(size_t rows) {
@@ -94,22 +80,11 @@ static int colsum_within_f64(const float *a, const float *b, const float *f, br_
     return 1;
 }
 
-static size_t first_diff32(const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], 4) != 0) return i;
-    return n;
-}
-static size_t first_diff16(const uint16_t *a, const uint16_t *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != b[i]) return i;
-    return n;
-}
-
 /* got[0..n) equals ref bit for bit and got[n..n+EXTRA) still holds the poison. */
 static void check_bits32(br_ctx *ctx, const br_buf *buf, const float *ref, size_t n,
                          const char *what, size_t rows, size_t k) {
     float *got = t_download_f32(ctx, buf, n + EXTRA);
-    size_t i = first_diff32(got, ref, n);
+    size_t i = t_first_diff32(got, ref, n);
     CHECK(i == n, "%s rows=%zu k=%zu: %zu of %zu differ (first [%zu]: %a, want %a)", what, rows, k,
           t_bits_differ32(got, ref, n), n, i, i < n ? got[i] : 0.0f, i < n ? ref[i] : 0.0f);
     for (size_t j = n; j < n + EXTRA; j++) {
@@ -123,7 +98,7 @@ static void check_bits32(br_ctx *ctx, const br_buf *buf, const float *ref, size_
 static void check_bits16(br_ctx *ctx, const br_buf *buf, const uint16_t *ref, size_t n,
                          const char *what, size_t rows, size_t k) {
     uint16_t *got = t_download_f16(ctx, buf, n + EXTRA);
-    size_t i = first_diff16(got, ref, n);
+    size_t i = t_first_diff16(got, ref, n);
     CHECK(i == n, "%s rows=%zu k=%zu: %zu of %zu differ (first [%zu]: 0x%04x, want 0x%04x)", what,
           rows, k, t_bits_differ16(got, ref, n), n, i, i < n ? got[i] : 0, i < n ? ref[i] : 0);
     for (size_t j = n; j < n + EXTRA; j++)
@@ -145,13 +120,7 @@ static br_buf *out_buf(br_ctx *ctx, const float *host, size_t n) {
 static void pick_shape(br_rng *r, int i, size_t *rows, size_t *k) {
     static const size_t fixed[][2] = {{1, 1},    {1, 37},    {63, 5},     {64, 129},  {65, 3},
                                       {70, 300}, {1000, 33}, {20000, 37}, {16447, 2}, {97, 2049}};
-    if (i < 10) {
-        *rows = fixed[i][0];
-        *k = fixed[i][1];
-    } else {
-        *rows = rand_size(r, 1, 3000);
-        *k = rand_size(r, 1, 150);
-    }
+    t_pick_shape2(r, fixed, sizeof fixed / sizeof fixed[0], (size_t)i, 1, 3000, 1, 150, rows, k);
 }
 #define N_SHAPES 14
 
@@ -249,7 +218,7 @@ static void colsum_on_views(void) {
     CHECK_OK(ctx, br_colsum(ctx, va, vb, vf, BR_TERM_ABF, vout, rows, k, 0));
     float *ref = ref_colsum(a + off, b + off, f + off, BR_TERM_ABF, rows, k, NULL, 0);
     float *got = t_download_f32(ctx, big_out, k + 2 * off);
-    CHECK(first_diff32(got + off, ref, k) == k, "colsum through views differs");
+    CHECK(t_first_diff32(got + off, ref, k) == k, "colsum through views differs");
     for (size_t i = 0; i < k + 2 * off; i++) {
         if (i >= off && i < off + k) continue;
         uint32_t u;
@@ -314,7 +283,7 @@ static float *ref_scale_acc(const float *b, const float *col, size_t rows, size_
 static float *col_data(br_rng *r, size_t k) {
     float *v = t_xmalloc(k * sizeof *v);
     for (size_t i = 0; i < k; i++)
-        v[i] = i % 4 == 0 ? ldexpf(1.0f, (int)rand_size(r, 0, 6) - 3)
+        v[i] = i % 4 == 0 ? ldexpf(1.0f, (int)t_rand_size(r, 0, 6) - 3)
                           : 0.25f + 1.5f * (float)br_rng_unit(r);
     return v;
 }
@@ -491,7 +460,8 @@ static void colsum_in_a_graph(void) {
         for (size_t c = 0; c < k; c++)
             want[c] = rep ? once[c] + once[c] : once[c];
         float *got = t_download_f32(ctx, sum, k);
-        CHECK(first_diff32(got, want, k) == k, "graph colsum_fused sum after %d launches", rep + 1);
+        CHECK(t_first_diff32(got, want, k) == k, "graph colsum_fused sum after %d launches",
+              rep + 1);
         free(got);
         free(zero);
         free(want);

@@ -11,11 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* harness.h defines helpers as plain static functions; this test uses few of them */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
-#pragma GCC diagnostic pop
 #include "io/io_internal.h"
 #include "io/json.h"
 
@@ -132,13 +128,6 @@ static int dir_entries(const char *dir) {
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
     if (d) closedir(d);
     return n;
-}
-
-/* The value of an f16 bit pattern, decoded independently of the library. */
-static double half_value(uint16_t h) {
-    int e = h >> 10 & 31, m = h & 1023;
-    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
-    return h >> 15 ? -v : v;
 }
 
 /* f32 → bf16, round to nearest even (finite inputs). */
@@ -419,7 +408,7 @@ static void convert_to_f32(void) {
             if (kind == 0)
                 want = src[i];
             else if (kind == 1)
-                want = half_value(h16[i]);
+                want = t_f16_value(h16[i]);
             else {
                 uint32_t u = (uint32_t)b16[i] << 16;
                 float x;
@@ -899,10 +888,10 @@ static double *reference_w(const br_blr_host *L) {
                 for (size_t k = 0; k < L->r; k++) {
                     double su = bit_of(ph->bits_u, i, L->r, k) ? 1 : -1;
                     double sv = bit_of(ph->bits_v, j, L->r, k) ? 1 : -1;
-                    s += su * half_value(br_half_from_float(ph->l[k])) * sv;
+                    s += su * t_f16_value(br_half_from_float(ph->l[k])) * sv;
                 }
-                w[i * L->n + j] += half_value(br_half_from_float(ph->h[i])) * s *
-                                   half_value(br_half_from_float(ph->g[j]));
+                w[i * L->n + j] += t_f16_value(br_half_from_float(ph->h[i])) * s *
+                                   t_f16_value(br_half_from_float(ph->g[j]));
             }
     }
     return w;
@@ -923,15 +912,15 @@ static void check_same_layer(const br_blr_host *got, const br_blr_host *want, co
                 bad += bit_of(a->bits_u, i, r, k) != bit_of(b->bits_u, i, r, k);
             for (size_t k = r; k < words * 32; k++)
                 bad += bit_of(a->bits_u, i, r, k); /* pad bits 0 */
-            bad += a->h[i] != (float)half_value(br_half_from_float(b->h[i]));
+            bad += a->h[i] != (float)t_f16_value(br_half_from_float(b->h[i]));
         }
         for (size_t j = 0; j < want->n; j++) {
             for (size_t k = 0; k < r; k++)
                 bad += bit_of(a->bits_v, j, r, k) != bit_of(b->bits_v, j, r, k);
-            bad += a->g[j] != (float)half_value(br_half_from_float(b->g[j]));
+            bad += a->g[j] != (float)t_f16_value(br_half_from_float(b->g[j]));
         }
         for (size_t k = 0; k < r; k++)
-            bad += a->l[k] != (float)half_value(br_half_from_float(b->l[k]));
+            bad += a->l[k] != (float)t_f16_value(br_half_from_float(b->l[k]));
     }
     CHECK(bad == 0, "%s: %zu bits or scales differ", what, bad);
 }

@@ -1,22 +1,7 @@
 /* Staging ops (cvt, cvt_multi, cvt_cols, cvt_t, expand) against a scalar C
  * reference of the exact arithmetic, bit for bit, on fresh random data whose
  * magnitudes reach the f16 subnormals and overflow; outputs poisoned first. */
-/* harness.h defines its helpers static; this file does not use all of them */
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "harness.h"
-
-/* Message of the last failure names `needle` (a stale message from an earlier
- * failure would name another argument). */
-#define CHECK_FAILS_MSG(ctx, want, needle, call)                                                   \
-    do {                                                                                           \
-        CHECK_FAILS(ctx, want, call);                                                              \
-        CHECK(strstr(br_ctx_error(ctx), needle) != NULL, "%s: message \"%s\" does not name %s",    \
-              #call, br_ctx_error(ctx), needle);                                                   \
-    } while (0)
-
-static size_t rand_size(br_rng *r, size_t lo, size_t hi) {
-    return lo + (size_t)(br_rng_u64(r) % (uint64_t)(hi - lo + 1));
-}
 
 /* n floats with random signs and magnitudes spread over 2^-30 .. 2^17: staged at
  * scale ~1 they cover f16 zeros, subnormals, normals and overflow to Inf. */
@@ -25,7 +10,7 @@ static float *stage_data(br_rng *r, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float mant = br_rng_sym(r);
         if (mant == 0.0f) mant = 0.5f;
-        v[i] = ldexpf(mant, (int)rand_size(r, 0, 47) - 30);
+        v[i] = ldexpf(mant, (int)t_rand_size(r, 0, 47) - 30);
     }
     return v;
 }
@@ -34,7 +19,7 @@ static float *stage_data(br_rng *r, size_t n) {
 static float *col_data(br_rng *r, size_t n) {
     float *v = t_xmalloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++)
-        v[i] = (i % 5 == 0) ? ldexpf(1.0f, (int)rand_size(r, 0, 8) - 4)
+        v[i] = (i % 5 == 0) ? ldexpf(1.0f, (int)t_rand_size(r, 0, 8) - 4)
                             : 0.25f + 1.5f * (float)br_rng_unit(r);
     return v;
 }
@@ -42,7 +27,7 @@ static float *col_data(br_rng *r, size_t n) {
 static float rand_scale(br_rng *r) {
     switch (br_rng_u64(r) % 4) {
     case 0: return 1.0f;
-    case 1: return ldexpf(1.0f, (int)rand_size(r, 0, 12) - 6);
+    case 1: return ldexpf(1.0f, (int)t_rand_size(r, 0, 12) - 6);
     default: return 0.1f + 3.0f * (float)br_rng_unit(r);
     }
 }
@@ -56,8 +41,8 @@ static void aim_at_ties(br_rng *r, float *src, size_t rows, size_t k, const floa
                         float scale) {
     for (size_t i = 0; i < rows * k; i += 4) {
         /* midpoint of two adjacent f16 normals: 11 significant bits plus one */
-        double mid = ldexp(1.0 + (2.0 * (double)rand_size(r, 0, 1023) + 1.0) / 2048.0,
-                           (int)rand_size(r, 0, 29) - 14);
+        double mid = ldexp(1.0 + (2.0 * (double)t_rand_size(r, 0, 1023) + 1.0) / 2048.0,
+                           (int)t_rand_size(r, 0, 29) - 14);
         if (br_rng_u64(r) & 1) mid = -mid;
         double f = (double)scale * (col && i % 8 == 0 ? (double)col[i % k] : 1.0);
         src[i] = (float)(mid / f);
@@ -82,20 +67,13 @@ static uint16_t *ref_cvt(const float *src, size_t ld, size_t col0, const float *
     return d;
 }
 
-/* Index of the first differing element, or n. */
-static size_t first_diff16(const uint16_t *a, const uint16_t *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != b[i]) return i;
-    return n;
-}
-
 /* Downloads `n + extra` elements of dst; the first n must equal ref bit for bit and
  * the `extra` elements past them must still hold the poison. */
 static void check_staged(br_ctx *ctx, const br_buf *dst, const uint16_t *ref, size_t n,
                          size_t extra, const char *what, size_t m, size_t k) {
     uint16_t *got = t_download_f16(ctx, dst, n + extra);
     size_t bad = t_bits_differ16(got, ref, n);
-    size_t i = first_diff16(got, ref, n);
+    size_t i = t_first_diff16(got, ref, n);
     CHECK(bad == 0,
           "%s m=%zu k=%zu: %zu of %zu elements differ (first at %zu: 0x%04x, want 0x%04x)", what, m,
           k, bad, n, i, i < n ? got[i] : 0, i < n ? ref[i] : 0);
@@ -110,13 +88,7 @@ static void pick_shape(br_rng *r, int i, size_t *m, size_t *k) {
     /* the last one is large enough for the CPU backend's threads */
     static const size_t fixed[][2] = {{1, 1},    {1, 37},   {129, 1},  {128, 64},
                                       {127, 33}, {70, 200}, {260, 300}};
-    if (i < 7) {
-        *m = fixed[i][0];
-        *k = fixed[i][1];
-    } else {
-        *m = rand_size(r, 1, 300);
-        *k = rand_size(r, 1, 300);
-    }
+    t_pick_shape2(r, fixed, sizeof fixed / sizeof fixed[0], (size_t)i, 1, 300, 1, 300, m, k);
 }
 
 static void cvt_matches_reference(void) {
@@ -219,9 +191,7 @@ static void cvt_multi_matches_cvt(void) {
                 free(one);
             } else { /* outputs past n_out are not touched */
                 uint16_t *got = t_download_f16(ctx, dsts[j], n + 3);
-                size_t touched = 0;
-                for (size_t e = 0; e < n + 3; e++)
-                    touched += got[e] != T_NAN16;
+                size_t touched = t_count_written16(got, n + 3);
                 CHECK(touched == 0, "cvt_multi n_out=%zu wrote dsts[%zu]", n_out, j);
                 free(got);
             }
@@ -245,8 +215,8 @@ static void cvt_cols_matches_reference(void) {
         size_t m, k;
         pick_shape(&r, i, &m, &k);
         /* the block at the start, at the very end, or anywhere */
-        size_t ld = k + rand_size(&r, 0, 90);
-        size_t col0 = i % 3 == 0 ? 0 : i % 3 == 1 ? ld - k : rand_size(&r, 0, ld - k);
+        size_t ld = k + t_rand_size(&r, 0, 90);
+        size_t col0 = i % 3 == 0 ? 0 : i % 3 == 1 ? ld - k : t_rand_size(&r, 0, ld - k);
         size_t n = br_pad_rows(m) * k;
         float *src = stage_data(&r, m * ld);
         float scale = rand_scale(&r);
@@ -316,8 +286,9 @@ static void expand_matches_bits(void) {
     br_rng r = t_rng_for(6);
     static const size_t fixed[][2] = {{1, 1}, {1, 32}, {3, 33}, {64, 128}, {130, 70}, {300, 250}};
     for (int i = 0; i < 12; i++) {
-        size_t rows = i < 6 ? fixed[i][0] : rand_size(&r, 1, 200);
-        size_t rk = i < 6 ? fixed[i][1] : rand_size(&r, 1, 200);
+        size_t rows, rk;
+        t_pick_shape2(&r, fixed, sizeof fixed / sizeof fixed[0], (size_t)i, 1, 200, 1, 200, &rows,
+                      &rk);
         size_t words = (rk + 31) / 32, n = rows * rk;
         /* every bit random, including the unused high bits of each row's last word */
         uint32_t *bits = t_xmalloc(rows * words * sizeof *bits);
@@ -462,9 +433,7 @@ static void cvt_bad_arguments(void) {
 
     /* dst of the failed calls above was never written */
     uint16_t *d = t_download_f16(ctx, dst, n);
-    size_t written = 0;
-    for (size_t i = 0; i < n; i++)
-        written += d[i] != T_NAN16;
+    size_t written = t_count_written16(d, n);
     CHECK(written == 0, "a failed call wrote %zu elements of dst", written);
     free(d);
 
@@ -509,9 +478,7 @@ static void expand_bad_arguments(void) {
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlap", br_expand(ctx, bits, rows, rk, lo, hi));
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlap", br_expand(ctx, bits, rows, rk, plane, plane));
     uint16_t *p = t_download_f16(ctx, plane, n);
-    size_t written = 0;
-    for (size_t i = 0; i < n; i++)
-        written += p[i] != T_NAN16;
+    size_t written = t_count_written16(p, n);
     CHECK(written == 0, "a failed expand wrote %zu elements", written);
     free(p);
 

@@ -500,6 +500,19 @@ static br_status finish_open(builder *b) {
     return br_st_scan_blr(b->ctx, b->f);
 }
 
+/* The end of every open: on success so far the file is finished and handed to
+ * *out; on any failure it is closed. */
+static br_status end_open(builder *b, br_status st, br_st_file **out) {
+    if (st == BR_OK) st = finish_open(b);
+    free(b->meta);
+    if (st != BR_OK) {
+        br_st_close(b->f);
+        return st;
+    }
+    *out = b->f;
+    return BR_OK;
+}
+
 br_status br_st_open(br_ctx *ctx, const char *path, br_st_file **out) {
     if (!out) return br_fail(ctx, BR_E_ARG, "br_st_open: out is NULL");
     *out = NULL;
@@ -536,14 +549,7 @@ br_status br_st_open(br_ctx *ctx, const char *path, br_st_file **out) {
     } else {
         st = open_single(&b, path);
     }
-    if (st == BR_OK) st = finish_open(&b);
-    free(b.meta);
-    if (st != BR_OK) {
-        br_st_close(f);
-        return st;
-    }
-    *out = f;
-    return BR_OK;
+    return end_open(&b, st, out);
 }
 
 br_status br_st_open_memory(br_ctx *ctx, const char *name, const void *bytes, size_t size,
@@ -560,14 +566,7 @@ br_status br_st_open_memory(br_ctx *ctx, const char *name, const void *bytes, si
     f->shards[0].size = size;
     builder b = {.ctx = ctx, .f = f};
     br_status st = parse_shard(&b, 0);
-    if (st == BR_OK) st = finish_open(&b);
-    free(b.meta);
-    if (st != BR_OK) {
-        br_st_close(f);
-        return st;
-    }
-    *out = f;
-    return BR_OK;
+    return end_open(&b, st, out);
 }
 
 void br_st_close(br_st_file *f) {

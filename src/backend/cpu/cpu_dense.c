@@ -13,12 +13,6 @@
 
 #include "backend/cpu/cpu_ops.h"
 
-#ifdef BR_HAVE_OPENMP
-#define OMP(directive) _Pragma(directive)
-#else
-#define OMP(directive)
-#endif
-
 /* Below this many multiply-adds a parallel region costs more than it saves. */
 #define PARALLEL_MIN_FMAS ((size_t)1 << 18)
 

@@ -3,9 +3,6 @@
  * not depend on the thread count and match the CUDA kernels bit for bit. */
 #include "backend/cpu/cpu_ops.h"
 
-/* Below this many elements one thread is faster than waking a team. */
-#define PAR_MIN_ELEMS ((size_t)1 << 16)
-
 br_status br_cpu_scale_acc(br_ctx *ctx, const br_op *op) {
     const br_scale_acc_args *a = &op->u.scale_acc;
     const float *in = br_ptr(a->a);    /* [m][k] */
@@ -13,9 +10,7 @@ br_status br_cpu_scale_acc(br_ctx *ctx, const br_op *op) {
     float *out = br_ptr(a->out);       /* [m][k] */
     size_t m = a->m, k = a->k;
     ctx->stats.launches++;
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (m * k >= PAR_MIN_ELEMS)
-#endif
+    OMP("omp parallel for schedule(static) if (m * k >= PARALLEL_MIN_ELEMS)")
     for (size_t row = 0; row < m; row++) {
         const float *x = in + row * k;
         float *y = out + row * k;
@@ -39,9 +34,7 @@ br_status br_cpu_scale_acc2(br_ctx *ctx, const br_op *op) {
     float *out = br_ptr(a->out);                                  /* [m][k] */
     size_t m = a->m, k = a->k;
     ctx->stats.launches++;
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (m * k >= PAR_MIN_ELEMS)
-#endif
+    OMP("omp parallel for schedule(static) if (m * k >= PARALLEL_MIN_ELEMS)")
     for (size_t row = 0; row < m; row++) {
         size_t o = row * k;
         for (size_t c = 0; c < k; c++) {
@@ -59,9 +52,7 @@ br_status br_cpu_f16_to_f32(br_ctx *ctx, const br_op *op) {
     float *dst = br_ptr(a->out);
     size_t n = a->n;
     ctx->stats.launches++;
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-#endif
+    OMP("omp parallel for schedule(static) if (n >= PARALLEL_MIN_ELEMS)")
     for (size_t i = 0; i < n; i++)
         dst[i] = br_half_to_float(src[i]);
     return BR_OK;
@@ -73,9 +64,7 @@ br_status br_cpu_add(br_ctx *ctx, const br_op *op) {
     float *out = br_ptr(a->out); /* may be x or y: element i reads only element i */
     size_t n = a->n;
     ctx->stats.launches++;
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-#endif
+    OMP("omp parallel for schedule(static) if (n >= PARALLEL_MIN_ELEMS)")
     for (size_t i = 0; i < n; i++)
         out[i] = x[i] + y[i];
     return BR_OK;
@@ -88,9 +77,7 @@ br_status br_cpu_split_qg(br_ctx *ctx, const br_op *op) {
     float *gate = br_ptr(a->gate);             /* [m][heads·hd] */
     size_t hd = a->hd, rows = a->m * a->heads; /* one (token, head) pair per row */
     ctx->stats.launches++;
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (rows * hd >= PAR_MIN_ELEMS)
-#endif
+    OMP("omp parallel for schedule(static) if (rows * hd >= PARALLEL_MIN_ELEMS)")
     for (size_t row = 0; row < rows; row++) {
         float *pair = qg + row * 2 * hd, *qr = q + row * hd, *gr = gate + row * hd;
         for (size_t d = 0; d < hd; d++) {

@@ -88,9 +88,7 @@ static void product(const float *a, const float *bt, float *out, size_t m, size_
                     size_t ldo, float oscale) {
     enum { ROWS = 8, COLS = 256 };
     size_t row_blocks = (m + ROWS - 1) / ROWS;
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (m * n * k > (size_t)1 << 20)
-#endif
+    OMP("omp parallel for schedule(static) if (m * n * k > (size_t)1 << 20)")
     for (size_t rb = 0; rb < row_blocks; rb++) {
         size_t i0 = rb * ROWS, rows = m - i0 < ROWS ? m - i0 : ROWS;
         float acc[ROWS][COLS];
@@ -103,9 +101,7 @@ static void product(const float *a, const float *bt, float *out, size_t m, size_
                 for (size_t r = 0; r < rows; r++) {
                     float av = a[(i0 + r) * k + kk];
                     float *c = acc[r];
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp simd
-#endif
+                    OMP("omp simd")
                     for (size_t j = 0; j < cols; j++)
                         c[j] += av * brow[j];
                 }

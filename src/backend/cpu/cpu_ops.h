@@ -6,6 +6,16 @@
 
 #include "core/backend.h"
 
+/* OMP("omp ...") is that OpenMP pragma in a build with OpenMP, nothing without. */
+#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
+#define OMP(directive) _Pragma(directive)
+#else
+#define OMP(directive)
+#endif
+
+/* Below this many elements a parallel region costs more than it saves. */
+#define PARALLEL_MIN_ELEMS ((size_t)1 << 16)
+
 /* cpu_backend.c */
 br_status br_cpu_fill(br_ctx *ctx, const br_op *op);
 br_status br_cpu_copy(br_ctx *ctx, const br_op *op);

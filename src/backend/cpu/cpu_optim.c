@@ -15,15 +15,6 @@
 
 #include "backend/cpu/cpu_ops.h"
 
-#ifdef BR_HAVE_OPENMP
-#define OMP(directive) _Pragma(directive)
-#else
-#define OMP(directive)
-#endif
-
-/* Below this many elements a parallel region costs more than it saves. */
-#define PARALLEL_MIN_ELEMS ((size_t)1 << 16)
-
 /* ADAM (rel_floor NULL: hp.rel_floor for every entry) and ADAM_CAT (per entry). */
 static br_status adam_run(br_ctx *ctx, const br_adam_args *x) {
     ctx->stats.launches++;

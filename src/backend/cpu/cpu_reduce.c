@@ -19,21 +19,14 @@
 
 #include "backend/cpu/cpu_ops.h"
 
-#ifdef BR_HAVE_OPENMP
-#define OMP(directive) _Pragma(directive)
-#else
-#define OMP(directive)
-#endif
-
-/* Below this many elements a parallel region costs more than it saves. */
-#define PARALLEL_MIN_ELEMS ((size_t)1 << 16)
 /* Work items are (row block, chunk of columns): parallel even with one block. */
 #define COL_CHUNK ((size_t)1024)
 
 /* part[c] = Σ over rows r0..r1−1 of the term, rows in order, from 0, for the
  * columns c0..c1−1 (part points at column 0 of the block's partial row). */
-static void block_partial(const br_colsum_args *x, size_t r0, size_t r1, size_t c0, size_t c1,
+static void block_partial(const void *args, size_t r0, size_t r1, size_t c0, size_t c1,
                           float *part) {
+    const br_colsum_args *x = args;
     const float *a = br_ptr(x->a), *b = br_ptr(x->b), *f = br_ptr(x->f);
     const size_t k = x->k;
     for (size_t c = c0; c < c1; c++)
@@ -86,6 +79,26 @@ static void sum_partials(const float *part, size_t nb, size_t k, float *total, f
             out[c] = total[c];
 }
 
+/* The work on one tile: rows r0..r1−1, columns c0..c1−1 of a row block whose
+ * partial row is part. */
+typedef void (*tile_fn)(const void *args, size_t r0, size_t r1, size_t c0, size_t c1, float *part);
+
+/* Runs fn on every (row block, column chunk) tile of rows × k, each tile on its
+ * block's row of the partials [nb][k]. Tiles write disjoint elements, so the
+ * thread count changes no rounding. */
+static void run_tiles(tile_fn fn, const void *args, size_t rows, size_t k, float *part) {
+    const size_t block = br_colsum_block_rows(rows), nb = br_colsum_blocks(rows);
+    const size_t nchunks = (k + COL_CHUNK - 1) / COL_CHUNK;
+    const int parallel = rows * k >= PARALLEL_MIN_ELEMS;
+    OMP("omp parallel for schedule(static) if(parallel)")
+    for (size_t tile = 0; tile < nb * nchunks; tile++) {
+        const size_t blk = tile / nchunks, c0 = tile % nchunks * COL_CHUNK;
+        const size_t r0 = blk * block, r1 = r0 + block < rows ? r0 + block : rows;
+        fn(args, r0, r1, c0, c0 + COL_CHUNK < k ? c0 + COL_CHUNK : k, part + blk * k);
+    }
+    (void)parallel;
+}
+
 /* Partials [nb][k] plus one row for the totals. */
 static br_status alloc_partials(br_ctx *ctx, const char *what, size_t nb, size_t k, float **out) {
     *out = malloc((nb + 1) * k * sizeof(float));
@@ -96,20 +109,11 @@ static br_status alloc_partials(br_ctx *ctx, const char *what, size_t nb, size_t
 
 br_status br_cpu_colsum(br_ctx *ctx, const br_op *op) {
     const br_colsum_args *x = &op->u.colsum;
-    const size_t rows = x->rows, k = x->k;
-    const size_t block = br_colsum_block_rows(rows), nb = br_colsum_blocks(rows);
+    const size_t nb = br_colsum_blocks(x->rows), k = x->k;
     ctx->stats.launches++;
     float *part;
     BR_TRY(alloc_partials(ctx, "colsum", nb, k, &part));
-    const size_t nchunks = (k + COL_CHUNK - 1) / COL_CHUNK;
-    const int parallel = rows * k >= PARALLEL_MIN_ELEMS;
-    OMP("omp parallel for schedule(static) if(parallel)")
-    for (size_t tile = 0; tile < nb * nchunks; tile++) {
-        const size_t blk = tile / nchunks, c0 = tile % nchunks * COL_CHUNK;
-        const size_t r0 = blk * block, r1 = r0 + block < rows ? r0 + block : rows;
-        block_partial(x, r0, r1, c0, c0 + COL_CHUNK < k ? c0 + COL_CHUNK : k, part + blk * k);
-    }
-    (void)parallel;
+    run_tiles(block_partial, x, x->rows, k, part);
     sum_partials(part, nb, k, part + nb * k, br_ptr(x->out), x->accumulate);
     free(part);
     return BR_OK;
@@ -118,8 +122,8 @@ br_status br_cpu_colsum(br_ctx *ctx, const br_op *op) {
 /* The fused pass over rows r0..r1−1 and columns c0..c1−1: the AB partial of the
  * block, and the fuse op on every element (what br_cvt / br_scale_acc / br_cvt_t
  * write). */
-static void fused_block(const br_colsum_fused_args *x, size_t r0, size_t r1, size_t c0, size_t c1,
-                        float *part) {
+static void fused_block(const void *args, size_t r0, size_t r1, size_t c0, size_t c1, float *part) {
+    const br_colsum_fused_args *x = args;
     const br_fuse *fz = &x->fuse;
     const float *a = br_ptr(x->a), *b = br_ptr(x->b), *col = br_ptr(fz->col);
     const size_t k = x->k;
@@ -193,20 +197,11 @@ static void fused_pads(const br_colsum_fused_args *x) {
 
 br_status br_cpu_colsum_fused(br_ctx *ctx, const br_op *op) {
     const br_colsum_fused_args *x = &op->u.colsum_fused;
-    const size_t rows = x->rows, k = x->k;
-    const size_t block = br_colsum_block_rows(rows), nb = br_colsum_blocks(rows);
+    const size_t nb = br_colsum_blocks(x->rows), k = x->k;
     ctx->stats.launches++;
     float *part;
     BR_TRY(alloc_partials(ctx, "colsum_fused", nb, k, &part));
-    const size_t nchunks = (k + COL_CHUNK - 1) / COL_CHUNK;
-    const int parallel = rows * k >= PARALLEL_MIN_ELEMS;
-    OMP("omp parallel for schedule(static) if(parallel)")
-    for (size_t tile = 0; tile < nb * nchunks; tile++) {
-        const size_t blk = tile / nchunks, c0 = tile % nchunks * COL_CHUNK;
-        const size_t r0 = blk * block, r1 = r0 + block < rows ? r0 + block : rows;
-        fused_block(x, r0, r1, c0, c0 + COL_CHUNK < k ? c0 + COL_CHUNK : k, part + blk * k);
-    }
-    (void)parallel;
+    run_tiles(fused_block, x, x->rows, k, part);
     fused_pads(x);
     sum_partials(part, nb, k, part + nb * k, br_ptr(x->sum), 1);
     free(part);

@@ -6,9 +6,6 @@
 
 #include "backend/cpu/cpu_ops.h"
 
-/* Below this many output elements one thread is faster than waking a team. */
-#define PAR_MIN_ELEMS ((size_t)1 << 16)
-
 #define F16_PLUS_ONE 0x3C00u
 #define F16_MINUS_ONE 0xBC00u
 
@@ -24,9 +21,7 @@ static inline uint16_t stage_one(float x, const float *col, size_t c, float scal
  * rows m..br_pad_rows(m)−1 of dst zero. dst [br_pad_rows(m)][k]. */
 static void stage_rows(const float *src, size_t ld_src, size_t col0, const float *col,
                        uint16_t *dst, size_t m, size_t k, float scale) {
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (m * k >= PAR_MIN_ELEMS)
-#endif
+    OMP("omp parallel for schedule(static) if (m * k >= PARALLEL_MIN_ELEMS)")
     for (size_t row = 0; row < m; row++) {
         const float *s = src + row * ld_src + col0;
         uint16_t *d = dst + row * k;
@@ -73,9 +68,7 @@ br_status br_cpu_cvt_t(br_ctx *ctx, const br_op *op) {
     size_t ntok = a->ntok, k = a->k, tpad = br_pad_tokens(ntok), kpad = br_pad_rows(k);
     size_t nblocks = (k + T_BLOCK - 1) / T_BLOCK;
     ctx->stats.launches++;
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (ntok * k >= PAR_MIN_ELEMS)
-#endif
+    OMP("omp parallel for schedule(static) if (ntok * k >= PARALLEL_MIN_ELEMS)")
     for (size_t b = 0; b < nblocks; b++) {
         size_t r0 = b * T_BLOCK, r1 = r0 + T_BLOCK < k ? r0 + T_BLOCK : k;
         for (size_t t = 0; t < ntok; t++) {
@@ -97,9 +90,7 @@ br_status br_cpu_expand(br_ctx *ctx, const br_op *op) {
     uint16_t *plane_t = br_ptr(a->plane_t); /* [r][rows] */
     size_t rows = a->rows, r = a->r, words = (r + 31) / 32;
     ctx->stats.launches++;
-#if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (rows * r >= PAR_MIN_ELEMS)
-#endif
+    OMP("omp parallel for schedule(static) if (rows * r >= PARALLEL_MIN_ELEMS)")
     for (size_t row = 0; row < rows; row++) {
         const uint32_t *w = bits + row * words;
         for (size_t j = 0; j < r; j++) {

@@ -82,49 +82,44 @@ static br_status cvt_run(br_ctx *ctx, cvt_job *j) {
     return BR_OK;
 }
 
+/* A job staging m rows of k from src (rows ld apart) at scale; outputs still to set. */
+static cvt_job cvt_job_of(const float *src, size_t ld, size_t m, size_t k, float scale) {
+    cvt_job j = {};
+    j.src = src;
+    j.ld = ld;
+    j.m = (unsigned)m;
+    j.k = (unsigned)k;
+    j.mpad = (unsigned)br_pad_rows(m);
+    j.scale = scale;
+    return j;
+}
+
 extern "C" br_status br_cuda_cvt(br_ctx *ctx, const br_op *op) {
     const br_cvt_args *a = &op->u.cvt;
-    cvt_job j = {};
-    j.src = (const float *)br_ptr(a->src);
-    j.ld = a->k;
+    cvt_job j = cvt_job_of((const float *)br_ptr(a->src), a->k, a->m, a->k, a->scale);
     j.col[0] = (const float *)br_ptr(a->col);
     j.dst[0] = (uint16_t *)br_ptr(a->dst);
     j.n_out = 1;
-    j.m = (unsigned)a->m;
-    j.k = (unsigned)a->k;
-    j.mpad = (unsigned)br_pad_rows(a->m);
-    j.scale = a->scale;
     return cvt_run(ctx, &j);
 }
 
 extern "C" br_status br_cuda_cvt_multi(br_ctx *ctx, const br_op *op) {
     const br_cvt_multi_args *a = &op->u.cvt_multi;
-    cvt_job j = {};
-    j.src = (const float *)br_ptr(a->src);
-    j.ld = a->k;
+    cvt_job j = cvt_job_of((const float *)br_ptr(a->src), a->k, a->m, a->k, a->scale);
     j.n_out = (int)a->n_out;
     for (int o = 0; o < j.n_out; o++) {
         j.col[o] = (const float *)br_ptr(a->col[o]);
         j.dst[o] = (uint16_t *)br_ptr(a->dst[o]);
     }
-    j.m = (unsigned)a->m;
-    j.k = (unsigned)a->k;
-    j.mpad = (unsigned)br_pad_rows(a->m);
-    j.scale = a->scale;
     return cvt_run(ctx, &j);
 }
 
 extern "C" br_status br_cuda_cvt_cols(br_ctx *ctx, const br_op *op) {
     const br_cvt_cols_args *a = &op->u.cvt_cols;
-    cvt_job j = {};
-    j.src = (const float *)br_ptr(a->src) + a->col0;
-    j.ld = a->ld_src;
-    j.dst[0] = (uint16_t *)br_ptr(a->dst);
+    cvt_job j =
+        cvt_job_of((const float *)br_ptr(a->src) + a->col0, a->ld_src, a->m, a->k, a->scale);
+    j.dst[0] = (uint16_t *)br_ptr(a->dst); /* no column factor */
     j.n_out = 1;
-    j.m = (unsigned)a->m;
-    j.k = (unsigned)a->k;
-    j.mpad = (unsigned)br_pad_rows(a->m);
-    j.scale = a->scale;
     return cvt_run(ctx, &j);
 }
 
