@@ -3,7 +3,9 @@
  * and replayed, at the shapes of a Qwen3.5-0.8B-like step (4096 tokens, 2 paths).
  *
  *   bench_layer [--device cuda|cpu] [--runs N] [--mode latent|factored|exact|off]
- *               [--dx] [--quick]
+ *               [--dx] [--quick] [--profile]
+ * --profile: after timing, three eager (not graph) steps under the op profiler,
+ * its table on stderr: where a step's time goes, op by op.
  *
  * Per shape: a random layer and target, dy = (y − y*)/N by br_scale_acc2, then the
  * step; 5 warm-up replays, then N (default 20, at least 20) replays each timed by
@@ -60,6 +62,8 @@ static float *rand_f32(br_rng *rng, size_t n, float lo, float hi) {
         v[i] = lo + (hi - lo) * (float)br_rng_unit(rng);
     return v;
 }
+
+static int g_profile;
 
 /* Device timer slots of this program (above the profiler's). */
 #define SLOT0 4000
@@ -127,6 +131,20 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
         OK(g_ctx->be->timer_elapsed(g_ctx, SLOT0, SLOT0 + 1, &t[i]));
     }
     qsort(t, (size_t)runs, sizeof *t, cmp_double);
+    if (g_profile) {
+        OK(br_ctx_set_option(g_ctx, BR_OPT_PROFILE, 1));
+        br_profile_reset(g_ctx);
+        for (int i = 0; i < 3; i++) {
+            OK(br_blr_forward(l, s, bx, by, T));
+            OK(br_scale_acc2(g_ctx, by, bpos, bys, bneg, bdy, T, m));
+            OK(br_blr_backward(l, s, bx, bdy, bdx, T, 16777216.0f, 0));
+            OK(br_blr_opt_step(o));
+        }
+        fprintf(stderr, "profile of 3 eager steps, (m, n, r, P, T) = (%zu, %zu, %zu, %zu, %zu):\n",
+                m, n, r, P, T);
+        OK(br_profile_report(g_ctx, stderr));
+        OK(br_ctx_set_option(g_ctx, BR_OPT_PROFILE, 0));
+    }
     br_step_info info;
     OK(br_blr_opt_info(o, &info));
     uint64_t flips = 0;
@@ -171,11 +189,13 @@ int main(int argc, char **argv) {
             mode_name = argv[++i];
         else if (!strcmp(argv[i], "--dx"))
             with_dx = 1;
+        else if (!strcmp(argv[i], "--profile"))
+            g_profile = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else {
             fprintf(stderr, "usage: bench_layer [--device cuda|cpu] [--runs N] "
-                            "[--mode latent|factored|exact|off] [--dx] [--quick]\n");
+                            "[--mode latent|factored|exact|off] [--dx] [--quick] [--profile]\n");
             return 2;
         }
     }

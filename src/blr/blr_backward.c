@@ -84,9 +84,15 @@ static br_status path_backward(br_blr *l, br_blr_scratch *s, size_t p, const br_
     }
 
     if (sign) {
-        BR_TRY(br_cvt_t(ctx, s->a[p], v[BR_BLR_L], sh->t_a, ntok, r, 1.0f));
-        BR_TRY(sign_grad(l, sh, sh->t_dy, sh->t_a, v[BR_BLR_GU], m, ntok, gs, accumulate));
-        BR_TRY(sign_grad(l, sh, sh->t_x, sh->t_b, v[BR_BLR_GV], n, ntok, gs, accumulate));
+        br_tag_scope tag;
+        br_tag_push(ctx, &tag, "sign");
+        br_status st = br_cvt_t(ctx, s->a[p], v[BR_BLR_L], sh->t_a, ntok, r, 1.0f);
+        if (st == BR_OK)
+            st = sign_grad(l, sh, sh->t_dy, sh->t_a, v[BR_BLR_GU], m, ntok, gs, accumulate);
+        if (st == BR_OK)
+            st = sign_grad(l, sh, sh->t_x, sh->t_b, v[BR_BLR_GV], n, ntok, gs, accumulate);
+        br_tag_pop(ctx, &tag);
+        BR_TRY(st);
     }
     if (l->flags & BR_BLR_CURVATURE)
         BR_TRY(br_colsum(ctx, s->a[p], s->a[p], NULL, BR_TERM_AB, v[BR_BLR_SUM_A2], ntok, r, 1));
@@ -115,10 +121,13 @@ br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const b
         BR_TRY(br_buf_fill(l->grads, 0, l->paths * l->path_len, 0));
         if (l->curv) BR_TRY(br_buf_fill(l->curv, 0, br_buf_count(l->curv), 0));
     }
-    for (size_t p = 0; p < l->paths; p++)
-        BR_TRY(path_backward(l, s, p, x, dy, dx, ntok, gscale, accumulate));
-    if (l->flags & BR_BLR_CURVATURE)
-        BR_TRY(
-            br_colsum(ctx, x, x, NULL, BR_TERM_AB, l->path[0].part[BR_BLR_SUM_X2], ntok, l->n, 1));
-    return BR_OK;
+    br_tag_scope tag;
+    br_tag_push(ctx, &tag, "blr.bwd");
+    br_status st = BR_OK;
+    for (size_t p = 0; p < l->paths && st == BR_OK; p++)
+        st = path_backward(l, s, p, x, dy, dx, ntok, gscale, accumulate);
+    if (st == BR_OK && (l->flags & BR_BLR_CURVATURE))
+        st = br_colsum(ctx, x, x, NULL, BR_TERM_AB, l->path[0].part[BR_BLR_SUM_X2], ntok, l->n, 1);
+    br_tag_pop(ctx, &tag);
+    return st;
 }

@@ -67,11 +67,15 @@ br_status br_blr_forward(br_blr *l, br_blr_scratch *s, const br_buf *x, br_buf *
     BR_TRY(br_check_buf(l->ctx, fn, "x", x, BR_F32, xn));
     BR_TRY(check_y(l, fn, y, ntok));
     /* the staged input and as share the stage buffer: as is written after a_p is read */
-    for (size_t p = 0; p < l->paths; p++) {
-        BR_TRY(stage_path(l, p, x, s->shared->stage, ntok));
-        BR_TRY(path_forward(l, s, p, s->shared->stage, y, ntok));
+    br_tag_scope tag;
+    br_tag_push(l->ctx, &tag, "blr.fwd");
+    br_status st = BR_OK;
+    for (size_t p = 0; p < l->paths && st == BR_OK; p++) {
+        st = stage_path(l, p, x, s->shared->stage, ntok);
+        if (st == BR_OK) st = path_forward(l, s, p, s->shared->stage, y, ntok);
     }
-    return BR_OK;
+    br_tag_pop(l->ctx, &tag);
+    return st;
 }
 
 br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *const xin[], br_buf *y,
@@ -90,9 +94,13 @@ br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *cons
             return br_fail(l->ctx, BR_E_ARG, "%s: xin[%zu] is the scratch's own stage buffer", fn,
                            p);
     }
-    for (size_t p = 0; p < l->paths; p++)
-        BR_TRY(path_forward(l, s, p, xin[p], y, ntok));
-    return BR_OK;
+    br_tag_scope tag;
+    br_tag_push(l->ctx, &tag, "blr.fwd");
+    br_status st = BR_OK;
+    for (size_t p = 0; p < l->paths && st == BR_OK; p++)
+        st = path_forward(l, s, p, xin[p], y, ntok);
+    br_tag_pop(l->ctx, &tag);
+    return st;
 }
 
 br_status br_blr_stage(br_blr *const layers[], size_t nlayers, const br_buf *x, br_buf *const xin[],

@@ -218,6 +218,8 @@ int br_cmd_compress(int argc, char **argv) {
         } else {
             if (!quiet) fprintf(stderr, "bitrank %s on %s\n", BITRANK_VERSION, br_ctx_device(ctx));
             rc = br_cli_run_compress(ctx, in, out, &o, resume, quiet, report, "bitrank compress");
+            /* BITRANK_PROFILE=1: where the device time went, op by op */
+            if (br_ctx_get_option(ctx, BR_OPT_PROFILE) == 1) br_profile_report(ctx, stderr);
             br_ctx_free(ctx);
         }
     }

@@ -83,6 +83,17 @@ static inline void *br_ptr(const br_buf *b) {
     return b ? (char *)b->mem + b->offset * br_dtype_size(b->dtype) : (void *)0;
 }
 
+/* A profiler tag for a region of ops (br_ctx_set_tag), restoring the caller's tag
+ * after it: `br_tag_scope t; br_tag_push(ctx, &t, "sign"); ...; br_tag_pop(ctx, &t);` */
+typedef struct br_tag_scope {
+    char saved[32];
+} br_tag_scope;
+static inline void br_tag_push(br_ctx *ctx, br_tag_scope *t, const char *tag) {
+    for (size_t i = 0; i < sizeof t->saved; i++) t->saved[i] = ctx->tag[i];
+    br_ctx_set_tag(ctx, tag);
+}
+static inline void br_tag_pop(br_ctx *ctx, const br_tag_scope *t) { br_ctx_set_tag(ctx, t->saved); }
+
 /* Column-reduction block: rows per block, and block count (≤ 256). */
 static inline size_t br_colsum_block_rows(size_t rows) {
     size_t b = (rows + 255) / 256;

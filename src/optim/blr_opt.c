@@ -304,8 +304,7 @@ static br_status sign_step(br_blr_opt *o, size_t i) {
     return br_sign_step(o->ctx, &a);
 }
 
-br_status br_blr_opt_step(br_blr_opt *o) {
-    if (!o) return BR_E_ARG;
+static br_status opt_step(br_blr_opt *o) {
     br_ctx *ctx = o->ctx;
     br_blr *l = o->layer;
     BR_TRY(br_sumsq_cat(ctx, l->grads, o->tab, o->np, o->partials));
@@ -321,9 +320,15 @@ br_status br_blr_opt_step(br_blr_opt *o) {
                            .sign_beta2 = o->cfg.sign_beta2};
     BR_TRY(br_step_ctrl(ctx, &c));
     /* signs first: exact-flip predictions read h, ℓ, g as the gradients saw them */
-    if (o->cfg.sign_mode != BR_SIGN_OFF)
-        for (size_t i = 0; i < 2 * l->paths; i++)
-            BR_TRY(sign_step(o, i));
+    if (o->cfg.sign_mode != BR_SIGN_OFF) {
+        br_tag_scope tag;
+        br_tag_push(ctx, &tag, "sign");
+        br_status st = BR_OK;
+        for (size_t i = 0; i < 2 * l->paths && st == BR_OK; i++)
+            st = sign_step(o, i);
+        br_tag_pop(ctx, &tag);
+        BR_TRY(st);
+    }
     br_adam_hp hp = {.lr = o->cfg.lr,
                      .beta1 = o->cfg.beta1,
                      .beta2 = o->cfg.beta2,
@@ -352,6 +357,15 @@ br_status br_blr_opt_step(br_blr_opt *o) {
         }
     return br_fail(ctx, BR_E_NONFINITE,
                    "br_blr_opt_step: a gradient is not finite; step refused, nothing changed");
+}
+
+br_status br_blr_opt_step(br_blr_opt *o) {
+    if (!o) return BR_E_ARG;
+    br_tag_scope tag;
+    br_tag_push(o->ctx, &tag, "opt");
+    br_status st = opt_step(o);
+    br_tag_pop(o->ctx, &tag);
+    return st;
 }
 
 br_status br_blr_opt_info(br_blr_opt *o, br_step_info *info) {
