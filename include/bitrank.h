@@ -57,6 +57,8 @@ typedef struct br_ctx br_ctx;
  * usable CUDA GPU, else the CPU). NULL means "auto". On failure *out is NULL and, if
  * `err` is given, a message is written there (at most err_len bytes, terminated). */
 br_status br_ctx_new(const char *device, br_ctx **out, char *err, size_t err_len);
+/* Free the context's buffers, graphs and the objects holding them (layers,
+ * scratches, optimizers) first: they use the context when they are freed. */
 void br_ctx_free(br_ctx *ctx);
 
 /* "cpu" or "cuda". */
@@ -234,7 +236,9 @@ typedef struct br_fuse {
 } br_fuse;
 /* sum[c] += Σ_row a[row][c]·b[row][c] (the BR_TERM_AB reduction, accumulating) and,
  * in the same pass, the elementwise op of `fuse`. Every output is bit-identical to
- * running br_colsum then the separate op (br_cvt / br_scale_acc / br_cvt_t). */
+ * running br_colsum then the separate op (br_cvt / br_scale_acc / br_cvt_t). The
+ * outputs sum, fuse->dst, fuse->dst_t must not share memory with each other or with
+ * a, b, fuse->col (BR_E_ARG). */
 br_status br_colsum_fused(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum, size_t rows,
                           size_t k, const br_fuse *fuse);
 
@@ -265,11 +269,12 @@ typedef enum br_dense_impl {
 } br_dense_impl;
 /* out[i][o] (+)= Σ_j a[i][j]·w[o][j], j = 0..k−1 in order, acc = fmaf(a, w, acc)
  * from 0; then stored or added (accumulate). a [m][k], w [r][k], out [m][r], f32.
- * Plain and tiled give the same bits. */
+ * Plain and tiled give the same bits. out must not share memory with a or w (BR_E_ARG). */
 br_status br_dense_fwd(br_ctx *ctx, const br_buf *a, const br_buf *w, br_buf *out, size_t m,
                        size_t k, size_t r, int accumulate, br_dense_impl impl);
 /* dx[i][j] += Σ_o dy[i][o]·w[o][j], o = 0..r−1 in order, acc = fmaf(dy, w, acc)
- * from 0, then dx += acc. dy [m][r], w [r][k], dx [m][k], f32. */
+ * from 0, then dx += acc. dy [m][r], w [r][k], dx [m][k], f32. dx must not share
+ * memory with dy or w (BR_E_ARG). */
 br_status br_dense_bwd(br_ctx *ctx, const br_buf *dy, const br_buf *w, br_buf *dx, size_t m,
                        size_t k, size_t r, br_dense_impl impl);
 
@@ -291,7 +296,9 @@ typedef struct br_adam_hp {
      * moments unchanged). */
     const br_buf *sched;
 } br_adam_hp;
-/* w, grad, m1, m2 f32 [n]; mask f32 [n] or NULL (0 = frozen entry). */
+/* w, grad, m1, m2 f32 [n]; mask f32 [n] or NULL (0 = frozen entry). w, m1, m2 must
+ * not share memory with each other, nor with grad, mask, rel_floor or hp->sched
+ * (BR_E_ARG). */
 br_status br_adam(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br_buf *m2,
                   const br_buf *mask, size_t n, const br_adam_hp *hp);
 /* br_adam over a concatenation of parameters in one launch: mask f32 [n] (0 =
@@ -305,7 +312,8 @@ br_status br_adam_cat(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br
  * Σ a². NaN and Inf propagate into the partials (so a caller can refuse a step).
  * Bit-exact across backends: element i goes to partial j = (i/256) % 64, lane
  * i % 256; each lane sums fmaf(x, x, lane) in index order from 0; then for s = 128,
- * 64, …, 1: lane[t] = lane[t] + lane[t+s] for t < s; the partial is lane[0]. */
+ * 64, …, 1: lane[t] = lane[t] + lane[t+s] for t < s; the partial is lane[0]. out
+ * must not share memory with a (BR_E_ARG; likewise for br_sumsq_cat). */
 br_status br_sumsq(br_ctx *ctx, const br_buf *a, size_t n, br_buf *out);
 /* br_sumsq of np parameters of a concatenation: tab u32 [2·np] = (offset, length)
  * per parameter; out f32 [np][BR_SUMSQ_PARTS]. */
@@ -319,9 +327,10 @@ br_status br_sumsq_host(br_ctx *ctx, const br_buf *a, size_t n, double *out);
  * their ops writes and a later one reads must not overlap (act16 and plane, xt and
  * dyt, acc and tmp: BR_E_ARG); scales must be non-zero with a finite reciprocal.
  *
- * A frozen dense linear (y may be x's own buffer: x is staged before y is written): y[ntok][n] = (x · scale)·planeᵀ / scale, through the f16
+ * A frozen dense linear: y[ntok][n] = (x · scale)·planeᵀ / scale, through the f16
  * staging buffer act16. plane f16 [n][k]; x f32 [ntok][k]; act16 f16
- * [br_pad_rows(ntok)][k]; y f32 [ntok][n]; k a multiple of 32. */
+ * [br_pad_rows(ntok)][k]; y f32 [ntok][n]; k a multiple of 32. y may be x's own
+ * buffer (x is staged before y is written). */
 br_status br_plane_linear(br_ctx *ctx, const br_buf *plane, const br_buf *x, br_buf *act16,
                           br_buf *y, size_t ntok, size_t n, size_t k, float scale);
 /* dw[m][k] = dy[ntok][m]ᵀ · x[ntok][k] (overwritten), the token axis as the GEMM's
@@ -449,7 +458,9 @@ br_status br_st_writer_meta(br_st_writer *w, const char *key, const char *value)
 br_status br_st_writer_add(br_st_writer *w, const char *name, br_st_dtype dtype, size_t ndim,
                            const uint64_t *shape, const void *data);
 /* Write the header and the data, fsync, close and rename into place. BR_E_IO (with
- * the system's reason) if a write, fsync, close or rename fails, e.g. a full disk. */
+ * the system's reason) if a write, fsync, close or rename fails, e.g. a full disk;
+ * BR_E_OVERFLOW if the header would exceed what readers accept (100 MB). On failure
+ * the temporary file is removed and an existing file at `path` is left untouched. */
 br_status br_st_writer_finish(br_st_writer *w);
 void br_st_writer_free(br_st_writer *w);
 
@@ -899,8 +910,10 @@ br_status br_compress_matrix(br_ctx *ctx, const char *name, const float *w, size
 
 /* Record ops instead of running them: between br_graph_begin and br_graph_end the
  * ops are checked and recorded (nothing runs, buffers are not touched). The
- * buffers an op names must outlive the graph. On CUDA a graph is replayed as a
- * CUDA graph; on the CPU its ops run in order. */
+ * buffers an op names, and the context, must outlive the graph. Host transfers
+ * (br_buf_upload, br_buf_download, br_sumsq_host) fail with BR_E_STATE while
+ * recording. On CUDA a graph is replayed as a CUDA graph; on the CPU its ops run
+ * in order. */
 typedef struct br_graph br_graph;
 br_status br_graph_begin(br_ctx *ctx);
 br_status br_graph_end(br_ctx *ctx, br_graph **out);
@@ -910,8 +923,8 @@ void br_graph_free(br_graph *graph);
 
 /* ---------------------------------------------------------------- profiler */
 
-/* Ops issued from now on are attributed to `tag` (NULL or "" = untagged); the
- * string is copied. */
+/* Ops issued from now on are attributed to `tag` (NULL or "" = untagged); its
+ * first 31 bytes are copied. */
 void br_ctx_set_tag(br_ctx *ctx, const char *tag);
 /* Print the profile (per tag and op: calls, device time; launches, allocations,
  * uploads) to `out`. Waits for the device. */

@@ -395,6 +395,15 @@ static void bad_arguments(void) {
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok, 0.0f, 0));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok, INFINITY, 0));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, x, ntok, 1024.0f, 0));
+    { /* dx sharing one element with dy: the second path would read a dy overwritten */
+        br_buf *both = t_buf_poison(ctx, BR_F32, ntok * (m + n), 0), *dyv = NULL, *dxv = NULL;
+        CHECK(br_buf_view(both, 0, ntok * m, &dyv) == BR_OK, "view");
+        CHECK(br_buf_view(both, ntok * m - 1, ntok * n, &dxv) == BR_OK, "view");
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dyv, dxv, ntok, 1024.0f, 0));
+        CHECK(strstr(br_ctx_error(ctx), "dx overlaps dy") != NULL, "message: %s",
+              br_ctx_error(ctx));
+        br_buf_free(dxv), br_buf_free(dyv), br_buf_free(both);
+    }
     CHECK_FAILS(ctx, BR_E_SIZE, br_blr_backward(l, s, x, dy, small, ntok, 1024.0f, 0));
     CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_backward(l, s, x, x16, dx, ntok, 1024.0f, 0));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, xo, ntok, 1024.0f, 0));

@@ -241,7 +241,25 @@ static void svid_full_and_randomized(void) {
     /* r = 64 ≥ min(m, n): every singular direction is there; the columns past
      * min(m, n) start with ℓ = 0 */
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &L, m, n, 64, 1));
-    if (br_svid_init_host(ctx, w, NULL, 3, &L, NULL) == BR_OK) {
+    br_svid_factors f;
+    CHECK_OK(ctx, br_svid_factors_alloc(ctx, &f, m, n, 64, 1));
+    if (br_svid_init_host(ctx, w, NULL, 3, &L, &f) == BR_OK) {
+        /* the factors' signs are the bits everywhere (latents start from them),
+         * and the columns past min(m, n) have random signs, not all +1 */
+        size_t disagree = 0, plus_u = 0, extra = 0;
+        for (size_t i = 0; i < m; i++)
+            for (size_t k = 0; k < 64; k++) {
+                float s = br_bit_sign(L.path[0].bits_u, 2, i, k);
+                disagree += (f.u[0][i * 64 + k] >= 0.0f ? 1.0f : -1.0f) != s;
+                if (k >= m) plus_u += s > 0, extra++;
+            }
+        for (size_t j = 0; j < n; j++)
+            for (size_t k = 0; k < 64; k++)
+                disagree += (f.v[0][j * 64 + k] >= 0.0f ? 1.0f : -1.0f) !=
+                            br_bit_sign(L.path[0].bits_v, 2, j, k);
+        CHECK(disagree == 0, "%zu factor signs disagree with the bits", disagree);
+        CHECK(plus_u > extra / 4 && plus_u < 3 * extra / 4, "%zu of %zu extra signs are +1", plus_u,
+              extra);
         double *ref = reconstruct_f64(&L);
         double e = weight_err(w, ref, m * n);
         fprintf(stderr, "  full SVD [%zu][%zu] r=64: %.4f\n", m, n, e);
@@ -252,6 +270,7 @@ static void svid_full_and_randomized(void) {
             CHECK(isfinite(L.path[0].h[i]), "h[%zu]", i);
         free(ref);
     }
+    br_svid_factors_free(&f);
     br_layer_host_free(&L);
     free(w);
     /* randomized: a [700][600] matrix at rank 32 */
@@ -511,6 +530,22 @@ static void matrix_bad_args(void) {
     o.rank = 48;
     CHECK_FAILS(ctx, BR_E_ARG,
                 br_compress_matrix(ctx, "a", w, 64, 64, NULL, 0, NULL, &o, &L, NULL));
+    o.rank = 32;
+    /* options out of range are refused as by br_compress_file, not reinterpreted */
+    {
+        br_compress_opts bad[5] = {o, o, o, o, o};
+        bad[0].steps = -1;
+        bad[1].eval_tokens = 0;
+        bad[2].lr = NAN;
+        bad[3].synthetic = 7;
+        bad[4].n_exclude = 1; /* exclude NULL */
+        for (int i = 0; i < 5; i++) {
+            CHECK_FAILS(
+                ctx, BR_E_ARG,
+                br_compress_matrix(ctx, "opt", w, 64, 64, NULL, 0, NULL, &bad[i], &L, NULL));
+            CHECK(strstr(br_ctx_error(ctx), "opt") != NULL, "option %d: %s", i, br_ctx_error(ctx));
+        }
+    }
     o.rank = 0;
     o.bpw = 1.0; /* rank 32 of 64×64 needs 3.25 bpw with 2 paths */
     CHECK_FAILS(ctx, BR_E_SHAPE,
@@ -524,6 +559,25 @@ static void matrix_bad_args(void) {
     CHECK(strstr(br_ctx_error(ctx), "[17][5]") != NULL, "message names the element: %s",
           br_ctx_error(ctx));
     w[17 * 64 + 5] = 0.5f;
+    /* an all-zero weight (outputs all zero) is represented exactly, not an error */
+    {
+        float zero[64 * 64] = {0};
+        br_compress_opts oz = o;
+        oz.steps = 3;
+        oz.tokens = 64;
+        br_layer_report rz;
+        CHECK_OK(ctx, br_compress_matrix(ctx, "zero", zero, 64, 64, NULL, 0, NULL, &oz, &L, &rz));
+        if (L.m == 64) {
+            double sum = 0;
+            for (size_t i = 0; i < 64; i++)
+                sum += fabs((double)L.path[0].h[i]) + fabs((double)L.path[1].h[i]);
+            CHECK(sum == 0 && rz.err_trained == 0 && rz.weight_err == 0,
+                  "W = 0: Σ|h| = %g, error %g, weight error %g", sum, rz.err_trained,
+                  rz.weight_err);
+        }
+        free(rz.loss);
+        br_blr_host_free(&L);
+    }
     /* it works once the arguments are right */
     br_layer_report rep;
     CHECK_OK(ctx, br_compress_matrix(ctx, "ok", w, 64, 64, NULL, 0, NULL, &o, &L, &rep));
@@ -651,6 +705,16 @@ static void job_resume_and_atomic(void) {
     snprintf(ck0, sizeof ck0, "%s/layer-00000.safetensors", ckpt_b);
     CHECK(file_exists(ck0), "layer 0 not checkpointed");
     br_compress_report_free(rep);
+    /* a resume on an input of the same names and shapes but other values is
+     * refused (the checkpointed layer was fit to other weights) */
+    char in_other[160];
+    snprintf(in_other, sizeof in_other, "%s/other.safetensors", dir);
+    write_checkpoint(ctx, in_other, &rng, 0);
+    CHECK_FAILS(ctx, BR_E_STATE,
+                br_compress_file(ctx, in_other, out_b, &o, NULL, 1, NULL, NULL, NULL));
+    CHECK(strstr(br_ctx_error(ctx), "another input") != NULL, "message: %s", br_ctx_error(ctx));
+    CHECK(!file_exists(out_b), "a refused resume left an output");
+    remove(in_other);
     /* a resume with another seed is refused */
     br_compress_opts other = o;
     other.seed ^= 1;
@@ -704,6 +768,19 @@ static void job_resume_and_atomic(void) {
         pclose(ls);
     }
     CHECK(stray == 0, "%d stray files in %s", stray, dir);
+    /* a file where the checkpoint directory goes fails before any work */
+    char blocker[200];
+    snprintf(blocker, sizeof blocker, "%s/c.safetensors.partial", dir);
+    FILE *bf = fopen(blocker, "w");
+    CHECK(bf != NULL, "cannot create %s", blocker);
+    if (bf) fclose(bf);
+    snprintf(cmd, sizeof cmd, "%s/c.safetensors", dir);
+    stopper never = {.stop_after = 99};
+    CHECK_FAILS(ctx, BR_E_IO, br_compress_file(ctx, in, cmd, &o, NULL, 0, stop_cb, &never, NULL));
+    CHECK(strstr(br_ctx_error(ctx), "c.safetensors.partial") && never.trained_seen == 0 &&
+              !file_exists(cmd),
+          "%d steps trained; %s", never.trained_seen, br_ctx_error(ctx));
+    remove(blocker);
     /* nothing to compress */
     br_compress_opts none = o;
     const char *all[] = {"*"};
@@ -840,12 +917,20 @@ static void gram_lookup(void) {
     float *factor = t_rand(&rng, k * n, 1.0f);
     float *full = t_rand(&rng, 40 * 40, 1.0f);
     float *bad = t_rand(&rng, 12 * 12, 1.0f);
+    float *neg = t_rand(&rng, 16 * 16, 1.0f), *zero = calloc(3 * 16, sizeof *zero);
+    for (size_t i = 0; i < 40; i++) /* a Gram's diagonal is positive */
+        full[i * 40 + i] = fabsf(full[i * 40 + i]) + 1.0f;
+    for (size_t i = 0; i < 16; i++)
+        neg[i * 16 + i] = i == 5 ? -0.5f : fabsf(neg[i * 16 + i]) + 1.0f;
     br_st_writer *w = NULL;
     uint64_t s_factor[2] = {k, n}, s_full[2] = {40, 40}, s_bad[2] = {12, 12};
+    uint64_t s_neg[2] = {16, 16}, s_zero[2] = {3, 16};
     CHECK_OK(ctx, br_st_writer_new(ctx, path, &w));
     CHECK_OK(ctx, br_st_writer_add(w, "blk.0.mlp", BR_ST_F32, 2, s_factor, factor));
     CHECK_OK(ctx, br_st_writer_add(w, "blk.0.attn.o", BR_ST_F32, 2, s_full, full));
     CHECK_OK(ctx, br_st_writer_add(w, "blk.1.q.weight", BR_ST_F32, 2, s_bad, bad));
+    CHECK_OK(ctx, br_st_writer_add(w, "blk.2.neg.weight", BR_ST_F32, 2, s_neg, neg));
+    CHECK_OK(ctx, br_st_writer_add(w, "blk.2.zero.weight", BR_ST_F32, 2, s_zero, zero));
     CHECK_OK(ctx, br_st_writer_finish(w));
     br_st_writer_free(w);
     br_st_file *f = NULL;
@@ -879,11 +964,20 @@ static void gram_lookup(void) {
         CHECK_FAILS(ctx, BR_E_SHAPE, br_calib_gram(ctx, f, "blk.1.q.weight", 16, &g));
         CHECK(strstr(br_ctx_error(ctx), "g.safetensors") && strstr(br_ctx_error(ctx), "blk.1.q"),
               "%s", br_ctx_error(ctx));
+        /* not a Gram: a negative diagonal element, an all-zero factor */
+        CHECK_FAILS(ctx, BR_E_FORMAT, br_calib_gram(ctx, f, "blk.2.neg.weight", 16, &g));
+        CHECK(strstr(br_ctx_error(ctx), "g.safetensors") && strstr(br_ctx_error(ctx), "[5][5]"),
+              "%s", br_ctx_error(ctx));
+        CHECK_FAILS(ctx, BR_E_FORMAT, br_calib_gram(ctx, f, "blk.2.zero.weight", 16, &g));
+        CHECK(strstr(br_ctx_error(ctx), "g.safetensors") && strstr(br_ctx_error(ctx), "zero"), "%s",
+              br_ctx_error(ctx));
         br_st_close(f);
     }
     free(factor);
     free(full);
     free(bad);
+    free(neg);
+    free(zero);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");

@@ -209,6 +209,7 @@ static void buffer_new_and_views(void) {
         CHECK(nv == NULL, "a failed view left *out set");
         CHECK(br_buf_view(NULL, 0, 1, &nv) == BR_E_ARG, "NULL parent accepted");
         CHECK(br_buf_view(b, 0, 1, NULL) == BR_E_ARG, "NULL out accepted");
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "out is NULL", br_buf_view(b, 0, 1, NULL));
         CHECK_FAILS_MSG(ctx, BR_E_SIZE, "br_buf_upload", br_buf_upload(b, n - 1, host, 2));
         CHECK_FAILS_MSG(ctx, BR_E_SIZE, "br_buf_upload", br_buf_upload(b, 1, host, SIZE_MAX));
         CHECK_FAILS_MSG(ctx, BR_E_SIZE, "br_buf_download", br_buf_download(b, n + 1, back, 0));
@@ -306,9 +307,10 @@ static void buffer_fill_and_copy(void) {
 /* ---------------------------------------------------------------- contexts */
 
 static void context_device_strings(void) {
-    static const char *const bad[] = {"",           "gpu",    "CPU",     " cpu",    "cpu ",
-                                      "cuda:",      "cuda:x", "cuda:-1", "cuda:1x", "cuda:+",
-                                      "cuda:99999", "cuda0",  "cuda::0", "auto:1"};
+    static const char *const bad[] = {"",           "gpu",     "CPU",     " cpu",    "cpu ",
+                                      "cuda:",      "cuda:x",  "cuda:-1", "cuda:1x", "cuda:+",
+                                      "cuda:99999", "cuda0",   "cuda::0", "auto:1",  "cuda:+1",
+                                      "cuda: 1",    "cuda:\t0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         static int dummy;
         br_ctx *ctx = (br_ctx *)(void *)&dummy; /* must be reset to NULL */

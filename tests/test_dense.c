@@ -337,6 +337,25 @@ static void dense_bad_arguments(void) {
     CHECK_OK(ctx, br_dense_fwd(ctx, a, w, out, m, k, r, 0, A));
     CHECK_OK(ctx, br_dense_bwd(ctx, dy, w, dx, m, k, r, BR_DENSE_TILED));
 
+    /* an output sharing memory with an input: rows of out would overwrite a (or w)
+     * before other outputs read it */
+    {
+        br_buf *pool = t_buf_poison(ctx, BR_F32, m * k + m * r + r * k, 0), *pa, *po, *pw;
+        CHECK_OK(ctx, br_buf_view(pool, 0, m * k, &pa));                 /* a / dx */
+        CHECK_OK(ctx, br_buf_view(pool, m * k - 1, m * r, &po));         /* out / dy: one shared */
+        CHECK_OK(ctx, br_buf_view(pool, m * k + m * r - 2, r * k, &pw)); /* w: shares with po */
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "out overlaps a",
+                        br_dense_fwd(ctx, pa, w, po, m, k, r, 0, P));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "out overlaps w",
+                        br_dense_fwd(ctx, a, pw, po, m, k, r, 1, P));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "out overlaps a",
+                        br_dense_fwd(ctx, a, w, a, m, k, 2, 0, BR_DENSE_TILED));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "dx overlaps dy", br_dense_bwd(ctx, po, w, pa, m, k, r, P));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "dx overlaps w",
+                        br_dense_bwd(ctx, dy, dx, dx, m, k, 1, BR_DENSE_TILED));
+        br_buf_free(pa), br_buf_free(po), br_buf_free(pw), br_buf_free(pool);
+    }
+
     br_buf_free(a);
     br_buf_free(w);
     br_buf_free(out);

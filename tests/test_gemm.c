@@ -392,6 +392,48 @@ static void mm_bits_expand_graph(void) {
     br_ctx_free(ctx);
 }
 
+/* Eager calls on ever larger shapes keep one expand plane: an outgrown plane that
+ * no recording named is freed at once, not kept until the context is freed. */
+static void mm_bits_expand_eager_growth(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(10);
+    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    for (size_t i = 0; i < 6; i++) { /* every call needs a larger plane */
+        double e = bits_case(ctx, &r, i % 2 ? BR_BITS_COLS : BR_BITS_ROWS, 5, 20 + 30 * i,
+                             32 * (i + 1), 0, 0, 1.0f);
+        CHECK(e < MM_TOL, "eager growth %zu: %.3g", i, e);
+    }
+    CHECK(ctx->n_expand_retired == 0, "%zu outgrown planes kept though no graph named them",
+          ctx->n_expand_retired);
+
+    /* a recording names the plane: outgrown, it is kept for the graph (once) */
+    size_t m = 4, n = 40, k = 64, words = k / 32;
+    uint16_t *act = rand_f16(&r, m * k, 1.0f);
+    uint32_t *bits = rand_words(&r, n * words);
+    br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k),
+           *bb = t_buf_from(ctx, BR_U32, bits, n * words);
+    br_buf *ob = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+    br_gemm g = {.m = m, .n = n, .k = k, .oscale = 1.0f};
+    br_graph *graph = NULL;
+    CHECK_OK(ctx, br_graph_begin(ctx));
+    CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
+    CHECK_OK(ctx, br_graph_end(ctx, &graph));
+    for (size_t i = 0; i < 2; i++) {
+        double e = bits_case(ctx, &r, BR_BITS_ROWS, 3, 300 + 100 * i, 256, 0, 0, 1.0f);
+        CHECK(e < MM_TOL, "growth after a recording %zu: %.3g", i, e);
+    }
+    CHECK(ctx->n_expand_retired == 1, "%zu planes retired, want the one the graph names",
+          ctx->n_expand_retired);
+    CHECK_OK(ctx, br_graph_launch(graph));
+    uint16_t *plane = plane_of_bits(bits, BR_BITS_ROWS, n, k);
+    double *ref = ref_mm(act, plane, m, n, k, 1.0f);
+    check_block(ctx, ob, m * n, ref, m, n, n, 0, "graph on its retired plane");
+    br_graph_free(graph);
+    free(act), free(bits), free(plane), free(ref);
+    br_buf_free(ab), br_buf_free(bb), br_buf_free(ob);
+    br_ctx_free(ctx);
+}
+
 /* br_mm and br_mm_bits record into graphs: nothing runs while recording, each
  * launch runs them again. */
 static void mm_graph(void) {
@@ -597,4 +639,5 @@ static void mm_bad_args(void) {
 
 T_RUN("gemm", T_CASE(mm_shapes), T_CASE(mm_ldo_ocol), T_CASE(mm_oscale), T_CASE(mm_special_values),
       T_CASE(mm_bits_layouts), T_CASE(mm_bits_expand_path), T_CASE(mm_bits_expand_graph),
-      T_CASE(mm_graph), T_CASE(mm_launch_counts), T_CASE(mm_bad_args))
+      T_CASE(mm_bits_expand_eager_growth), T_CASE(mm_graph), T_CASE(mm_launch_counts),
+      T_CASE(mm_bad_args))

@@ -685,6 +685,18 @@ static void bad_configurations(void) {
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_opt_new(plain, &c, &o)); /* signs need G */
     c.sign_mode = BR_SIGN_EXACT;
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_opt_new(sg, &c, &o)); /* exact needs curvature */
+    {
+        br_blr *cv = NULL;
+        CHECK_OK(ctx, br_blr_new(ctx, 40, 40, 32, 1, BR_BLR_CURVATURE, &cv));
+        c.flip_budget = 0; /* exact needs a budget: its predictions hold for one flip */
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_opt_new(cv, &c, &o));
+        CHECK(o == NULL && strstr(br_ctx_error(ctx), "flip_budget"), "%s", br_ctx_error(ctx));
+        c.flip_budget = 1e-3f;
+        CHECK_OK(ctx, br_blr_opt_new(cv, &c, &o));
+        br_blr_opt_free(o);
+        o = NULL;
+        br_blr_free(cv);
+    }
     c = br_opt_defaults();
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_opt_new(sg, NULL, &o));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_opt_new(sg, &c, NULL));

@@ -398,6 +398,24 @@ static void adam_bad_arguments(void) {
         CHECK_OK(ctx, br_buf_view(state, n, n, &v1));
         CHECK_OK(ctx, br_buf_view(state, 2 * n, n, &v2));
         CHECK_OK(ctx, br_adam(ctx, vw, g, v1, v2, NULL, n, &ok));
+        /* what the op only reads must not share memory with what it writes: a
+         * shifted grad would be read after w was written, and every element reads
+         * the sched buffer */
+        br_buf *shifted, *sched_in_m2;
+        CHECK_OK(ctx, br_buf_view(state, n / 2, n, &shifted));
+        CHECK_OK(ctx, br_buf_view(state, 2 * n + 3, 4, &sched_in_m2));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "grad overlaps w",
+                        br_adam(ctx, vw, shifted, v1, v2, NULL, n, &ok));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "mask overlaps w",
+                        br_adam(ctx, vw, g, v1, v2, shifted, n, &ok));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "rel_floor overlaps w",
+                        br_adam_cat(ctx, vw, g, v1, v2, mask, shifted, n, &ok));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "grad overlaps w", br_adam(ctx, w, w, m1, m2, NULL, n, &ok));
+        hp = ok, hp.sched = sched_in_m2;
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "hp->sched overlaps m2",
+                        br_adam_cat(ctx, vw, g, v1, v2, mask, rho, n, &hp));
+        br_buf_free(shifted);
+        br_buf_free(sched_in_m2);
         br_buf_free(vw);
         br_buf_free(v1);
         br_buf_free(v2);
@@ -657,6 +675,14 @@ static void sumsq_bad_arguments(void) {
     CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "np is 0", br_sumsq_cat(ctx, a, tab, 0, out));
     CHECK_FAILS_MSG(ctx, BR_E_OVERFLOW, "np", br_sumsq_cat(ctx, a, tab, (size_t)1 << 30, out));
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "another context", br_sumsq_cat(ctx, a, tab, 2, foreign));
+    { /* the partials must not land in the elements being summed */
+        br_buf *tail = NULL;
+        CHECK_OK(ctx, br_buf_view(a, n - 64, 64, &tail));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "out overlaps a", br_sumsq(ctx, a, n, tail));
+        CHECK_OK(ctx, br_sumsq(ctx, a, n - 64, tail));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "out overlaps a", br_sumsq_cat(ctx, a, tab, 1, tail));
+        br_buf_free(tail);
+    }
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "out is NULL", br_sumsq_host(ctx, a, n, NULL));
     CHECK_FAILS_MSG(ctx, BR_E_SIZE, "a holds", br_sumsq_host(ctx, a, n + 1, &host));
     CHECK(host == 0.0, "a failed br_sumsq_host left %g in *out", host);

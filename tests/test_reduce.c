@@ -628,6 +628,44 @@ static void colsum_fused_bad_arguments(void) {
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "another context",
                     br_colsum_fused(ctx, a, b, sum, rows, k, &bad));
 
+    /* outputs sharing memory with another operand (the fused pass writes them while it
+     * still reads the inputs); adjacent views are fine */
+    {
+        br_buf *pool32 = t_buf_poison(ctx, BR_F32, n + k, 0), *p_dst, *p_col, *p_col_next;
+        br_buf *pool16 = t_buf_poison(ctx, BR_F16, n_staged + n_t, 0), *p_st, *p_t;
+        br_buf *sum_in_a, *sum_in_dst;
+        CHECK_OK(ctx, br_buf_view(pool32, 0, n, &p_dst));
+        CHECK_OK(ctx, br_buf_view(pool32, n - 1, k, &p_col)); /* shares p_dst's last element */
+        CHECK_OK(ctx, br_buf_view(pool32, n, k, &p_col_next));
+        CHECK_OK(ctx, br_buf_view(pool16, 0, n_staged, &p_st));
+        CHECK_OK(ctx, br_buf_view(pool16, n_staged - 1, n_t, &p_t));
+        CHECK_OK(ctx, br_buf_view(a, n - k, k, &sum_in_a));
+        CHECK_OK(ctx, br_buf_view(dst32, 5, k, &sum_in_dst));
+        bad = scl, bad.dst = p_dst, bad.col = p_col;
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "fuse->dst overlaps fuse->col",
+                        br_colsum_fused(ctx, a, b, sum, rows, k, &bad));
+        bad.col = p_col_next;
+        CHECK_OK(ctx, br_colsum_fused(ctx, a, b, sum, rows, k, &bad));
+        bad = scl, bad.dst = b;
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "fuse->dst overlaps b",
+                        br_colsum_fused(ctx, a, b, sum, rows, k, &bad));
+        bad = scl, bad.dst = a, bad.dst_t = dst_t;
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "fuse->dst overlaps a",
+                        br_colsum_fused(ctx, a, b, sum, rows, k, &bad));
+        bad = cvt, bad.dst = p_st, bad.dst_t = p_t;
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "fuse->dst overlaps fuse->dst_t",
+                        br_colsum_fused(ctx, a, b, sum, rows, k, &bad));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "sum overlaps a",
+                        br_colsum_fused(ctx, a, b, sum_in_a, rows, k, &cvt));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "sum overlaps fuse->dst",
+                        br_colsum_fused(ctx, a, b, sum_in_dst, rows, k, &scl));
+        br_buf *views[] = {p_dst, p_col, p_col_next, p_st, p_t, sum_in_a, sum_in_dst};
+        for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
+            br_buf_free(views[i]);
+        br_buf_free(pool32);
+        br_buf_free(pool16);
+    }
+
     br_buf_free(a);
     br_buf_free(b);
     br_buf_free(sum);

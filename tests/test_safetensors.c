@@ -813,6 +813,20 @@ static void writer_errors(void) {
     br_st_writer_free(w);
     CHECK(!file_exists(path) && dir_entries(dir) == 0, "nothing left after a failed finish");
 
+    /* a header readers would refuse (over BR_ST_MAX_HEADER bytes) is not written */
+    size_t huge_n = (size_t)BR_ST_MAX_HEADER;
+    char *huge_value = t_xmalloc(huge_n + 1);
+    memset(huge_value, 'v', huge_n);
+    huge_value[huge_n] = '\0';
+    CHECK_OK(ctx, br_st_writer_new(ctx, path, &w));
+    CHECK_OK(ctx, br_st_writer_meta(w, "k", huge_value));
+    free(huge_value);
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_st_writer_finish(w));
+    CHECK(has(br_ctx_error(ctx), "header would be") && has(br_ctx_error(ctx), path), "%s",
+          br_ctx_error(ctx));
+    br_st_writer_free(w);
+    CHECK(!file_exists(path) && dir_entries(dir) == 0, "nothing left after a too-large header");
+
     /* abandoned writer: nothing left */
     CHECK_OK(ctx, br_st_writer_new(ctx, path, &w));
     CHECK(dir_entries(dir) == 1, "the temporary file exists while writing");
@@ -1124,6 +1138,41 @@ static void blr_layout(void) {
     br_st_writer_free(w);
     CHECK_FAILS(ctx, BR_E_FORMAT, br_st_open(ctx, path, &(br_st_file *){NULL}));
     CHECK(has(br_ctx_error(ctx), "format_version"), "%s", br_ctx_error(ctx));
+
+    /* layer names longer than any fixed buffer round-trip, in both encodings */
+    static char long_blr[1200], long_cortiq[1200];
+    memset(long_blr, 'b', sizeof long_blr - 1);
+    memset(long_cortiq, 'c', sizeof long_cortiq - 1);
+    CHECK_OK(ctx, br_st_writer_new(ctx, path, &w));
+    CHECK_OK(ctx, br_st_writer_add_blr(w, long_blr, &layers[1]));
+    CHECK_OK(ctx, br_st_writer_add_cortiq(w, long_cortiq, &layers[3])); /* n, r multiples of 8 */
+    CHECK_OK(ctx, br_st_writer_finish(w));
+    br_st_writer_free(w);
+    f = NULL;
+    CHECK_OK(ctx, br_st_open(ctx, path, &f));
+    CHECK(f && br_st_blr_count(f) == 2, "long names: 2 layers, got %zu", br_st_blr_count(f));
+    const char *long_names[2] = {long_blr, long_cortiq};
+    const br_blr_host *long_layers[2] = {&layers[1], &layers[3]};
+    for (int i = 0; f && i < 2; i++) {
+        br_blr_host back;
+        CHECK_OK(ctx, br_st_read_blr(ctx, f, long_names[i], &back));
+        check_same_layer(&back, long_layers[i], i ? "long cortiq name" : "long blr name");
+        br_blr_host_free(&back);
+    }
+    br_st_close(f);
+
+    /* one name stored both as a cortiq payload and in the BLR layout is ambiguous */
+    CHECK_OK(ctx, br_st_writer_new(ctx, path, &w));
+    CHECK_OK(ctx, br_st_writer_add_blr(w, "twice", &layers[3]));
+    CHECK_OK(ctx, br_st_writer_add_cortiq(w, "twice", &layers[3]));
+    CHECK_OK(ctx, br_st_writer_finish(w));
+    br_st_writer_free(w);
+    f = NULL;
+    CHECK_FAILS(ctx, BR_E_FORMAT, br_st_open(ctx, path, &f));
+    CHECK(f == NULL && has(br_ctx_error(ctx), "'twice' is stored twice") &&
+              has(br_ctx_error(ctx), path),
+          "%s", br_ctx_error(ctx));
+    br_st_close(f);
 
     for (int i = 0; i < 6; i++)
         br_blr_host_free(&layers[i]);

@@ -581,6 +581,20 @@ static void sign_step_ties(void) {
     br_ctx_free(ctx);
 }
 
+/* A NaN in the factored moment's state is data, not a failure: the step runs (the
+ * CPU step once took a NaN row mean for its out-of-memory sentinel). */
+static void sign_step_nan_factored_state(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(47);
+    step_case c = make_case(&rng, 70, 64, 0, 1);
+    c.v[3] = NAN; /* vr[3]: the mean over rows is NaN */
+    step_out o = run_case(ctx, &c, 0);
+    CHECK(isnan(o.v[3]), "the NaN moment did not stay NaN");
+    free_out(&o);
+    free_case(&c);
+    br_ctx_free(ctx);
+}
+
 static void sign_ops_bad_arguments(void) {
     br_ctx *ctx = t_ctx();
     br_buf *f = t_buf_poison(ctx, BR_F32, 64 * 32, 0), *u = t_buf_poison(ctx, BR_U32, 64, 0);
@@ -601,6 +615,14 @@ static void sign_ops_bad_arguments(void) {
                            .clamp = 1,
                            .hyst = 0};
     CHECK_OK(ctx, br_sign_step(ctx, &a));
+    /* a slot past flips (SIZE_MAX once wrapped the size check to 0: a write far away) */
+    a.slot = SIZE_MAX;
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "slot", br_sign_step(ctx, &a));
+    a.slot = 64;
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "slot", br_sign_step(ctx, &a));
+    a.slot = 63;
+    CHECK_OK(ctx, br_sign_step(ctx, &a));
+    a.slot = 0;
     a.r = 48;
     CHECK_FAILS(ctx, BR_E_SHAPE, br_sign_step(ctx, &a));
     a.r = 32;
@@ -646,4 +668,4 @@ static void sign_ops_bad_arguments(void) {
 
 T_RUN("sign", T_CASE(spec_sign_grads), T_CASE(spec_flip_exact), T_CASE(cvt_pad_matches_cvt),
       T_CASE(step_ctrl_formula), T_CASE(sign_step_latent), T_CASE(sign_step_exact),
-      T_CASE(sign_step_ties), T_CASE(sign_ops_bad_arguments))
+      T_CASE(sign_step_ties), T_CASE(sign_step_nan_factored_state), T_CASE(sign_ops_bad_arguments))

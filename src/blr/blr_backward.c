@@ -114,8 +114,9 @@ br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const b
     if (!(gscale > 0) || !isfinite(gscale) || frexpf(gscale, &e) != 0.5f)
         return br_fail(ctx, BR_E_ARG, "%s: gscale = %g is not a positive power of two", fn,
                        (double)gscale);
-    if (dx == x || dx == dy)
-        return br_fail(ctx, BR_E_ARG, "%s: dx is the same buffer as %s", fn, dx == x ? "x" : "dy");
+    /* every path reads x and dy after the first path has written dx */
+    BR_TRY(br_check_apart(ctx, fn, "dx", dx, dx ? xn : 0, "x", x, xn));
+    BR_TRY(br_check_apart(ctx, fn, "dx", dx, dx ? xn : 0, "dy", dy, yn));
     if (!accumulate) {
         /* the scale gradients and curvature sums restart at 0; G is overwritten */
         BR_TRY(br_buf_fill(l->grads, 0, l->paths * l->path_len, 0));

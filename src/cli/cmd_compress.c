@@ -62,18 +62,32 @@ static int parse_double(const char *s, double *out) {
     return 0;
 }
 
+/* A decimal count: digits only (no sign, space, octal "010" or hex "0x20"). */
 static int parse_size(const char *s, unsigned long long *out) {
     char *end = NULL;
     errno = 0;
-    if (*s == '-') return -1;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end) return -1;
+    if (*s < '0' || *s > '9') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
     *out = v;
+    return 0;
+}
+
+/* A learning rate: a number ≥ 0 that stays finite as a float. */
+static int parse_rate(const char *s, float *out) {
+    double d;
+    if (parse_double(s, &d) || !(d >= 0) || !isfinite((float)d)) return -1;
+    *out = (float)d;
     return 0;
 }
 
 int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *o,
                         int resume, int quiet, const char *report_path, const char *who) {
+    char err[512];
+    if (report_path && br_cli_html_writable(report_path, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", who, err);
+        return 1;
+    }
     br_cli_progress prog;
     br_cli_progress_init(&prog, stderr, quiet, &cancel_requested);
     struct sigaction sa, old_int, old_term;
@@ -100,7 +114,6 @@ int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_c
     if (!quiet) br_cli_print_table(stdout, rep, in, out);
     int rc = 0;
     if (report_path) {
-        char err[512];
         if (br_cli_write_html(report_path, rep, in, out, err, sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", who, err);
             rc = 1;
@@ -180,13 +193,10 @@ int br_cmd_compress(int argc, char **argv) {
                     rc = bad_usage("--tokens: '%s' is not a count of 1..1048576", v);
                 o.tokens = (size_t)u;
             } else if (!strcmp(a, "--lr")) {
-                if (parse_double(v, &d) || d < 0)
-                    rc = bad_usage("--lr: '%s' is not a number ≥ 0", v);
-                o.lr = (float)d;
+                if (parse_rate(v, &o.lr)) rc = bad_usage("--lr: '%s' is not a number ≥ 0", v);
             } else if (!strcmp(a, "--sign-lr")) {
-                if (parse_double(v, &d) || d < 0)
+                if (parse_rate(v, &o.sign_lr))
                     rc = bad_usage("--sign-lr: '%s' is not a number ≥ 0", v);
-                o.sign_lr = (float)d;
             } else if (!strcmp(a, "--include")) {
                 inc[o.n_include++] = v;
             } else if (!strcmp(a, "--exclude")) {

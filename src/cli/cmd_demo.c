@@ -67,7 +67,7 @@ int br_cmd_demo(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--steps") && v) {
             char *end = NULL;
             long s = strtol(argv[++i], &end, 10);
-            if (*end || s < 0 || s > 1000000) {
+            if (end == argv[i] || *end || s < 0 || s > 1000000) {
                 fprintf(stderr, "bitrank demo: --steps: '%s' is not a count\n", argv[i]);
                 return 2;
             }

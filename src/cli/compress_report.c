@@ -224,6 +224,19 @@ static void svg_curve(FILE *f, const br_layer_report *l) {
     fputs("</svg>", f);
 }
 
+int br_cli_html_writable(const char *path, char *err, size_t err_len) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        snprintf(err, err_len, "%s: cannot write the report: %s", path, strerror(errno));
+        return -1;
+    }
+    fclose(f);
+    unlink(tmp);
+    return 0;
+}
+
 int br_cli_write_html(const char *path, const br_compress_report *rep, const char *in_path,
                       const char *out_path, char *err, size_t err_len) {
     char tmp[4200];

@@ -35,6 +35,9 @@ void br_cli_print_table(FILE *out, const br_compress_report *rep, const char *in
  * in err. */
 int br_cli_write_html(const char *path, const br_compress_report *rep, const char *in_path,
                       const char *out_path, char *err, size_t err_len);
+/* Whether the report can be written at `path` (its temporary file is made and
+ * removed): checked before the job, not after hours of it. 0 or -1 as above. */
+int br_cli_html_writable(const char *path, char *err, size_t err_len);
 
 /* Run br_compress_file with the progress display (SIGINT/SIGTERM cancel it
  * cleanly), then print the table and write the HTML report (report_path may be

@@ -157,6 +157,25 @@ br_status br_calib_gram(br_ctx *ctx, const br_st_file *file, const char *name, s
             }
     }
     free(f);
+    /* a Gram XᵀX has a non-negative diagonal, not all zero */
+    double trace = 0;
+    for (size_t j = 0; j < n; j++) {
+        double d = g[j * n + j];
+        if (d < 0) {
+            free(g);
+            return br_fail(ctx, BR_E_FORMAT,
+                           "%s: tensor '%s': not an input Gram of layer '%s': diagonal element "
+                           "[%zu][%zu] = %g is negative",
+                           path, t->name, name, j, j, d);
+        }
+        trace += d;
+    }
+    if (!(trace > 0) || !isfinite(trace)) {
+        free(g);
+        return br_fail(ctx, BR_E_FORMAT,
+                       "%s: tensor '%s': not an input Gram of layer '%s': its diagonal is %s", path,
+                       t->name, name, trace > 0 ? "not finite" : "all zero");
+    }
     *gram = g;
     return BR_OK;
 }

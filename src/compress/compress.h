@@ -14,6 +14,10 @@
 extern "C" {
 #endif
 
+/* Every option of a compression in range (BR_E_ARG naming the first that is not):
+ * br_compress_file and br_compress_matrix check the same way. */
+br_status br_compress_check_opts(br_ctx *ctx, const br_compress_opts *opts);
+
 /* Layers on the host are the io layout's br_blr_host (f32 scales while training;
  * r a multiple of 32 here, so a row of signs is r/32 words). These helpers are
  * the job's own, independent of the io implementation. */
@@ -30,7 +34,8 @@ static inline float br_bit_sign(const uint32_t *bits, size_t words, size_t row, 
 br_status br_layer_host_reconstruct(br_ctx *ctx, const br_blr_host *L, size_t paths, float *w_hat);
 
 /* The real-valued factors the signs of a Dual-SVID come from, per path: U' [m][r]
- * and V' [n][r] (zero past min(m, n)): a sign optimizer's latents start there. */
+ * and V' [n][r] (past min(m, n): tiny values of the random signs there), whose
+ * signs are the bits: a sign optimizer's latents start there. */
 typedef struct br_svid_factors {
     float *u[2], *v[2];
 } br_svid_factors;

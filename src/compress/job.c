@@ -2,7 +2,6 @@
  * with a checkpoint after each, write the output atomically. */
 #include <dirent.h>
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +23,9 @@ typedef struct job {
     void *user;
     double t0;
     br_compress_report *rep;
-    size_t layer, layers; /* the layer being compressed, how many */
-    char hash[17];        /* options + input, hex */
+    size_t layer, layers;  /* the layer being compressed, how many */
+    uint64_t weights_hash; /* the values of every compressed weight (plan) */
+    char hash[17];         /* options + input, hex */
     char ckpt_dir[4096];
 } job;
 
@@ -73,8 +73,23 @@ static int is_float_dtype(br_st_dtype d) {
     return d == BR_ST_F32 || d == BR_ST_F16 || d == BR_ST_BF16;
 }
 
-/* Hash of everything that decides a layer's result: the options and the input's
- * tensor list (names, dtypes, shapes) and size. */
+/* A running hash of raw bytes (8 at a time: fast enough beside reading them). */
+static uint64_t bytes_hash(uint64_t h, const void *data, size_t len) {
+    const unsigned char *b = data;
+    while (len) {
+        uint64_t x = 0;
+        size_t k = len < 8 ? len : 8;
+        memcpy(&x, b, k);
+        h = (h ^ x) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 32;
+        b += k;
+        len -= k;
+    }
+    return h;
+}
+
+/* Hash of everything that decides a layer's result: the options, the input's
+ * tensor list (names, dtypes, shapes) and the values of the compressed weights. */
 static void options_hash(job *j, const br_st_file *in) {
     const br_compress_opts *o = j->o;
     char buf[1024];
@@ -97,6 +112,7 @@ static void options_hash(job *j, const br_st_file *in) {
         for (size_t d = 0; d < t->ndim; d++)
             h = h * 17 + t->shape[d];
     }
+    h = h * 131 + j->weights_hash;
     snprintf(j->hash, sizeof j->hash, "%016llx", (unsigned long long)h);
 }
 
@@ -280,33 +296,16 @@ static br_status plan(job *j, const br_st_file *in, size_t *rank, size_t *nsel) 
                        "%s: nothing to compress: none of its %zu tensors is a 2-D linear weight "
                        "(names ending in .weight, not embeddings or norms; --include adds more)",
                        j->in_path, count);
-    /* every weight finite, before hours of work */
+    /* every weight finite, before hours of work; their values tag the checkpoint */
+    j->weights_hash = 0;
     for (size_t i = 0; i < count; i++) {
         if (!rank[i]) continue;
+        const br_st_tensor *t = br_st_tensor_at(in, i);
         float *w = NULL;
-        BR_TRY(read_weight(j, in, br_st_tensor_at(in, i), &w));
+        BR_TRY(read_weight(j, in, t, &w));
+        j->weights_hash = bytes_hash(j->weights_hash, w, (size_t)t->numel * sizeof *w);
         free(w);
     }
-    return BR_OK;
-}
-
-static br_status check_opts(br_ctx *ctx, const br_compress_opts *o) {
-    if (o->paths < 1 || o->paths > 2)
-        return br_fail(ctx, BR_E_ARG, "paths must be 1 or 2 (got %zu)", o->paths);
-    if (o->rank % 32) return br_fail(ctx, BR_E_ARG, "rank %zu is not a multiple of 32", o->rank);
-    if (!o->rank && (!(o->bpw > 0) || !isfinite(o->bpw)))
-        return br_fail(ctx, BR_E_ARG, "bits per weight must be positive (got %g)", o->bpw);
-    if (o->steps < 0) return br_fail(ctx, BR_E_ARG, "steps must be ≥ 0 (got %d)", o->steps);
-    if (o->synthetic != BR_SYNTH_ISOTROPIC && o->synthetic != BR_SYNTH_HEAVY)
-        return br_fail(ctx, BR_E_ARG, "synthetic = %d is not a br_synthetic", o->synthetic);
-    if (!o->tokens || o->tokens > (1u << 20))
-        return br_fail(ctx, BR_E_ARG, "tokens per step must be 1..1048576 (got %zu)", o->tokens);
-    if (!o->eval_tokens || o->eval_tokens > (1u << 22))
-        return br_fail(ctx, BR_E_ARG, "held-out tokens must be 1..4194304 (got %zu)",
-                       o->eval_tokens);
-    if (!(o->lr >= 0) || !isfinite(o->lr) || !(o->sign_lr >= 0) || !isfinite(o->sign_lr))
-        return br_fail(ctx, BR_E_ARG, "learning rates must be finite and ≥ 0 (lr %g, sign_lr %g)",
-                       (double)o->lr, (double)o->sign_lr);
     return BR_OK;
 }
 
@@ -394,7 +393,7 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
         o = *opts;
     else
         br_compress_opts_default(&o);
-    BR_TRY(check_opts(ctx, &o));
+    BR_TRY(br_compress_check_opts(ctx, &o));
     job j = {.ctx = ctx,
              .in_path = in_path,
              .out_path = out_path,
@@ -428,9 +427,14 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
     if (!st) st = br_st_writer_new(ctx, out_path, &w);
     if (!st) {
         options_hash(&j, in);
+        struct stat sb;
         if (mkdir(j.ckpt_dir, 0777) != 0 && errno != EEXIST)
             st = br_fail(ctx, BR_E_IO, "%s: cannot create the checkpoint directory: %s", j.ckpt_dir,
                          strerror(errno));
+        else if (stat(j.ckpt_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            st = br_fail(ctx, BR_E_IO,
+                         "%s: cannot use it as the checkpoint directory: it is not a directory",
+                         j.ckpt_dir);
         else
             ckpt_made = 1;
         if (ckpt_made && !resume) ckpt_clear(&j, 0);

@@ -86,15 +86,13 @@ br_status br_compress_matrix(br_ctx *ctx, const char *name, const float *w, size
         o = *opts;
     else
         br_compress_opts_default(&o);
-    size_t rank = o.rank;
-    if (rank) {
-        if (rank % 32)
-            return br_fail(ctx, BR_E_ARG, "%s: rank %zu is not a multiple of 32", nm, rank);
-        if (o.paths < 1 || o.paths > 2)
-            return br_fail(ctx, BR_E_ARG, "%s: paths must be 1 or 2 (got %zu)", nm, o.paths);
-    } else {
-        BR_TRY(br_compress_rank(ctx, nm, m, n, o.paths, o.bpw, &rank));
+    if (br_compress_check_opts(ctx, &o) != BR_OK) {
+        char msg[sizeof ctx->err];
+        snprintf(msg, sizeof msg, "%s", br_ctx_error(ctx));
+        return br_fail(ctx, BR_E_ARG, "br_compress_matrix: %s: %s", nm, msg);
     }
+    size_t rank = o.rank;
+    if (!rank) BR_TRY(br_compress_rank(ctx, nm, m, n, o.paths, o.bpw, &rank));
     BR_TRY(br_check_weights(ctx, NULL, nm, w, m, n));
     br_calib_set cs = {0};
     br_train_in in;

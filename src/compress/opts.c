@@ -1,4 +1,5 @@
-/* Options of a compression: defaults. */
+/* Options of a compression: defaults and their checks. */
+#include <math.h>
 #include <string.h>
 
 #include "compress/compress.h"
@@ -19,4 +20,28 @@ void br_compress_opts_default(br_compress_opts *o) {
     o->eval_tokens = 1024;
     o->seed = 1;
     o->init_on_device = 1;
+}
+
+br_status br_compress_check_opts(br_ctx *ctx, const br_compress_opts *o) {
+    if (o->paths < 1 || o->paths > 2)
+        return br_fail(ctx, BR_E_ARG, "paths must be 1 or 2 (got %zu)", o->paths);
+    if (o->rank % 32) return br_fail(ctx, BR_E_ARG, "rank %zu is not a multiple of 32", o->rank);
+    if (!o->rank && (!(o->bpw > 0) || !isfinite(o->bpw)))
+        return br_fail(ctx, BR_E_ARG, "bits per weight must be positive (got %g)", o->bpw);
+    if (o->steps < 0) return br_fail(ctx, BR_E_ARG, "steps must be ≥ 0 (got %d)", o->steps);
+    if (o->synthetic != BR_SYNTH_ISOTROPIC && o->synthetic != BR_SYNTH_HEAVY)
+        return br_fail(ctx, BR_E_ARG, "synthetic = %d is not a br_synthetic", o->synthetic);
+    if (!o->tokens || o->tokens > (1u << 20))
+        return br_fail(ctx, BR_E_ARG, "tokens per step must be 1..1048576 (got %zu)", o->tokens);
+    if (!o->eval_tokens || o->eval_tokens > (1u << 22))
+        return br_fail(ctx, BR_E_ARG, "held-out tokens must be 1..4194304 (got %zu)",
+                       o->eval_tokens);
+    if (!(o->lr >= 0) || !isfinite(o->lr) || !(o->sign_lr >= 0) || !isfinite(o->sign_lr))
+        return br_fail(ctx, BR_E_ARG, "learning rates must be finite and ≥ 0 (lr %g, sign_lr %g)",
+                       (double)o->lr, (double)o->sign_lr);
+    if ((o->n_include && !o->include) || (o->n_exclude && !o->exclude))
+        return br_fail(ctx, BR_E_ARG, "%s is NULL with %zu patterns",
+                       o->n_include && !o->include ? "include" : "exclude",
+                       o->n_include && !o->include ? o->n_include : o->n_exclude);
+    return BR_OK;
 }

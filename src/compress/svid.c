@@ -270,6 +270,22 @@ static void binarize_path(const float *up, const float *vp, const double *v_weig
     }
 }
 
+/* The real factor [rows][r] of one side from X' [rows][k]; the columns past k, which
+ * have no singular vector, get their random bit's sign at 1e-3 of the mean |X'|:
+ * latents started from the factor keep those signs (a zero reads as +1, and
+ * columns that are all +1 alike would train alike). */
+static void keep_factor(const float *xp, const uint32_t *bits, size_t rows, size_t k, size_t r,
+                        float *out) {
+    double mean = 0;
+    for (size_t e = 0; e < rows * k; e++)
+        mean += fabs((double)xp[e]);
+    mean = mean > 0 ? mean / (double)(rows * k) : 1.0;
+    float tiny = (float)(1e-3 * mean);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t c = 0; c < r; c++)
+            out[i * r + c] = c < k ? xp[i * k + c] : tiny * br_bit_sign(bits, r / 32, i, c);
+}
+
 br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
                             br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd) {
 #ifndef BR_HAVE_LAPACK
@@ -342,15 +358,11 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uin
             br_sgemm(0, 0, n, k, n, 1.0f, inv_half, n, v, k, 0.0f, work, k);
             memcpy(v, work, n * k * sizeof *v);
         }
-        if (factors && factors->u[p] && factors->v[p]) {
-            memset(factors->u[p], 0, m * r * sizeof(float));
-            memset(factors->v[p], 0, n * r * sizeof(float));
-            for (size_t i = 0; i < m; i++)
-                memcpy(factors->u[p] + i * r, u + i * k, k * sizeof *u);
-            for (size_t j = 0; j < n; j++)
-                memcpy(factors->v[p] + j * r, v + j * k, k * sizeof *v);
-        }
         binarize_path(u, v, v_weight, m, n, k, r, &rng, tmp, lu, lv, &L->path[p]);
+        if (factors && factors->u[p] && factors->v[p]) {
+            keep_factor(u, L->path[p].bits_u, m, k, r, factors->u[p]);
+            keep_factor(v, L->path[p].bits_v, n, k, r, factors->v[p]);
+        }
     }
 done:
     free(target);

@@ -75,13 +75,16 @@ void free_bufs(svd_bufs &d) {
 }
 
 // Orthonormal columns of a (rows × cols, column-major, rows ≥ cols), in place.
-br_status qr_inplace(br_ctx *ctx, cusolverDnHandle_t sol, float *a, int rows, int cols, float *tau,
-                     float *work, int lwork, int *info) {
+br_status qr_inplace(br_ctx *ctx, cusolverDnHandle_t sol, cudaStream_t stream, float *a, int rows,
+                     int cols, float *tau, float *work, int lwork, int *info) {
     br_status st = BR_OK;
     int host_info = 0;
     SVD_CUSOLVER(cusolverDnSgeqrf(sol, rows, cols, a, rows, tau, work, lwork, info));
     SVD_CUSOLVER(cusolverDnSorgqr(sol, rows, cols, cols, a, rows, tau, work, lwork, info));
-    SVD_CUDA(cudaMemcpy(&host_info, info, sizeof host_info, cudaMemcpyDeviceToHost));
+    // on the solver's stream: the context's stream is non-blocking, so a plain
+    // cudaMemcpy (legacy default stream) would not wait for the QR
+    SVD_CUDA(cudaMemcpyAsync(&host_info, info, sizeof host_info, cudaMemcpyDeviceToHost, stream));
+    SVD_CUDA(cudaStreamSynchronize(stream));
     if (host_info != 0)
         st = br_fail(ctx, BR_E_DEVICE, "Dual-SVID on the GPU: QR of %d×%d failed (info %d)", rows,
                      cols, host_info);
@@ -158,15 +161,15 @@ br_status cuda_svd_topk(br_ctx *ctx, const float *w, size_t m, size_t n, size_t 
     // Y = M·Ω (R × l)
     SVD_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, R, L, C, &one, d.m, R, d.omega, C, &zero,
                            d.y, R));
-    if ((st = qr_inplace(ctx, sol, d.y, R, L, d.tau, d.work, lwork, d.info))) goto done;
+    if ((st = qr_inplace(ctx, sol, stream, d.y, R, L, d.tau, d.work, lwork, d.info))) goto done;
     for (int it = 0; it < kPowerIters; it++) {
         // Z = Mᵀ·Y (C × l), Y = M·Z
         SVD_CUBLAS(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, C, L, R, &one, d.m, R, d.y, R, &zero,
                                d.z, C));
-        if ((st = qr_inplace(ctx, sol, d.z, C, L, d.tau, d.work, lwork, d.info))) goto done;
+        if ((st = qr_inplace(ctx, sol, stream, d.z, C, L, d.tau, d.work, lwork, d.info))) goto done;
         SVD_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, R, L, C, &one, d.m, R, d.z, C, &zero,
                                d.y, R));
-        if ((st = qr_inplace(ctx, sol, d.y, R, L, d.tau, d.work, lwork, d.info))) goto done;
+        if ((st = qr_inplace(ctx, sol, stream, d.y, R, L, d.tau, d.work, lwork, d.info))) goto done;
     }
     // Bᵀ = Mᵀ·Y (C × l) directly, the operand of the SVD
     SVD_CUBLAS(
@@ -174,7 +177,8 @@ br_status cuda_svd_topk(br_ctx *ctx, const float *w, size_t m, size_t n, size_t 
     // Bᵀ = U_B·S·V_Bᵀ: U_B C × l, V_Bᵀ l × l
     SVD_CUSOLVER(cusolverDnSgesvd(sol, 'S', 'S', C, L, d.bt, C, d.s, d.ub, C, d.vbt, L, d.work,
                                   lwork, nullptr, d.info));
-    SVD_CUDA(cudaMemcpy(&host_info, d.info, sizeof host_info, cudaMemcpyDeviceToHost));
+    SVD_CUDA(cudaMemcpyAsync(&host_info, d.info, sizeof host_info, cudaMemcpyDeviceToHost, stream));
+    SVD_CUDA(cudaStreamSynchronize(stream));
     if (host_info != 0) {
         st = br_fail(ctx, BR_E_DEVICE,
                      "Dual-SVID on the GPU: SVD of %d×%d did not converge "

@@ -31,6 +31,7 @@ typedef struct trainer {
     double *batch_norm2; /* Σ y*² of each batch */
     double eval_norm2;
     double c;
+    int all_zero; /* y* = 0 on every input: nothing to fit */
 } trainer;
 
 static void trainer_free(trainer *t) {
@@ -213,12 +214,19 @@ static br_status setup(trainer *t, const float *w, const br_train_in *in, const 
         pool_norm2 += t->batch_norm2[b];
     }
     BR_TRY(br_sumsq_host(ctx, t->y_eval, t->neval * m, &t->eval_norm2));
-    if (!(t->eval_norm2 > 0) || !(pool_norm2 > 0) || !isfinite(pool_norm2) ||
-        !isfinite(t->eval_norm2))
+    if (!isfinite(pool_norm2) || !isfinite(t->eval_norm2))
         return br_fail(ctx, BR_E_NONFINITE,
-                       "training: the original layer's outputs are all zero or not finite "
-                       "(Σy² = %g on the training inputs)",
-                       pool_norm2);
+                       "training: the original layer's outputs are not finite (Σy² = %g on the "
+                       "training inputs, %g held out)",
+                       pool_norm2, t->eval_norm2);
+    if (pool_norm2 == 0 && t->eval_norm2 == 0) {
+        t->all_zero = 1; /* e.g. W = 0: the initialization is exact, nothing to train */
+        return BR_OK;
+    }
+    if (!(pool_norm2 > 0) || !(t->eval_norm2 > 0))
+        return br_fail(ctx, BR_E_NONFINITE,
+                       "training: the original layer's outputs are all zero on the %s inputs",
+                       pool_norm2 > 0 ? "held-out" : "training");
     t->c = 1.0 / sqrt(pool_norm2 / (double)(t->npool * m));
     BR_TRY(fill_const(ctx, &t->c_pos, m, (float)t->c));
     BR_TRY(fill_const(ctx, &t->c_neg, m, (float)-t->c));
@@ -271,6 +279,11 @@ br_status br_train_layer(br_ctx *ctx, const float *w, const br_train_in *in,
     br_blr_host best = {0};
     round_scales(L);
     br_status st = setup(&t, w, in, o, L, f);
+    if (!st && t.all_zero) {
+        rep->err_init = rep->err_trained = 0;
+        rep->steps = 0;
+        goto done;
+    }
     if (!st) st = br_layer_host_alloc(ctx, &best, L->m, L->n, L->r, L->paths);
     if (!st) copy_host(&best, L);
     double err = 0;

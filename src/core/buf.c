@@ -44,8 +44,9 @@ br_status br_buf_new(br_ctx *ctx, br_dtype dtype, size_t count, br_buf **out) {
 }
 
 br_status br_buf_view(br_buf *parent, size_t offset, size_t count, br_buf **out) {
-    if (!parent || !out) return BR_E_ARG;
+    if (!parent) return BR_E_ARG;
     br_ctx *ctx = parent->ctx;
+    if (!out) return br_fail(ctx, BR_E_ARG, "br_buf_view: out is NULL");
     *out = NULL;
     if (count == 0 || offset > parent->count || count > parent->count - offset)
         return br_fail(ctx, BR_E_SIZE,

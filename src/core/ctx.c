@@ -11,10 +11,11 @@ static void put_err(char *err, size_t n, const char *msg) {
     if (err && n) snprintf(err, n, "%s", msg);
 }
 
-/* "cuda:N" → N, "cuda" → 0; -1 if malformed. */
+/* "cuda:N" → N, "cuda" → 0; -1 if malformed (N is decimal digits only: strtol alone
+ * would also take "+1" and " 1"). */
 static int parse_cuda_index(const char *dev) {
     if (strcmp(dev, "cuda") == 0) return 0;
-    if (strncmp(dev, "cuda:", 5) != 0 || dev[5] == '\0') return -1;
+    if (strncmp(dev, "cuda:", 5) != 0 || dev[5] < '0' || dev[5] > '9') return -1;
     char *end = NULL;
     errno = 0;
     long v = strtol(dev + 5, &end, 10);

@@ -42,7 +42,8 @@ struct br_ctx {
     br_stats stats;
     size_t ws_need;          /* bytes of backend workspace the issued ops need */
     br_buf *expand_plane;    /* f16 scratch of the expand-then-mm path */
-    br_buf **expand_retired; /* outgrown expand planes: recorded graphs may name them */
+    int expand_plane_named;  /* a recording named expand_plane: keep it when outgrown */
+    br_buf **expand_retired; /* outgrown expand planes that recorded graphs may name */
     size_t n_expand_retired;
 };
 

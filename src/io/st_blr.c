@@ -310,28 +310,34 @@ static br_status scan_layer(br_ctx *ctx, const br_st_file *f, const char *key, c
     const uint64_t shapes[5][3] = {{P, m, rb}, {P, n, rb}, {P, m}, {P, r}, {P, n}};
     const size_t ndims[5] = {3, 3, 2, 2, 2};
     const br_st_dtype dts[5] = {BR_ST_U8, BR_ST_U8, BR_ST_F16, BR_ST_F16, BR_ST_F16};
-    char tname[512], sbuf[2][96];
-    if (name_len + 16 > sizeof tname)
-        return br_fail(ctx, BR_E_FORMAT, "%s: layer name is too long", where);
+    char sbuf[2][96];
+    /* names as long as the key: the writer puts no limit on a layer's name */
+    char *tname = malloc(name_len + 16);
+    if (!tname) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", where);
     info->nbytes = 0;
     *order = SIZE_MAX;
-    for (int i = 0; i < 5; i++) {
-        snprintf(tname, sizeof tname, "%.*s%s", (int)name_len, key, blr_suffix[i]);
+    for (int i = 0; i < 5 && st == BR_OK; i++) {
+        memcpy(tname, key, name_len);
+        strcpy(tname + name_len, blr_suffix[i]);
         const br_st_tensor *t = br_st_find(f, tname);
-        if (!t) return br_fail(ctx, BR_E_FORMAT, "%s: tensor '%s' is missing", where, tname);
-        if (t->dtype != dts[i])
-            return br_fail(ctx, BR_E_FORMAT, "%s: tensor '%s' is %s, expected %s", where, tname,
-                           t->dtype_name, br_st_dtype_name(dts[i]));
-        if (!shape_is(t, shapes[i], ndims[i]))
-            return br_fail(ctx, BR_E_FORMAT, "%s: tensor '%s' has shape %s, expected %s", where,
-                           tname, br_st_fmt_shape(sbuf[0], sizeof sbuf[0], t->shape, t->ndim),
-                           br_st_fmt_shape(sbuf[1], sizeof sbuf[1], shapes[i], ndims[i]));
-        info->nbytes += t->nbytes;
-        size_t idx = (size_t)(t - f->tensors);
-        if (idx < *order) *order = idx;
+        if (!t) {
+            st = br_fail(ctx, BR_E_FORMAT, "%s: tensor '%.200s' is missing", where, tname);
+        } else if (t->dtype != dts[i]) {
+            st = br_fail(ctx, BR_E_FORMAT, "%s: tensor '%.200s' is %s, expected %s", where, tname,
+                         t->dtype_name, br_st_dtype_name(dts[i]));
+        } else if (!shape_is(t, shapes[i], ndims[i])) {
+            st = br_fail(ctx, BR_E_FORMAT, "%s: tensor '%.200s' has shape %s, expected %s", where,
+                         tname, br_st_fmt_shape(sbuf[0], sizeof sbuf[0], t->shape, t->ndim),
+                         br_st_fmt_shape(sbuf[1], sizeof sbuf[1], shapes[i], ndims[i]));
+        } else {
+            info->nbytes += t->nbytes;
+            size_t idx = (size_t)(t - f->tensors);
+            if (idx < *order) *order = idx;
+        }
     }
+    free(tname);
     info->bpw = br_blr_bpw(info->m, info->n, info->r, info->paths);
-    return BR_OK;
+    return st;
 }
 
 typedef struct found_layer {
@@ -379,6 +385,23 @@ br_status br_st_scan_blr(br_ctx *ctx, br_st_file *f) {
         snprintf(where, sizeof where, "%s: tensor '%.200s'", t->file, t->name);
         if (t->dtype != BR_ST_U8 || t->ndim != 1) {
             st = br_fail(ctx, BR_E_FORMAT, "%s: a cortiq payload must be a 1-D U8 tensor", where);
+            break;
+        }
+        /* a name is one layer: NAME.blr.cortiq beside a "NAME.blr" entry is ambiguous */
+        char *key = malloc(len - slen + 5);
+        if (!key) {
+            st = br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", f->path);
+            break;
+        }
+        memcpy(key, t->name, len - slen);
+        strcpy(key + len - slen, ".blr");
+        int twice = br_st_meta(f, key) != NULL;
+        free(key);
+        if (twice) {
+            st = br_fail(ctx, BR_E_FORMAT,
+                         "%s: layer '%.*s' is stored twice, as a cortiq payload and in the BLR "
+                         "layout",
+                         where, (int)(len - slen > 200 ? 200 : len - slen), t->name);
             break;
         }
         found_layer *fl = &found[nfound];
@@ -431,20 +454,22 @@ br_status br_st_read_blr(br_ctx *ctx, const br_st_file *f, const char *name, br_
         if (strcmp(f->blr[i].name, name) == 0) info = &f->blr[i];
     if (!info)
         return br_fail(ctx, BR_E_ARG, "%s: %s has no compressed layer '%.200s'", fn, f->path, name);
-    char tname[512];
-    if (strlen(name) + 16 > sizeof tname) return br_fail(ctx, BR_E_ARG, "%s: name is too long", fn);
     if (info->cortiq) {
-        snprintf(tname, sizeof tname, "%s%s", name, CORTIQ_SUFFIX);
-        const br_st_tensor *t = br_st_find(f, tname);
+        char *tname = suffixed(name, CORTIQ_SUFFIX);
+        if (!tname) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
+        const br_st_tensor *t = br_st_find(f, tname); /* found by br_st_open */
+        free(tname);
         return br_blr_cortiq_decode(ctx, t->data, (size_t)t->nbytes, out);
+    }
+    const uint8_t *data[5];
+    for (int i = 0; i < 5; i++) {
+        char *tname = suffixed(name, blr_suffix[i]);
+        if (!tname) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
+        data[i] = br_st_find(f, tname)->data; /* checked by br_st_open */
+        free(tname);
     }
     size_t P = info->paths, m = info->m, n = info->n, r = info->r, rb = bytes_of(r);
     BR_TRY(br_blr_host_alloc(ctx, out, m, n, r, P));
-    const uint8_t *data[5];
-    for (int i = 0; i < 5; i++) {
-        snprintf(tname, sizeof tname, "%s%s", name, blr_suffix[i]);
-        data[i] = br_st_find(f, tname)->data; /* checked by br_st_open */
-    }
     for (size_t p = 0; p < P; p++) {
         br_blr_path_host *ph = &out->path[p];
         unpack_rows(data[0] + p * m * rb, m, r, ph->bits_u);

@@ -258,6 +258,13 @@ static br_status build_header(br_st_writer *w, char **out, size_t *out_len) {
         free(h);
         return br_fail(w->ctx, BR_E_NOMEM, "br_st_writer_finish: %s: out of host memory", w->path);
     }
+    if (len > BR_ST_MAX_HEADER) { /* a file no reader (ours included) would open */
+        free(h);
+        return br_fail(w->ctx, BR_E_OVERFLOW,
+                       "br_st_writer_finish: %s: the header would be %zu bytes, more than the "
+                       "%llu a safetensors reader accepts",
+                       w->path, len, (unsigned long long)BR_ST_MAX_HEADER);
+    }
     *out = h;
     *out_len = len;
     return BR_OK;

@@ -51,3 +51,10 @@ int br_bufs_overlap(const br_buf *x, size_t nx, const br_buf *y, size_t ny) {
     size_t ex = bx + nx * br_dtype_size(x->dtype), ey = by + ny * br_dtype_size(y->dtype);
     return bx < ey && by < ex;
 }
+
+br_status br_check_apart(br_ctx *ctx, const char *fn, const char *x_name, const br_buf *x,
+                         size_t nx, const char *y_name, const br_buf *y, size_t ny) {
+    if (br_bufs_overlap(x, nx, y, ny))
+        return br_fail(ctx, BR_E_ARG, "%s: %s overlaps %s", fn, x_name, y_name);
+    return BR_OK;
+}

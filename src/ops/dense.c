@@ -32,6 +32,9 @@ br_status br_dense_fwd(br_ctx *ctx, const br_buf *a, const br_buf *w, br_buf *ou
     BR_TRY(br_check_buf(ctx, fn, "a", a, BR_F32, n_mk));
     BR_TRY(br_check_buf(ctx, fn, "w", w, BR_F32, n_rk));
     BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, n_mr));
+    /* an output row is written while other rows of a and all of w are still read */
+    BR_TRY(br_check_apart(ctx, fn, "out", out, n_mr, "a", a, n_mk));
+    BR_TRY(br_check_apart(ctx, fn, "out", out, n_mr, "w", w, n_rk));
     if (impl == BR_DENSE_AUTO) impl = r <= DENSE_FWD_TILED_MAX_R ? BR_DENSE_TILED : BR_DENSE_PLAIN;
 
     br_op op = {.kind = BR_OP_DENSE_FWD};
@@ -54,6 +57,8 @@ br_status br_dense_bwd(br_ctx *ctx, const br_buf *dy, const br_buf *w, br_buf *d
     BR_TRY(br_check_buf(ctx, fn, "dy", dy, BR_F32, n_mr));
     BR_TRY(br_check_buf(ctx, fn, "w", w, BR_F32, n_rk));
     BR_TRY(br_check_buf(ctx, fn, "dx", dx, BR_F32, n_mk));
+    BR_TRY(br_check_apart(ctx, fn, "dx", dx, n_mk, "dy", dy, n_mr));
+    BR_TRY(br_check_apart(ctx, fn, "dx", dx, n_mk, "w", w, n_rk));
     /* the tiled backward has no shape limit: it is the default */
     if (impl == BR_DENSE_AUTO) impl = BR_DENSE_TILED;
 

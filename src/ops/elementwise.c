@@ -14,14 +14,6 @@ static br_status check_alias(br_ctx *ctx, const char *fn, const char *out_name, 
     return BR_OK;
 }
 
-/* A column factor is read by every row: the output must not overwrite it. */
-static br_status check_col_apart(br_ctx *ctx, const char *fn, const br_buf *out, size_t n,
-                                 const char *col_name, const br_buf *col, size_t k) {
-    if (br_bufs_overlap(out, n, col, k))
-        return br_fail(ctx, BR_E_ARG, "%s: out overlaps %s", fn, col_name);
-    return BR_OK;
-}
-
 /* m, k ≥ 1 and *n = m·k. */
 static br_status check_rows_cols(br_ctx *ctx, const char *fn, size_t m, size_t k, size_t *n) {
     BR_TRY(br_check_dim(ctx, fn, "m", m));
@@ -39,7 +31,7 @@ br_status br_scale_acc(br_ctx *ctx, const br_buf *a, const br_buf *col, br_buf *
     BR_TRY(br_check_buf(ctx, fn, "col", col, BR_F32, k));
     BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, n));
     BR_TRY(check_alias(ctx, fn, "out", out, "a", a, n));
-    BR_TRY(check_col_apart(ctx, fn, out, n, "col", col, k));
+    BR_TRY(br_check_apart(ctx, fn, "out", out, n, "col", col, k)); /* col is read by every row */
     br_op op = {.kind = BR_OP_SCALE_ACC};
     op.u.scale_acc = (br_scale_acc_args){
         .a = a, .col = col, .out = out, .m = m, .k = k, .accumulate = accumulate != 0};
@@ -59,8 +51,8 @@ br_status br_scale_acc2(br_ctx *ctx, const br_buf *a0, const br_buf *col0, const
     BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, n));
     BR_TRY(check_alias(ctx, fn, "out", out, "a0", a0, n));
     BR_TRY(check_alias(ctx, fn, "out", out, "a1", a1, n));
-    BR_TRY(check_col_apart(ctx, fn, out, n, "col0", col0, k));
-    BR_TRY(check_col_apart(ctx, fn, out, n, "col1", col1, k));
+    BR_TRY(br_check_apart(ctx, fn, "out", out, n, "col0", col0, k));
+    BR_TRY(br_check_apart(ctx, fn, "out", out, n, "col1", col1, k));
     br_op op = {.kind = BR_OP_SCALE_ACC2};
     op.u.scale_acc2 = (br_scale_acc2_args){
         .a0 = a0, .col0 = col0, .a1 = a1, .col1 = col1, .out = out, .m = m, .k = k};

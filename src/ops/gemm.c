@@ -57,14 +57,14 @@ br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out
 }
 
 /* The context's f16 expand plane, grown to at least `count` elements. An outgrown
- * plane is retired, not freed: a recorded graph may still name it (freed with the
- * context). */
+ * plane that a recording named is retired, not freed: a graph may still run on it
+ * (freed with the context); one only eager ops used is freed. */
 static br_status expand_plane(br_ctx *ctx, size_t count, br_buf **out) {
     if (ctx->expand_plane && ctx->expand_plane->count >= count) {
         *out = ctx->expand_plane;
         return BR_OK;
     }
-    if (ctx->expand_plane) {
+    if (ctx->expand_plane && ctx->expand_plane_named) {
         br_buf **list =
             realloc(ctx->expand_retired, (ctx->n_expand_retired + 1) * sizeof *ctx->expand_retired);
         if (!list)
@@ -73,8 +73,12 @@ static br_status expand_plane(br_ctx *ctx, size_t count, br_buf **out) {
     }
     br_buf *plane = NULL;
     BR_TRY(br_buf_new(ctx, BR_F16, count, &plane));
-    if (ctx->expand_plane) ctx->expand_retired[ctx->n_expand_retired++] = ctx->expand_plane;
+    if (ctx->expand_plane && ctx->expand_plane_named)
+        ctx->expand_retired[ctx->n_expand_retired++] = ctx->expand_plane;
+    else
+        br_buf_free(ctx->expand_plane); /* eager ops only: the backend waits for them */
     ctx->expand_plane = plane;
+    ctx->expand_plane_named = 0;
     *out = plane;
     return BR_OK;
 }
@@ -106,6 +110,7 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
      * or the transpose of the bitmap's expansion (COLS: rows k, r = n). */
     br_buf *plane = NULL;
     BR_TRY(expand_plane(ctx, plane_elems, &plane));
+    if (ctx->rec) ctx->expand_plane_named = 1;
     br_op ex = {.kind = BR_OP_EXPAND};
     if (layout == BR_BITS_ROWS)
         ex.u.expand = (br_expand_args){.bits = bits, .rows = g.n, .r = g.k, .plane = plane};

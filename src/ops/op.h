@@ -1,7 +1,8 @@
 /* Op descriptors: what the front-end hands a backend, and what a graph records.
  * One kind per backend op; composites (plane_linear, weight_grad, gram_acc) are
  * sequences of these. Every size here has been checked by the front-end: element
- * counts fit BR_MAX_ELEMS and every buffer holds what the shapes need. */
+ * counts fit BR_MAX_ELEMS (except fill and copy counts, bounded only by the buffer:
+ * up to 2^40) and every buffer holds what the shapes need. */
 #ifndef BR_OPS_OP_H
 #define BR_OPS_OP_H
 

@@ -40,6 +40,24 @@ static br_status check_adam_bufs(br_ctx *ctx, const char *fn, const br_buf *w, c
     return BR_OK;
 }
 
+/* The operands the op only reads (grad, mask, rel_floor, and hp->sched, which every
+ * element reads) must not share memory with w, m1 or m2, which it writes. */
+static br_status check_adam_inputs(br_ctx *ctx, const char *fn, const br_buf *w, const br_buf *m1,
+                                   const br_buf *m2, size_t n, const br_buf *grad,
+                                   const br_buf *mask, const br_buf *rel_floor,
+                                   const br_buf *sched) {
+    const char *const in_names[4] = {"grad", "mask", "rel_floor", "hp->sched"};
+    const br_buf *const ins[4] = {grad, mask, rel_floor, sched};
+    const size_t in_counts[4] = {n, n, n, 4};
+    const char *const out_names[3] = {"w", "m1", "m2"};
+    const br_buf *const outs[3] = {w, m1, m2};
+    for (size_t i = 0; i < 4; i++)
+        for (size_t j = 0; j < 3; j++)
+            BR_TRY(br_check_apart(ctx, fn, in_names[i], ins[i], in_counts[i], out_names[j], outs[j],
+                                  n));
+    return BR_OK;
+}
+
 br_status br_adam(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br_buf *m2,
                   const br_buf *mask, size_t n, const br_adam_hp *hp) {
     static const char fn[] = "br_adam";
@@ -50,6 +68,7 @@ br_status br_adam(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br_buf
     BR_TRY(br_check_finite(ctx, fn, "hp->rel_floor", hp->rel_floor));
     if (hp->rel_floor < 0.0f)
         return br_fail(ctx, BR_E_ARG, "%s: hp->rel_floor is %g, must be ≥ 0", fn, hp->rel_floor);
+    BR_TRY(check_adam_inputs(ctx, fn, w, m1, m2, n, grad, mask, NULL, hp->sched));
 
     br_op op = {.kind = BR_OP_ADAM};
     op.u.adam = (br_adam_args){
@@ -66,6 +85,7 @@ br_status br_adam_cat(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br
     BR_TRY(br_check_buf(ctx, fn, "mask", mask, BR_F32, n));
     BR_TRY(br_check_buf(ctx, fn, "rel_floor", rel_floor, BR_F32, n));
     BR_TRY(check_adam_hp(ctx, fn, hp));
+    BR_TRY(check_adam_inputs(ctx, fn, w, m1, m2, n, grad, mask, rel_floor, hp->sched));
 
     br_op op = {.kind = BR_OP_ADAM_CAT};
     op.u.adam = (br_adam_args){
@@ -81,6 +101,7 @@ br_status br_sumsq(br_ctx *ctx, const br_buf *a, size_t n, br_buf *out) {
     BR_TRY(br_check_dim(ctx, fn, "n", n));
     BR_TRY(br_check_buf(ctx, fn, "a", a, BR_F32, n));
     BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, BR_SUMSQ_PARTS));
+    BR_TRY(br_check_apart(ctx, fn, "out", out, BR_SUMSQ_PARTS, "a", a, n));
 
     br_op op = {.kind = BR_OP_SUMSQ};
     op.u.sumsq = (br_sumsq_args){.a = a, .tab = NULL, .n = n, .np = 1, .out = out};
@@ -101,6 +122,7 @@ br_status br_sumsq_cat(br_ctx *ctx, const br_buf *a, const br_buf *tab, size_t n
     BR_TRY(br_check_dim(ctx, fn, "a's element count", a->count));
     BR_TRY(br_check_buf(ctx, fn, "tab", tab, BR_U32, n_tab));
     BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, n_out));
+    BR_TRY(br_check_apart(ctx, fn, "out", out, n_out, "a", a, a->count));
 
     br_op op = {.kind = BR_OP_SUMSQ_CAT};
     op.u.sumsq = (br_sumsq_args){.a = a, .tab = tab, .n = a->count, .np = np, .out = out};

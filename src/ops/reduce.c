@@ -70,6 +70,16 @@ br_status br_colsum_fused(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf 
     } else if (fz.dst_t) {
         BR_TRY(br_check_finite(ctx, fn, "fuse->t_scale", fz.t_scale));
     }
+    /* The outputs are written while the inputs are still read: an output that shares
+     * memory with another operand gives results that depend on the order of the
+     * writes (and differ from the separate ops). */
+    static const char *const names[6] = {"sum", "fuse->dst", "fuse->dst_t", "a", "b", "fuse->col"};
+    const br_buf *const bufs[6] = {sum, fz.dst, fz.dst_t, a, b, fz.col};
+    const size_t counts[6] = {k, n_dst, n_t, n, n, k};
+    for (size_t i = 0; i < 3; i++) /* each output against every later operand */
+        for (size_t j = i + 1; j < 6; j++)
+            BR_TRY(br_check_apart(ctx, fn, names[i], bufs[i], counts[i], names[j], bufs[j],
+                                  counts[j]));
     /* fields the kind does not use are cleared, so a recorded op never depends on them */
     if (staged)
         fz.accumulate = 0;

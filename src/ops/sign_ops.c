@@ -79,7 +79,10 @@ br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *a) {
     BR_TRY(br_check_buf(ctx, fn, "grad", a->grad, BR_F32, n));
     BR_TRY(br_check_buf(ctx, fn, "bits", a->bits, BR_U32, n / 32));
     BR_TRY(br_check_buf(ctx, fn, "sched", a->sched, BR_F32, BR_SIGN_SCHED));
-    BR_TRY(br_check_buf(ctx, fn, "flips", a->flips, BR_U32, a->slot + 1));
+    BR_TRY(br_check_buf(ctx, fn, "flips", a->flips, BR_U32, 1));
+    if (a->slot >= a->flips->count) /* not slot + 1 as a size: it could wrap to 0 */
+        return br_fail(ctx, BR_E_SIZE, "%s: slot %zu is outside flips of %zu entries", fn, a->slot,
+                       a->flips->count);
     if (a->budget > n)
         return br_fail(ctx, BR_E_ARG, "%s: budget %zu exceeds rows·r = %zu", fn, a->budget, n);
     if (!a->exact) {

@@ -61,6 +61,11 @@ static br_status check_cfg(br_ctx *ctx, const br_blr *l, const br_opt_cfg *c) {
         return br_fail(ctx, BR_E_ARG, "%s: cfg->flip_budget = %g is not in [0, 1]", fn,
                        (double)c->flip_budget);
     if (c->sign_mode == BR_SIGN_EXACT) {
+        if (!(c->flip_budget > 0))
+            return br_fail(ctx, BR_E_ARG,
+                           "%s: BR_SIGN_EXACT needs a flip budget (cfg->flip_budget > 0, e.g. "
+                           "1e-3): its predictions hold for one flip at a time",
+                           fn);
         if (!(c->curvature > 0) || !isfinite(c->curvature))
             return br_fail(ctx, BR_E_ARG, "%s: cfg->curvature = %g must be > 0", fn,
                            (double)c->curvature);

@@ -116,21 +116,17 @@ static float lane_sumsq_f64(const float *x, size_t n) {
     return (float)p[0];
 }
 
-/* Factored second moment: vr [rows], vc [r] updated in place; returns mean_i vr. */
+/* Factored second moment: vr [rows], vc [r] updated in place; returns mean_i vr.
+ * chunk, total: scratch [r] each. */
 static float factored_update(const br_sign_step_args *a, const float *grad, float gm, float *vr,
-                             float *vc) {
+                             float *vc, float *chunk, float *total) {
     size_t rows = a->rows, r = a->r;
     float omb2 = 1.0f - a->beta2;
     for (size_t i = 0; i < rows; i++) {
         float mean = row_sumsq(grad + i * r, r, gm) / (float)r;
         vr[i] = a->beta2 * vr[i] + omb2 * mean;
     }
-    float *chunk = calloc(r, sizeof *chunk), *total = calloc(r, sizeof *total);
-    if (!chunk || !total) {
-        free(chunk);
-        free(total);
-        return NAN;
-    }
+    memset(total, 0, r * sizeof *total);
     for (size_t c0 = 0; c0 < rows; c0 += BR_SIGN_CHUNK) {
         size_t c1 = c0 + BR_SIGN_CHUNK < rows ? c0 + BR_SIGN_CHUNK : rows;
         memset(chunk, 0, r * sizeof *chunk);
@@ -144,8 +140,6 @@ static float factored_update(const br_sign_step_args *a, const float *grad, floa
     }
     for (size_t k = 0; k < r; k++)
         vc[k] = a->beta2 * vc[k] + omb2 * (total[k] / (float)rows);
-    free(chunk);
-    free(total);
     return lane_sum(vr, rows) / (float)rows;
 }
 
@@ -184,20 +178,20 @@ br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op) {
     const float *grad = br_ptr(a->grad);
     uint32_t *bits = br_ptr(a->bits);
     uint32_t *key = malloc(n * sizeof *key);
-    if (!key) return br_fail(ctx, BR_E_NOMEM, "sign_step: out of host memory (%zu keys)", n);
+    /* factored: column sums of a chunk of rows and their total, [2][r] */
+    float *colsums = !a->exact && a->factored ? malloc(2 * r * sizeof *colsums) : NULL;
+    if (!key || (!a->exact && a->factored && !colsums)) {
+        free(key);
+        free(colsums);
+        return br_fail(ctx, BR_E_NOMEM, "sign_step: out of host memory (%zu keys)", n);
+    }
     size_t count = 0;
     if (!a->exact) {
         float lr = sched[0], gm = sched[2], bc1 = sched[4], bc2 = sched[5];
         float omb1 = 1.0f - a->beta1, omb2 = 1.0f - a->beta2;
         float *lat = br_ptr(a->latent), *m1 = br_ptr(a->m1), *v = br_ptr(a->v);
         float mean = 0;
-        if (a->factored) {
-            mean = factored_update(a, grad, gm, v, v + rows);
-            if (isnan(mean)) {
-                free(key);
-                return br_fail(ctx, BR_E_NOMEM, "sign_step: out of host memory");
-            }
-        }
+        if (a->factored) mean = factored_update(a, grad, gm, v, v + rows, colsums, colsums + r);
         for (size_t i = 0; i < rows; i++)
             for (size_t k = 0; k < r; k++) {
                 size_t e = i * r + k;
@@ -262,5 +256,6 @@ br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op) {
     }
     ((uint32_t *)br_ptr(a->flips))[a->slot] = flipped;
     free(key);
+    free(colsums);
     return BR_OK;
 }

@@ -7,6 +7,9 @@
 
 br_status br_cuda_check(br_ctx *ctx, cudaError_t e, const char *what, const char *file, int line) {
     const char *base = strrchr(file, '/');
+    /* a failed call also sets the runtime's last error; left there, it would be
+     * reported again by the next op's launch check (BR_CUDA_LAUNCHED) */
+    cudaGetLastError();
     return br_fail(ctx, BR_E_DEVICE, "CUDA error in %s: %s (%s) at %s:%d", what,
                    cudaGetErrorString(e), cudaGetErrorName(e), base ? base + 1 : file, line);
 }
@@ -58,6 +61,7 @@ static br_status cuda_open(br_ctx *ctx, int index, char *err, size_t n) {
     }
     s->device = index;
     if ((e = cudaGetDeviceProperties(&s->prop, index)) != cudaSuccess) {
+        cudaGetLastError();
         if (err && n) snprintf(err, n, "cuda:%d: %s", index, cudaGetErrorString(e));
         free(s);
         return BR_E_DEVICE;
@@ -72,6 +76,7 @@ static br_status cuda_open(br_ctx *ctx, int index, char *err, size_t n) {
     }
     if ((e = cudaSetDevice(index)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        cudaGetLastError();
         if (err && n) snprintf(err, n, "cuda:%d: %s", index, cudaGetErrorString(e));
         free(s);
         return BR_E_DEVICE;
@@ -151,7 +156,13 @@ br_status br_cuda_workspace(br_ctx *ctx, size_t bytes, void **out) {
         return br_fail(ctx, BR_E_STATE, "workspace of %zu bytes not reserved before graph capture",
                        bytes);
     void *p = NULL;
-    BR_CUDA_TRY(ctx, cudaMalloc(&p, bytes));
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not left for the next launch check */
+        return br_fail(ctx, e == cudaErrorMemoryAllocation ? BR_E_NOMEM : BR_E_DEVICE,
+                       "workspace: cudaMalloc of %zu bytes on cuda:%d failed: %s", bytes, s->device,
+                       cudaGetErrorString(e));
+    }
     if (s->ws) { /* a captured graph may still name the old one */
         void **r = realloc(s->retired, (s->nretired + 1) * sizeof *r);
         if (!r) {
@@ -194,6 +205,7 @@ static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
         cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
         if (st != BR_OK) {
             if (graph) cudaGraphDestroy(graph);
+            cudaGetLastError(); /* an invalidated capture's error is not the next op's */
             return st;
         }
         if (e != cudaSuccess)
@@ -222,7 +234,7 @@ static br_status cuda_timer_mark(br_ctx *ctx, size_t slot) {
     if (slot >= s->nevents) {
         size_t n = slot + 1 > 2 * s->nevents ? slot + 1 : 2 * s->nevents;
         cudaEvent_t *ev = realloc(s->events, n * sizeof *ev);
-        if (!ev) return BR_E_NOMEM;
+        if (!ev) return br_fail(ctx, BR_E_NOMEM, "profiler: out of host memory for %zu events", n);
         memset(ev + s->nevents, 0, (n - s->nevents) * sizeof *ev);
         s->events = ev;
         s->nevents = n;
@@ -234,7 +246,9 @@ static br_status cuda_timer_mark(br_ctx *ctx, size_t slot) {
 
 static br_status cuda_timer_elapsed(br_ctx *ctx, size_t from, size_t to, double *ms) {
     br_cuda *s = br_cuda_state(ctx);
-    if (from >= s->nevents || to >= s->nevents) return BR_E_ARG;
+    if (from >= s->nevents || to >= s->nevents || !s->events[from] || !s->events[to])
+        return br_fail(ctx, BR_E_ARG, "profiler: timer marks %zu and %zu were never recorded", from,
+                       to);
     float f = 0;
     BR_CUDA_TRY(ctx, cudaEventSynchronize(s->events[to]));
     BR_CUDA_TRY(ctx, cudaEventElapsedTime(&f, s->events[from], s->events[to]));
