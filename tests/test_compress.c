@@ -4,6 +4,8 @@
 #include "compress/compress.h"
 #include "harness.h"
 
+#include <unistd.h>
+
 /* ---------------------------------------------------------------- rank */
 
 /* SPEC §1: bpw = P·(r·(m+n) + 16·(m+n+r))/(m·n) */
@@ -984,8 +986,44 @@ static void gram_lookup(void) {
     br_ctx_free(ctx);
 }
 
+/* A 2-D weight with an empty dimension is copied through, not an error. */
+static void job_empty_weight(void) {
+    br_ctx *ctx = t_ctx();
+    char dir[] = "/tmp/bitrank-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char in[128], out[128];
+    snprintf(in, sizeof in, "%s/in.safetensors", dir);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    br_rng rng = t_rng_for(11);
+    float *w = t_rand(&rng, 64 * 64, 1.0f), one = 1.0f;
+    const uint64_t shape[2] = {64, 64}, empty[2] = {0, 16};
+    br_st_writer *wr = NULL;
+    CHECK_OK(ctx, br_st_writer_new(ctx, in, &wr));
+    CHECK_OK(ctx, br_st_writer_add(wr, "blk.0.attn.q.weight", BR_ST_F32, 2, shape, w));
+    CHECK_OK(ctx, br_st_writer_add(wr, "blk.0.attn.empty.weight", BR_ST_F32, 2, empty, &one));
+    CHECK_OK(ctx, br_st_writer_finish(wr));
+    br_compress_opts o;
+    br_compress_opts_default(&o);
+    o.rank = 32;
+    o.steps = 0;
+    o.eval_tokens = 64;
+    br_compress_report *rep = NULL;
+    CHECK_OK(ctx, br_compress_file(ctx, in, out, &o, NULL, 0, NULL, NULL, &rep));
+    CHECK(rep && rep->n_layers == 1 && rep->n_passthrough == 1, "report: %zu layers, %zu copies",
+          rep ? rep->n_layers : 0, rep ? rep->n_passthrough : 0);
+    br_compress_report_free(rep);
+    br_st_file *f = NULL;
+    CHECK_OK(ctx, br_st_open(ctx, out, &f));
+    const br_st_tensor *t = f ? br_st_find(f, "blk.0.attn.empty.weight") : NULL;
+    CHECK(t && t->ndim == 2 && t->shape[0] == 0 && t->shape[1] == 16, "empty weight copied");
+    br_st_close(f);
+    remove(in), remove(out), rmdir(dir);
+    free(w);
+    br_ctx_free(ctx);
+}
+
 T_RUN("compress", T_CASE(rank_formula), T_CASE(selection_patterns),
       T_CASE(svid_error_decreases_with_rank), T_CASE(svid_full_and_randomized),
       T_CASE(svid_activation_aware), T_CASE(train_reduces_error_synthetic),
       T_CASE(train_reduces_error_embedded), T_CASE(matrix_bad_args), T_CASE(job_resume_and_atomic),
-      T_CASE(job_calibration_files), T_CASE(gram_lookup))
+      T_CASE(job_calibration_files), T_CASE(gram_lookup), T_CASE(job_empty_weight))

@@ -278,10 +278,12 @@ static br_status plan(job *j, const br_st_file *in, size_t *rank, size_t *nsel) 
                            "can; --exclude it to copy it unchanged)",
                            j->in_path, t->name, t->dtype_name);
         uint64_t m = t->shape[0], n = t->shape[1];
-        if (!m || !n || m > BR_MAX_ELEMS / n)
-            return br_fail(ctx, BR_E_SHAPE, "%s: tensor '%s': shape [%llu][%llu] is %s", j->in_path,
-                           t->name, (unsigned long long)m, (unsigned long long)n,
-                           !m || !n ? "empty" : "too large to compress");
+        if (!m || !n) continue; /* an empty weight has nothing to compress: copied as it is */
+        if (m > BR_MAX_ELEMS / n)
+            return br_fail(ctx, BR_E_SHAPE,
+                           "%s: tensor '%s': shape [%llu][%llu] is too large to "
+                           "compress",
+                           j->in_path, t->name, (unsigned long long)m, (unsigned long long)n);
         if (o->rank) {
             rank[i] = o->rank;
         } else {
