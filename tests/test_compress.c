@@ -1002,6 +1002,7 @@ static void job_empty_weight(void) {
     CHECK_OK(ctx, br_st_writer_add(wr, "blk.0.attn.q.weight", BR_ST_F32, 2, shape, w));
     CHECK_OK(ctx, br_st_writer_add(wr, "blk.0.attn.empty.weight", BR_ST_F32, 2, empty, &one));
     CHECK_OK(ctx, br_st_writer_finish(wr));
+    br_st_writer_free(wr);
     br_compress_opts o;
     br_compress_opts_default(&o);
     o.rank = 32;
