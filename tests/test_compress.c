@@ -171,6 +171,69 @@ static double weight_err(const float *w, const double *w_hat, size_t count) {
     return sqrt(num / den);
 }
 
+/* The device Dual-SVID state made once and reused: layers of growing and shrinking
+ * shapes through one br_svid_device (its buffers regrown, its handles kept), and
+ * through a second context's own one interleaved with it, initialize as well as a
+ * state made for each call (same error to 1e-4, the host's to 5%). On
+ * a context without a device path the state is refused, BR_E_UNSUPPORTED. */
+static void svid_device_reuse(void) {
+    br_ctx *ctx = t_ctx();
+    br_svid_device *dev = NULL;
+    if (strcmp(br_ctx_backend(ctx), "cuda") != 0) {
+        dev = (br_svid_device *)ctx; /* poisoned: must come back NULL */
+        CHECK_FAILS(ctx, BR_E_UNSUPPORTED, br_svid_device_new(ctx, &dev));
+        CHECK(dev == NULL, "a refused device state was returned");
+        br_svid_device_free(NULL);
+        br_ctx_free(ctx);
+        return;
+    }
+    br_ctx *ctx2 = t_ctx();
+    br_svid_device *dev2 = NULL;
+    CHECK_OK(ctx, br_svid_device_new(ctx, &dev));
+    CHECK_OK(ctx2, br_svid_device_new(ctx2, &dev2));
+    static const size_t shapes[4][4] = {
+        {96, 70, 32, 2}, {300, 261, 64, 1}, {41, 130, 32, 2}, {300, 261, 96, 2}};
+    br_rng rng = t_rng_for(14);
+    for (int c = 0; c < 4 && dev && dev2; c++) {
+        size_t m = shapes[c][0], n = shapes[c][1], r = shapes[c][2], P = shapes[c][3];
+        float *w = heavy_tailed_matrix(&rng, m, n, 0.6, 0.3);
+        uint64_t seed = br_rng_u64(&rng);
+        br_blr_host La = {0}, Lb = {0}, Lc = {0}, Lh = {0};
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &La, m, n, r, P));
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &Lb, m, n, r, P));
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &Lc, m, n, r, P));
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &Lh, m, n, r, P));
+        CHECK_OK(ctx, br_svid_init_on(dev, w, NULL, seed, &La, NULL));
+        CHECK_OK(ctx2, br_svid_init_on(dev2, w, NULL, seed, &Lb, NULL));
+        CHECK_OK(ctx, br_svid_init_device(ctx, w, NULL, seed, &Lc, NULL));
+        CHECK_OK(ctx, br_svid_init_host(ctx, w, NULL, seed, &Lh, NULL));
+        double *wa = reconstruct_f64(&La), *wb = reconstruct_f64(&Lb), *wc = reconstruct_f64(&Lc),
+               *wh = reconstruct_f64(&Lh);
+        double ea = weight_err(w, wa, m * n), eb = weight_err(w, wb, m * n),
+               ec = weight_err(w, wc, m * n), eh = weight_err(w, wh, m * n);
+        fprintf(
+            stderr,
+            "  [%zu][%zu] r=%zu P=%zu: reused %.6f, other context %.6f, fresh %.6f, host %.6f\n", m,
+            n, r, P, ea, eb, ec, eh);
+        CHECK(fabs(ea - ec) < 1e-4 && fabs(eb - ec) < 1e-4,
+              "[%zu][%zu]: reused %.6f / %.6f vs fresh %.6f", m, n, ea, eb, ec);
+        CHECK(fabs(ea - eh) < 0.05 * eh, "[%zu][%zu]: device %.6f vs host %.6f", m, n, ea, eh);
+        free(wa);
+        free(wb);
+        free(wc);
+        free(wh);
+        br_layer_host_free(&La);
+        br_layer_host_free(&Lb);
+        br_layer_host_free(&Lc);
+        br_layer_host_free(&Lh);
+        free(w);
+    }
+    br_svid_device_free(dev);
+    br_svid_device_free(dev2);
+    br_ctx_free(ctx2);
+    br_ctx_free(ctx);
+}
+
 static void svid_error_decreases_with_rank(void) {
     br_ctx *ctx = t_cpu_ctx();
     br_rng rng = t_rng_for(2);
@@ -640,9 +703,11 @@ static int file_exists(const char *path) {
     return f != NULL;
 }
 
-/* Cancels the job when layer `stop_after` is done (it is then checkpointed). */
+/* Cancels the job when layer `stop_after` is done (it is then checkpointed), or
+ * before the output is written. */
 typedef struct stopper {
     size_t stop_after;
+    int stop_at_write; /* cancel when the output is about to be written */
     int done_seen, resumed_seen, trained_seen;
 } stopper;
 static int stop_cb(const br_compress_progress *p, void *user) {
@@ -650,7 +715,8 @@ static int stop_cb(const br_compress_progress *p, void *user) {
     if (p->phase == BR_PHASE_DONE) s->done_seen++;
     if (p->phase == BR_PHASE_RESUMED) s->resumed_seen++;
     if (p->phase == BR_PHASE_TRAIN) s->trained_seen++;
-    return p->phase == BR_PHASE_DONE && p->layer == s->stop_after;
+    return (p->phase == BR_PHASE_DONE && p->layer == s->stop_after) ||
+           (s->stop_at_write && p->phase == BR_PHASE_WRITE);
 }
 
 /* An interrupted run resumed from its checkpoint writes the same bytes as an
@@ -790,6 +856,279 @@ static void job_resume_and_atomic(void) {
     none.n_exclude = 1;
     CHECK_FAILS(ctx, BR_E_ARG, br_compress_file(ctx, in, out_b, &none, NULL, 0, NULL, NULL, NULL));
     CHECK(strstr(br_ctx_error(ctx), "nothing to compress") != NULL, "%s", br_ctx_error(ctx));
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+    br_ctx_free(ctx);
+}
+
+/* One f32 tensor [rows][cols] of values N(0, 1)·scale (diagonal + 2·cols when
+ * `gram`, so it reads as an input Gram) in a new file. */
+static void write_calib(br_ctx *ctx, const char *path, const char *name, size_t rows, size_t cols,
+                        br_rng *rng, int gram) {
+    float *x = t_rand(rng, rows * cols, 1.0f);
+    if (gram)
+        for (size_t i = 0; i < rows && i < cols; i++)
+            x[i * cols + i] = fabsf(x[i * cols + i]) + 2.0f * (float)cols;
+    br_st_writer *w = NULL;
+    uint64_t shape[2] = {rows, cols};
+    CHECK_OK(ctx, br_st_writer_new(ctx, path, &w));
+    CHECK_OK(ctx, br_st_writer_add(w, name, BR_ST_F32, 2, shape, x));
+    CHECK_OK(ctx, br_st_writer_finish(w));
+    br_st_writer_free(w);
+    free(x);
+}
+
+/* A resume is keyed on the contents of the calibration files, not their paths,
+ * layer by layer: a file rewritten in place with other values refuses the
+ * checkpoint of the layer that takes them (the others stay good), the same values
+ * under another path are taken. */
+static void job_resume_calibration_content(void) {
+    br_ctx *ctx = t_ctx();
+    char dir[] = "/tmp/bitrank-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char in[128], out[128], acts[128], acts_moved[128], gram[128], gram_moved[128];
+    snprintf(in, sizeof in, "%s/in.safetensors", dir);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    snprintf(acts, sizeof acts, "%s/acts.safetensors", dir);
+    snprintf(acts_moved, sizeof acts_moved, "%s/acts-moved.safetensors", dir);
+    snprintf(gram, sizeof gram, "%s/gram.safetensors", dir);
+    snprintf(gram_moved, sizeof gram_moved, "%s/gram-moved.safetensors", dir);
+    br_rng rng = t_rng_for(12);
+    write_checkpoint(ctx, in, &rng, 0);
+    uint64_t acts_seed = br_rng_u64(&rng), gram_seed = br_rng_u64(&rng);
+    br_rng r1 = t_rng_for(acts_seed), r2 = t_rng_for(gram_seed);
+    write_calib(ctx, acts, "blk.0.attn.q", 300, 70, &r1, 0);         /* layer 0's inputs */
+    write_calib(ctx, gram, "blk.0.mlp.down.weight", 40, 40, &r2, 1); /* layer 2's Gram */
+    br_compress_opts o;
+    br_compress_opts_default(&o);
+    o.rank = 32;
+    o.steps = 5;
+    o.tokens = 64;
+    o.eval_tokens = 64;
+    o.activations = acts;
+    o.gram = gram;
+    o.seed = br_rng_u64(&rng);
+    /* cancelled when the last layer is done: all three checkpointed, no output */
+    stopper s = {.stop_after = 2};
+    CHECK_FAILS(ctx, BR_E_STATE, br_compress_file(ctx, in, out, &o, NULL, 0, stop_cb, &s, NULL));
+    char ck2[200];
+    snprintf(ck2, sizeof ck2, "%s.partial/layer-00002.safetensors", out);
+    CHECK(file_exists(ck2), "layer 2 not checkpointed");
+    /* the Gram rewritten in place with other values: layer 2's checkpoint (the
+     * layer that takes it) is refused, naming the file and the layer, before any
+     * work */
+    write_calib(ctx, gram, "blk.0.mlp.down.weight", 40, 40, &rng, 1);
+    s = (stopper){.stop_after = 99};
+    CHECK_FAILS(ctx, BR_E_STATE, br_compress_file(ctx, in, out, &o, NULL, 1, stop_cb, &s, NULL));
+    CHECK(strstr(br_ctx_error(ctx), "another input") &&
+              strstr(br_ctx_error(ctx), "layer-00002.safetensors") &&
+              strstr(br_ctx_error(ctx), "blk.0.mlp.down.weight"),
+          "message: %s", br_ctx_error(ctx));
+    CHECK(s.trained_seen == 0 && s.resumed_seen == 0, "%d steps, %d layers resumed before",
+          s.trained_seen, s.resumed_seen);
+    /* the Gram's old values back, the activations changed: layer 0's is refused */
+    r2 = t_rng_for(gram_seed);
+    write_calib(ctx, gram, "blk.0.mlp.down.weight", 40, 40, &r2, 1);
+    write_calib(ctx, acts, "blk.0.attn.q", 300, 70, &rng, 0);
+    CHECK_FAILS(ctx, BR_E_STATE, br_compress_file(ctx, in, out, &o, NULL, 1, NULL, NULL, NULL));
+    CHECK(strstr(br_ctx_error(ctx), "layer-00000.safetensors") &&
+              strstr(br_ctx_error(ctx), "blk.0.attn.q.weight"),
+          "message: %s", br_ctx_error(ctx));
+    CHECK(!file_exists(out), "a refused resume left an output");
+    /* the original values, under other paths: every layer resumed */
+    r1 = t_rng_for(acts_seed);
+    write_calib(ctx, acts_moved, "blk.0.attn.q", 300, 70, &r1, 0);
+    r2 = t_rng_for(gram_seed);
+    write_calib(ctx, gram_moved, "blk.0.mlp.down.weight", 40, 40, &r2, 1);
+    o.activations = acts_moved;
+    o.gram = gram_moved;
+    s = (stopper){.stop_after = 99, .stop_at_write = 1}; /* cancelled: the checkpoints stay */
+    br_compress_report *rep = NULL;
+    CHECK_FAILS(ctx, BR_E_STATE, br_compress_file(ctx, in, out, &o, NULL, 1, stop_cb, &s, &rep));
+    CHECK(s.resumed_seen == 3 && s.done_seen == 0, "resumed %d, done %d", s.resumed_seen,
+          s.done_seen);
+    br_compress_report_free(rep);
+    /* the Gram changed and the refused checkpoint removed, as the message says:
+     * layers 0 and 1 are taken, layer 2 alone is recomputed */
+    write_calib(ctx, gram_moved, "blk.0.mlp.down.weight", 40, 40, &rng, 1);
+    CHECK(remove(ck2) == 0, "remove %s", ck2);
+    s = (stopper){.stop_after = 99};
+    rep = NULL;
+    CHECK_OK(ctx, br_compress_file(ctx, in, out, &o, NULL, 1, stop_cb, &s, &rep));
+    CHECK(s.resumed_seen == 2 && s.done_seen == 1, "resumed %d, done %d", s.resumed_seen,
+          s.done_seen);
+    br_compress_report_free(rep);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+    br_ctx_free(ctx);
+}
+
+/* Copy the safetensors file src to dst, tensor by tensor and key by key, with
+ * changes: the F16 element `patch_index` of tensor `patch` set to the bits
+ * `patch_bits`, metadata `key` set to `value`, tensors whose name starts with
+ * `drop` left out and `layer` added as BLR layer `layer_name` (each NULL: none). */
+typedef struct ckpt_edit {
+    const char *patch;
+    size_t patch_index;
+    uint16_t patch_bits;
+    const char *key, *value;
+    const char *drop;
+    const br_blr_host *layer;
+    const char *layer_name;
+} ckpt_edit;
+static void rewrite_st(br_ctx *ctx, const char *src, const char *dst, const ckpt_edit *e) {
+    br_st_file *f = NULL;
+    CHECK_OK(ctx, br_st_open(ctx, src, &f));
+    if (!f) return;
+    br_st_writer *w = NULL;
+    CHECK_OK(ctx, br_st_writer_new(ctx, dst, &w));
+    void *copies[16] = {0};
+    for (size_t i = 0; i < br_st_count(f) && i < 16; i++) {
+        const br_st_tensor *t = br_st_tensor_at(f, i);
+        if (e->drop && !strncmp(t->name, e->drop, strlen(e->drop))) continue;
+        copies[i] = t_xmalloc((size_t)t->nbytes + 1);
+        memcpy(copies[i], t->data, (size_t)t->nbytes);
+        if (e->patch && !strcmp(t->name, e->patch)) {
+            uint8_t *b = (uint8_t *)copies[i] + 2 * e->patch_index;
+            b[0] = (uint8_t)e->patch_bits;
+            b[1] = (uint8_t)(e->patch_bits >> 8);
+        }
+        CHECK_OK(ctx, br_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, copies[i]));
+    }
+    if (e->layer) CHECK_OK(ctx, br_st_writer_add_blr(w, e->layer_name, e->layer));
+    for (size_t i = 0; i < br_st_meta_count(f); i++) {
+        const char *k = NULL, *v = NULL;
+        CHECK_OK(ctx, br_st_meta_at(f, i, &k, &v));
+        if (e->drop && !strncmp(k, e->drop, strlen(e->drop))) continue;
+        CHECK_OK(ctx, br_st_writer_meta(w, k, e->key && !strcmp(k, e->key) ? e->value : v));
+    }
+    CHECK_OK(ctx, br_st_writer_finish(w));
+    br_st_writer_free(w);
+    for (size_t i = 0; i < 16; i++)
+        free(copies[i]);
+    br_st_close(f);
+}
+
+/* A resumed job checks every checkpoint before the first layer runs: a damaged one
+ * (truncated, a non-finite scale, another shape, report numbers out of range, a
+ * malformed loss curve) is refused with BR_E_FORMAT and a message naming the file
+ * and the field, and no layer is trained; the intact one is then taken. */
+static void job_resume_damaged_checkpoint(void) {
+    br_ctx *ctx = t_ctx();
+    char dir[] = "/tmp/bitrank-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char in[128], out[128], ck1[200], good[200];
+    snprintf(in, sizeof in, "%s/in.safetensors", dir);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    snprintf(ck1, sizeof ck1, "%s.partial/layer-00001.safetensors", out);
+    snprintf(good, sizeof good, "%s/good-layer-00001.safetensors", dir);
+    br_rng rng = t_rng_for(13);
+    write_checkpoint(ctx, in, &rng, 0);
+    br_compress_opts o;
+    br_compress_opts_default(&o);
+    o.rank = 32;
+    o.steps = 12;
+    o.tokens = 64;
+    o.eval_tokens = 64;
+    o.eval_every = 4;
+    o.seed = br_rng_u64(&rng);
+    stopper s = {.stop_after = 1}; /* layers 0 and 1 checkpointed */
+    CHECK_FAILS(ctx, BR_E_STATE, br_compress_file(ctx, in, out, &o, NULL, 0, stop_cb, &s, NULL));
+    CHECK(file_exists(ck1), "layer 1 not checkpointed");
+    size_t len = 0;
+    char *bytes = read_whole(ck1, &len);
+    FILE *g = fopen(good, "wb");
+    CHECK(bytes && g && fwrite(bytes, 1, len, g) == len, "cannot copy %s", ck1);
+    if (g) fclose(g);
+
+    const char *name = "blk.0.mlp.up.weight"; /* layer 1: [64][100], rank 32, 2 paths */
+    br_blr_host other = {0};
+    CHECK_OK(ctx, br_blr_host_alloc(ctx, &other, 64, 100, 64, 2));
+    for (size_t p = 0; p < 2; p++) {
+        for (size_t i = 0; i < 64; i++)
+            other.path[p].h[i] = other.path[p].l[i] = 0.5f;
+        for (size_t j = 0; j < 100; j++)
+            other.path[p].g[j] = 0.5f;
+    }
+    char long_curve[2048] = "";
+    for (int i = 0; i < 40; i++)
+        strcat(long_curve, i ? " 0.5" : "0.5");
+    static const char *const report_keys = "bitrank.ckpt.report";
+    struct {
+        const char *what;
+        ckpt_edit edit;
+        const char *expect; /* in the message, beside the file's name */
+    } cases[] = {
+        {"+Inf scale",
+         {.patch = "blk.0.mlp.up.weight.blr.h", .patch_index = 3, .patch_bits = 0x7c00},
+         "blk.0.mlp.up.weight.blr.h' [0][3] is infinite"},
+        {"NaN scale",
+         {.patch = "blk.0.mlp.up.weight.blr.l", .patch_index = 32 + 5, .patch_bits = 0x7e00},
+         "blk.0.mlp.up.weight.blr.l' [1][5] is NaN"},
+        {"another rank",
+         {.drop = "blk.0.mlp.up.weight.blr", .layer = &other, .layer_name = name},
+         "rank 64"},
+        {"another layer",
+         {.key = "bitrank.ckpt.layer", .value = "blk.0.attn.q.weight"},
+         "bitrank.ckpt.layer"},
+        {"steps out of range",
+         {.key = report_keys, .value = "0.5 0.4 0.3 999 1 0.1 cpu"},
+         "steps = 999"},
+        {"negative error",
+         {.key = report_keys, .value = "0.5 -0.4 0.3 12 1 0.1 cpu"},
+         "err_trained"},
+        {"NaN error", {.key = report_keys, .value = "nan 0.4 0.3 12 1 0.1 cpu"}, "err_init"},
+        {"fractional steps",
+         {.key = report_keys, .value = "0.5 0.4 0.3 2.5 1 0.1 cpu"},
+         "steps = 2.5"},
+        {"huge loss_every",
+         {.key = report_keys, .value = "0.5 0.4 0.3 12 99999999999 0.1 cpu"},
+         "loss_every"},
+        {"infinite time", {.key = report_keys, .value = "0.5 0.4 0.3 12 1 inf cpu"}, "seconds"},
+        {"unknown device", {.key = report_keys, .value = "0.5 0.4 0.3 12 1 0.1 tpu"}, "tpu"},
+        {"report trailing garbage",
+         {.key = report_keys, .value = "0.5 0.4 0.3 12 1 0.1 cpu x"},
+         report_keys},
+        {"report too short", {.key = report_keys, .value = "0.5 0.4"}, report_keys},
+        {"curve garbage", {.key = "bitrank.ckpt.loss", .value = "0.5 0.25 x 0.1"}, "point 2"},
+        {"curve negative", {.key = "bitrank.ckpt.loss", .value = "0.5 -0.25"}, "point 1"},
+        {"curve too long", {.key = "bitrank.ckpt.loss", .value = long_curve}, "bitrank.ckpt.loss"},
+        {"curve empty with steps", {.key = "bitrank.ckpt.loss", .value = ""}, "disagree"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        rewrite_st(ctx, good, ck1, &cases[c].edit);
+        stopper never = {.stop_after = 99};
+        CHECK_FAILS(ctx, BR_E_FORMAT,
+                    br_compress_file(ctx, in, out, &o, NULL, 1, stop_cb, &never, NULL));
+        const char *msg = br_ctx_error(ctx);
+        CHECK(strstr(msg, "layer-00001.safetensors") && strstr(msg, cases[c].expect) &&
+                  strstr(msg, "remove the file"),
+              "%s: message: %s", cases[c].what, msg);
+        CHECK(never.trained_seen == 0 && never.resumed_seen == 0 && !file_exists(out),
+              "%s: %d steps trained, %d layers resumed before the refusal", cases[c].what,
+              never.trained_seen, never.resumed_seen);
+    }
+    /* truncated: the parser's message, the file named, the way on given */
+    if (bytes) {
+        FILE *t = fopen(ck1, "wb");
+        CHECK(t && fwrite(bytes, 1, len / 2, t) == len / 2, "cannot truncate %s", ck1);
+        if (t) fclose(t);
+        CHECK_FAILS(ctx, BR_E_FORMAT,
+                    br_compress_file(ctx, in, out, &o, NULL, 1, NULL, NULL, NULL));
+        CHECK(strstr(br_ctx_error(ctx), "layer-00001.safetensors") &&
+                  strstr(br_ctx_error(ctx), "remove the file"),
+              "truncated: %s", br_ctx_error(ctx));
+    }
+    /* intact again: both layers taken, the third trained */
+    rewrite_st(ctx, good, ck1, &(ckpt_edit){0});
+    s = (stopper){.stop_after = 99};
+    CHECK_OK(ctx, br_compress_file(ctx, in, out, &o, NULL, 1, stop_cb, &s, NULL));
+    CHECK(s.resumed_seen == 2 && s.done_seen == 1, "resumed %d, done %d", s.resumed_seen,
+          s.done_seen);
+    br_blr_host_free(&other);
+    free(bytes);
+    char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");
     br_ctx_free(ctx);
@@ -1025,6 +1364,8 @@ static void job_empty_weight(void) {
 
 T_RUN("compress", T_CASE(rank_formula), T_CASE(selection_patterns),
       T_CASE(svid_error_decreases_with_rank), T_CASE(svid_full_and_randomized),
-      T_CASE(svid_activation_aware), T_CASE(train_reduces_error_synthetic),
-      T_CASE(train_reduces_error_embedded), T_CASE(matrix_bad_args), T_CASE(job_resume_and_atomic),
+      T_CASE(svid_device_reuse), T_CASE(svid_activation_aware),
+      T_CASE(train_reduces_error_synthetic), T_CASE(train_reduces_error_embedded),
+      T_CASE(matrix_bad_args), T_CASE(job_resume_and_atomic),
+      T_CASE(job_resume_calibration_content), T_CASE(job_resume_damaged_checkpoint),
       T_CASE(job_calibration_files), T_CASE(gram_lookup), T_CASE(job_empty_weight))

@@ -866,6 +866,40 @@ static void writer_errors(void) {
     rm_tree(dir);
 }
 
+/* The output's mode is 0666 less the umask, as for any tool's new file (also over an
+ * existing file of another mode), with the rename still atomic: no temporary left. */
+static void writer_file_mode(void) {
+    init();
+    char dir[400], path[600];
+    subdir(dir, sizeof dir, "mode");
+    path_in(path, sizeof path, dir, "m.safetensors");
+    static const mode_t masks[] = {022, 027, 002, 077, 0};
+    mode_t saved = umask(022);
+    uint8_t data[5] = {1, 2, 3, 4, 5};
+    uint64_t shape = 5;
+    for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+        umask(masks[i]);
+        br_st_writer *w = NULL;
+        CHECK_OK(ctx, br_st_writer_new(ctx, path, &w));
+        CHECK_OK(ctx, br_st_writer_add(w, "t", BR_ST_U8, 1, &shape, data));
+        CHECK_OK(ctx, br_st_writer_finish(w));
+        br_st_writer_free(w);
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0, "stat %s", path);
+        CHECK((sb.st_mode & 07777) == (0666 & ~masks[i]), "umask %03o: mode %03o, expected %03o",
+              (unsigned)masks[i], (unsigned)(sb.st_mode & 07777), (unsigned)(0666 & ~masks[i]));
+        CHECK(dir_entries(dir) == 1, "umask %03o: %d entries, expected the output only",
+              (unsigned)masks[i], dir_entries(dir));
+    }
+    umask(saved);
+    br_st_file *f = NULL;
+    CHECK_OK(ctx, br_st_open(ctx, path, &f));
+    const br_st_tensor *t = f ? br_st_find(f, "t") : NULL;
+    CHECK(t && t->nbytes == 5 && !memcmp(t->data, data, 5), "the last file reads back");
+    br_st_close(f);
+    rm_tree(dir);
+}
+
 /* ---------------------------------------------------------------- BLR layout */
 
 static void random_layer(br_rng *r, br_blr_host *L, size_t m, size_t n, size_t rank, size_t P) {
@@ -1410,4 +1444,4 @@ static void mutated_inputs(void) {
 
 T_RUN("safetensors", T_CASE(json_parses), T_CASE(roundtrip_every_dtype), T_CASE(convert_to_f32),
       T_CASE(hostile_headers), T_CASE(open_errors), T_CASE(sharded_index), T_CASE(writer_errors),
-      T_CASE(blr_layout), T_CASE(cortiq_payload), T_CASE(mutated_inputs))
+      T_CASE(writer_file_mode), T_CASE(blr_layout), T_CASE(cortiq_payload), T_CASE(mutated_inputs))

@@ -1,4 +1,5 @@
 /* `bitrank compress IN -o OUT --bpw 1.0 ...`: the main job. */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -35,7 +36,8 @@ static const char usage_text[] =
     "  --include PAT       also compress 2-D tensors matching the glob (repeatable)\n"
     "  --exclude PAT       never compress tensors matching the glob (repeatable)\n"
     "  --report FILE.html  write an HTML report (table and loss curves)\n"
-    "  --resume            continue an interrupted run from OUT.partial/\n"
+    "  --resume            continue an interrupted run from OUT.partial/ (every\n"
+    "                      checkpoint is checked first; docs/FORMAT.md section 5)\n"
     "  --seed S            seed of every random choice (1)\n"
     "  --quiet             no progress and no table (errors only)\n";
 
@@ -81,8 +83,20 @@ static int parse_rate(const char *s, float *out) {
     return 0;
 }
 
+/* Whether `dir` exists and holds a finished layer (the job removes an empty one). */
+static int has_checkpoint(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));)
+        found = !strncmp(e->d_name, "layer-", 6);
+    closedir(d);
+    return found;
+}
+
 int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *o,
-                        int resume, int quiet, const char *report_path, const char *who) {
+                        const char *checkpoint_dir, int resume, int quiet, const char *report_path,
+                        const char *who) {
     char err[512];
     if (report_path && br_cli_html_writable(report_path, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", who, err);
@@ -96,16 +110,21 @@ int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_c
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     br_compress_report *rep = NULL;
-    br_status st = br_compress_file(ctx, in, out, o, NULL, resume, br_cli_progress_cb, &prog, &rep);
+    br_status st =
+        br_compress_file(ctx, in, out, o, checkpoint_dir, resume, br_cli_progress_cb, &prog, &rep);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     br_cli_progress_end(&prog);
     if (st != BR_OK) {
-        if (cancel_requested)
+        char partial[4200];
+        snprintf(partial, sizeof partial, "%s.partial", out);
+        if (cancel_requested && !checkpoint_dir && has_checkpoint(partial))
             fprintf(stderr,
-                    "%s: interrupted; no output written. Finished layers are kept in %s.partial: "
+                    "%s: interrupted; no output written. Finished layers are kept in %s: "
                     "rerun with --resume to continue\n",
-                    who, out);
+                    who, partial);
+        else if (cancel_requested)
+            fprintf(stderr, "%s: interrupted; no output written\n", who);
         else
             fprintf(stderr, "%s: %s\n", who, br_ctx_error(ctx));
         br_compress_report_free(rep);
@@ -227,7 +246,8 @@ int br_cmd_compress(int argc, char **argv) {
             rc = 1;
         } else {
             if (!quiet) fprintf(stderr, "bitrank %s on %s\n", BITRANK_VERSION, br_ctx_device(ctx));
-            rc = br_cli_run_compress(ctx, in, out, &o, resume, quiet, report, "bitrank compress");
+            rc = br_cli_run_compress(ctx, in, out, &o, NULL, resume, quiet, report,
+                                     "bitrank compress");
             /* BITRANK_PROFILE=1: where the device time went, op by op */
             if (br_ctx_get_option(ctx, BR_OPT_PROFILE) == 1) br_profile_report(ctx, stderr);
             br_ctx_free(ctx);

@@ -4,6 +4,7 @@
  * and its table. Finishes in well under two minutes on a 2-core CPU. */
 /* realpath() is an XSI function */
 #define _XOPEN_SOURCE 700
+#include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -48,6 +49,21 @@ static int find_data(char *out, size_t cap) {
     }
     snprintf(out, cap, "data/" DEMO_DATA);
     return readable(out);
+}
+
+/* Remove the plain files of `dir` (one of ours: a layer checkpoint or a temporary
+ * file of the writer) and then the directory. */
+static void remove_files_and_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char path[4400];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
 }
 
 int br_cmd_demo(int argc, char **argv) {
@@ -106,27 +122,32 @@ int br_cmd_demo(int argc, char **argv) {
     snprintf(gram, sizeof gram, "%.*s.gram.safetensors", (int)(dlen > 12 ? dlen - 12 : dlen),
              data); /* less ".safetensors" */
     if (readable(gram)) o.gram = gram;
-    char out[4300], dir[64] = "";
-    if (out_arg) {
-        snprintf(out, sizeof out, "%s", out_arg);
-    } else {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/bitrank-demo-XXXXXX",
-                 tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
-        if (!mkdtemp(dir)) {
-            fprintf(stderr, "bitrank demo: cannot make a temporary directory %s: %s\n", dir,
-                    strerror(errno));
-            return 1;
-        }
-        snprintf(out, sizeof out, "%s/minilm-l6-block3.blr.safetensors", dir);
-    }
     br_ctx *ctx = NULL;
     char err[256];
     if (br_ctx_new(device, &ctx, err, sizeof err) != BR_OK) {
         fprintf(stderr, "bitrank demo: device %s: %s\n", device, err);
-        if (dir[0]) rmdir(dir);
         return 1;
     }
+    /* A private work directory holds the checkpoint (and the output unless -o is
+     * given): the demo has no --resume, so whatever the job leaves there is
+     * removed when it ends, and all of it when it fails. Made after the context,
+     * whose creation (seconds on a GPU) an interrupt would otherwise end with the
+     * directory left behind. */
+    char dir[64], ckpt[96], out[4300];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/bitrank-demo-XXXXXX",
+             tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "bitrank demo: cannot make a temporary directory %s: %s\n", dir,
+                strerror(errno));
+        br_ctx_free(ctx);
+        return 1;
+    }
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint", dir);
+    if (out_arg)
+        snprintf(out, sizeof out, "%s", out_arg);
+    else
+        snprintf(out, sizeof out, "%s/minilm-l6-block3.blr.safetensors", dir);
 #ifdef _OPENMP
     /* The demo's ops are small: on a busy 2-core machine OpenMP's spinning
      * barriers wait on descheduled threads, which made it 3-4x slower (2:13 vs
@@ -137,11 +158,15 @@ int br_cmd_demo(int argc, char **argv) {
         fprintf(stderr, "bitrank %s on %s: compressing %s at %.1f bits per weight%s%s\n",
                 BITRANK_VERSION, br_ctx_device(ctx), data, o.bpw,
                 o.gram ? ", calibrated by the input Grams " : "", o.gram ? o.gram : "");
-    int rc = br_cli_run_compress(ctx, data, out, &o, 0, quiet, report, "bitrank demo");
+    int rc = br_cli_run_compress(ctx, data, out, &o, ckpt, 0, quiet, report, "bitrank demo");
     /* BITRANK_PROFILE=1: where the device time went, op by op */
     if (br_ctx_get_option(ctx, BR_OPT_PROFILE) == 1) br_profile_report(ctx, stderr);
     br_ctx_free(ctx);
+    remove_files_and_dir(ckpt);
+    /* a failure leaves nothing: the default output goes too (-o names the user's
+     * file, which the job writes only when it succeeds) */
+    if (rc != 0 && !out_arg) unlink(out);
+    if (rc != 0 || out_arg) rmdir(dir);
     if (rc == 0 && !quiet) printf("output: %s (bitrank inspect it)\n", out);
-    if (rc != 0 && dir[0]) rmdir(dir);
     return rc;
 }

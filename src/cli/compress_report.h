@@ -41,8 +41,12 @@ int br_cli_html_writable(const char *path, char *err, size_t err_len);
 
 /* Run br_compress_file with the progress display (SIGINT/SIGTERM cancel it
  * cleanly), then print the table and write the HTML report (report_path may be
- * NULL). Errors go to stderr prefixed by `who`. Returns the exit status. */
+ * NULL). checkpoint_dir: NULL for OUT.partial, which `bitrank compress --resume`
+ * continues (an interrupted run says so); else the caller's own directory, which
+ * it removes (no resume is offered). Errors go to stderr prefixed by `who`.
+ * Returns the exit status. */
 int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *opts,
-                        int resume, int quiet, const char *report_path, const char *who);
+                        const char *checkpoint_dir, int resume, int quiet, const char *report_path,
+                        const char *who);
 
 #endif

@@ -21,6 +21,26 @@ typedef struct br_calib_set {
 /* FNV-1a of a string: per-layer seeds, option hashes. */
 uint64_t br_name_hash(const char *s);
 
+/* h updated with `len` raw bytes, 8 at a time (fast beside reading them): the
+ * resume tag's hash of weights and calibration data. */
+uint64_t br_bytes_hash(uint64_t h, const void *data, size_t len);
+
+/* Tensors already hashed by br_calib_hash, so a recording that serves several
+ * layers (q, k and v) is read once. Zero-initialized; br_calib_memo_free frees it. */
+typedef struct br_calib_memo {
+    const br_st_tensor **tensor;
+    uint64_t *hash;
+    size_t n, cap;
+} br_calib_memo;
+void br_calib_memo_free(br_calib_memo *memo);
+
+/* h updated with what layer `name` (n inputs) takes from the calibration files of
+ * src: for each file, the name, dtype, shape and bytes of the tensor the lookup
+ * picks, or a mark for none. Keys a resume on the contents of the calibration
+ * data, not on their path. */
+br_status br_calib_hash(br_ctx *ctx, const br_calib_src *src, const char *name, size_t n,
+                        br_calib_memo *memo, uint64_t *h);
+
 /* The input Gram of layer `name` (n inputs) from `file` (NULL, or no such tensor:
  * *gram = NULL), symmetrized, f64 [n][n]; free() it. */
 br_status br_calib_gram(br_ctx *ctx, const br_st_file *file, const char *name, size_t n,

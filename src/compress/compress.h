@@ -52,17 +52,31 @@ br_status br_svid_init_host(br_ctx *ctx, const float *w, const double *gram, uin
                             br_blr_host *L, br_svid_factors *factors);
 
 /* The k leading singular triplets of A [m][n] (row-major f32): u [m][k], s [k]
- * (descending), v [n][k]. k ≤ min(m, n). */
+ * (descending), v [n][k]. k ≤ min(m, n). user: the caller's state (device handles). */
 typedef br_status (*br_svd_topk_fn)(br_ctx *ctx, const float *a, size_t m, size_t n, size_t k,
-                                    uint64_t seed, float *u, float *s, float *v);
+                                    uint64_t seed, float *u, float *s, float *v, void *user);
 /* br_svid_init_host with the truncated SVD done by `svd` (the rest on the host). */
 br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
-                            br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd);
+                            br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd,
+                            void *user);
 /* Extra columns of a randomized range finder for k singular vectors. */
 size_t br_svid_oversample(size_t k);
 
-/* The same on the context's device (CUDA: cuSOLVER/cuBLAS); BR_E_UNSUPPORTED where
- * the context has no device path (the caller falls back to the host). */
+/* What the Dual-SVID needs on a context's device (CUDA: the cuBLAS and cuSOLVER
+ * handles, the SVD's device buffers grown to the largest layer), made once and
+ * reused by every layer of a job: made per layer, the handles cost more than a
+ * small layer's whole SVD. Owned by its maker (the job), freed before the context;
+ * bound to one context, so two contexts in one process each have their own.
+ * br_svid_device_new fails with BR_E_UNSUPPORTED where the context has no device
+ * path (the caller falls back to the host). */
+typedef struct br_svid_device br_svid_device;
+br_status br_svid_device_new(br_ctx *ctx, br_svid_device **out);
+void br_svid_device_free(br_svid_device *dev); /* NULL: nothing */
+
+/* The Dual-SVID initialization (as br_svid_init_host) with the SVD on dev's device. */
+br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram, uint64_t seed,
+                          br_blr_host *L, br_svid_factors *factors);
+/* The same with a br_svid_device made and freed for this one call. */
 br_status br_svid_init_device(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
                               br_blr_host *L, br_svid_factors *factors);
 

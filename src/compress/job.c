@@ -2,6 +2,8 @@
  * with a checkpoint after each, write the output atomically. */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +25,10 @@ typedef struct job {
     void *user;
     double t0;
     br_compress_report *rep;
-    size_t layer, layers;  /* the layer being compressed, how many */
-    uint64_t weights_hash; /* the values of every compressed weight (plan) */
-    char hash[17];         /* options + input, hex */
+    size_t layer, layers; /* the layer being compressed, how many */
+    uint64_t *layer_data; /* [layers]: hash of a layer's weights and calibration bytes (plan) */
+    br_svid_device *svid; /* device Dual-SVID state: made by the first layer, freed at the end */
+    char hash[17];        /* options + input, hex */
     char ckpt_dir[4096];
 } job;
 
@@ -73,33 +76,22 @@ static int is_float_dtype(br_st_dtype d) {
     return d == BR_ST_F32 || d == BR_ST_F16 || d == BR_ST_BF16;
 }
 
-/* A running hash of raw bytes (8 at a time: fast enough beside reading them). */
-static uint64_t bytes_hash(uint64_t h, const void *data, size_t len) {
-    const unsigned char *b = data;
-    while (len) {
-        uint64_t x = 0;
-        size_t k = len < 8 ? len : 8;
-        memcpy(&x, b, k);
-        h = (h ^ x) * 0x9E3779B97F4A7C15ull;
-        h ^= h >> 32;
-        b += k;
-        len -= k;
-    }
-    return h;
-}
-
-/* Hash of everything that decides a layer's result: the options, the input's
- * tensor list (names, dtypes, shapes) and the values of the compressed weights. */
+/* Hash of what decides every layer's result: the options and the input's tensor
+ * list (names, dtypes, shapes: the layers' numbering). What decides one layer's
+ * alone, its weights' values and the bytes of the calibration data it takes (not
+ * the files' paths: a file rewritten in place is other data, a file moved is the
+ * same), is j->layer_data[layer]: a change there refuses that layer's checkpoint
+ * only. */
 static void options_hash(job *j, const br_st_file *in) {
     const br_compress_opts *o = j->o;
     char buf[1024];
-    uint64_t h = br_name_hash("bitrank-compress-v1");
+    uint64_t h = br_name_hash("bitrank-compress-v2");
     snprintf(buf, sizeof buf,
              "bpw=%.17g rank=%zu paths=%zu steps=%d tokens=%zu lr=%.9g sign_lr=%.9g warmup=%d "
-             "patience=%d eval_every=%d eval_tokens=%zu seed=%llu act=%s gram=%s synth=%d",
+             "patience=%d eval_every=%d eval_tokens=%zu seed=%llu act=%d gram=%d synth=%d",
              o->bpw, o->rank, o->paths, o->steps, o->tokens, (double)o->lr, (double)o->sign_lr,
              o->warmup, o->patience, o->eval_every, o->eval_tokens, (unsigned long long)o->seed,
-             o->activations ? o->activations : "-", o->gram ? o->gram : "-", o->synthetic);
+             o->activations != NULL, o->gram != NULL, o->synthetic);
     h ^= br_name_hash(buf) * 3;
     for (size_t i = 0; i < o->n_include; i++)
         h = h * 31 + br_name_hash(o->include[i]);
@@ -112,7 +104,6 @@ static void options_hash(job *j, const br_st_file *in) {
         for (size_t d = 0; d < t->ndim; d++)
             h = h * 17 + t->shape[d];
     }
-    h = h * 131 + j->weights_hash;
     snprintf(j->hash, sizeof j->hash, "%016llx", (unsigned long long)h);
 }
 
@@ -146,7 +137,10 @@ static br_status ckpt_save(job *j, size_t index, const br_blr_host *L, const br_
     br_st_writer *w = NULL;
     br_status st = br_st_writer_new(ctx, path, &w);
     if (!st) st = br_st_writer_add_blr(w, lr->name, L);
+    char data[17];
+    snprintf(data, sizeof data, "%016llx", (unsigned long long)j->layer_data[index]);
     if (!st) st = br_st_writer_meta(w, "bitrank.ckpt.hash", j->hash);
+    if (!st) st = br_st_writer_meta(w, "bitrank.ckpt.data", data);
     if (!st) st = br_st_writer_meta(w, "bitrank.ckpt.layer", lr->name);
     snprintf(num, sizeof num, "%.17g %.17g %.17g %d %d %.9g %s", lr->err_init, lr->err_trained,
              lr->weight_err, lr->steps, lr->loss_every, lr->seconds,
@@ -170,64 +164,181 @@ static br_status ckpt_save(job *j, size_t index, const br_blr_host *L, const br_
     return st;
 }
 
-/* Layer `index` from the checkpoint: 1 if taken, 0 if there is none, <0 on error
- * (*status set). */
-static int ckpt_load(job *j, size_t index, const char *name, br_blr_host *L, br_layer_report *lr,
-                     br_status *status) {
+/* A damaged checkpoint: the message names the file and the field, and says how
+ * to go on. The job stops (a checkpoint is never silently dropped or used: our
+ * writer renames complete files into place, so damage means something outside
+ * the job, a disk or a copy, touched them). */
+static br_status damaged(br_ctx *ctx, const char *path, const char *layer, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static br_status damaged(br_ctx *ctx, const char *path, const char *layer, const char *fmt, ...) {
+    char what[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return br_fail(ctx, BR_E_FORMAT,
+                   "%s: damaged checkpoint of layer '%s': %s; remove the file to recompute the "
+                   "layer",
+                   path, layer, what);
+}
+
+/* The scales of a layer read from a checkpoint are finite (f16 can hold ±Inf and NaN). */
+static br_status check_scales(br_ctx *ctx, const char *path, const char *name,
+                              const br_blr_host *L) {
+    for (size_t p = 0; p < L->paths; p++) {
+        const float *arr[3] = {L->path[p].h, L->path[p].l, L->path[p].g};
+        const size_t len[3] = {L->m, L->r, L->n};
+        static const char *const suffix[3] = {"h", "l", "g"};
+        for (int a = 0; a < 3; a++)
+            for (size_t i = 0; i < len[a]; i++)
+                if (!isfinite(arr[a][i]))
+                    return damaged(ctx, path, name, "tensor '%s.blr.%s' [%zu][%zu] is %s", name,
+                                   suffix[a], p, i, isnan(arr[a][i]) ? "NaN" : "infinite");
+    }
+    return BR_OK;
+}
+
+/* The report fields of a checkpoint: "err_init err_trained weight_err steps
+ * loss_every seconds device", then the loss curve, each number in range. */
+static br_status parse_report(job *j, const char *path, const char *name, const char *rep,
+                              const char *curve, br_layer_report *lr) {
+    br_ctx *ctx = j->ctx;
+    const char *field = "bitrank.ckpt.report";
+    /* six numbers and a word, single spaces between (strtod: no sscanf %d, whose
+     * overflow is undefined) */
+    static const char *const names[6] = {"err_init", "err_trained", "weight_err",
+                                         "steps",    "loss_every",  "seconds"};
+    double v[6];
+    const char *c = rep;
+    for (int i = 0; i < 6; i++) {
+        char *stop = NULL;
+        v[i] = strtod(c, &stop);
+        if (stop == c || *stop != ' ')
+            return damaged(ctx, path, name, "field '%s' is not 7 values: '%.80s'", field, rep);
+        c = stop + 1;
+    }
+    const char *dev = c;
+    if (strcmp(dev, "cpu") != 0 && strcmp(dev, "cuda") != 0)
+        return damaged(ctx, path, name, "field '%s': device '%.40s' is not cpu or cuda", field,
+                       dev);
+    int max_steps = j->o->steps > 0 ? j->o->steps : 0;
+    const double max[6] = {INFINITY, INFINITY, INFINITY, max_steps, max_steps > 1 ? max_steps : 1,
+                           INFINITY};
+    for (int i = 0; i < 6; i++) {
+        int whole = i == 3 || i == 4;
+        if (!(v[i] >= 0) || !isfinite(v[i]) || v[i] > max[i] || (whole && v[i] != floor(v[i])))
+            return damaged(ctx, path, name, "field '%s': %s = %g, expected %s in [0, %g]", field,
+                           names[i], v[i], whole ? "an integer" : "a finite number", max[i]);
+    }
+    lr->err_init = v[0];
+    lr->err_trained = v[1];
+    lr->weight_err = v[2];
+    lr->steps = (int)v[3];
+    lr->loss_every = (int)v[4];
+    lr->seconds = v[5];
+    snprintf(lr->init_device, sizeof lr->init_device, "%s", dev);
+    /* the loss curve: a point every loss_every steps (and the last), ≥ 0 or NaN/Inf
+     * (a refused step's loss is logged as it was) */
+    field = "bitrank.ckpt.loss";
+    size_t cap =
+        lr->steps > 0 ? (size_t)lr->steps / (size_t)(lr->loss_every ? lr->loss_every : 1) + 2 : 0;
+    lr->loss = malloc((cap ? cap : 1) * sizeof *lr->loss);
+    if (!lr->loss) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", path);
+    for (const char *at = curve; *at;) {
+        char *stop = NULL;
+        double point = strtod(at, &stop);
+        if (stop == at || (*stop && *stop != ' ') || point < 0)
+            return damaged(ctx, path, name, "field '%s': point %zu is not a loss ≥ 0: '%.20s'",
+                           field, lr->n_loss, at);
+        if (lr->n_loss == cap)
+            return damaged(ctx, path, name, "field '%s' has more than the %zu points of %d steps",
+                           field, cap, lr->steps);
+        lr->loss[lr->n_loss++] = (float)point;
+        at = *stop ? stop + 1 : stop;
+    }
+    if ((lr->steps > 0) != (lr->n_loss > 0) || (lr->n_loss > 0) != (lr->loss_every > 0))
+        return damaged(ctx, path, name,
+                       "fields '%s' and 'bitrank.ckpt.report' disagree: %zu points, %d steps, "
+                       "loss_every %d",
+                       field, lr->n_loss, lr->steps, lr->loss_every);
+    return BR_OK;
+}
+
+/* Layer `index` (tensor `name`, [m][n] of rank r) from the checkpoint: 1 if taken
+ * (L allocated, lr filled), 0 if there is none, <0 on error (*status set; a file
+ * made with other options or input is BR_E_STATE, a damaged one BR_E_FORMAT
+ * naming the file and the field). */
+static int ckpt_load(job *j, size_t index, const char *name, size_t m, size_t n, size_t r,
+                     br_blr_host *L, br_layer_report *lr, br_status *status) {
     br_ctx *ctx = j->ctx;
     char path[4400];
     ckpt_path(j, index, path, sizeof path);
     struct stat sb;
     if (stat(path, &sb) != 0) return 0;
+    memset(L, 0, sizeof *L);
     br_st_file *f = NULL;
     br_status st = br_st_open(ctx, path, &f);
     if (st) {
-        *status = st;
+        /* the parser's message names the file and what is wrong with it */
+        char msg[sizeof ctx->err];
+        snprintf(msg, sizeof msg, "%s", br_ctx_error(ctx));
+        *status = br_fail(ctx, st,
+                          "%s (a damaged checkpoint of layer '%s': remove the file to "
+                          "recompute the layer)",
+                          msg, name);
         return -1;
     }
     const char *hash = br_st_meta(f, "bitrank.ckpt.hash");
+    const char *data = br_st_meta(f, "bitrank.ckpt.data");
     const char *layer = br_st_meta(f, "bitrank.ckpt.layer");
+    char want_data[17];
+    snprintf(want_data, sizeof want_data, "%016llx", (unsigned long long)j->layer_data[index]);
     const char *rep = br_st_meta(f, "bitrank.ckpt.report");
     const char *curve = br_st_meta(f, "bitrank.ckpt.loss");
+    const br_blr_info *info = br_st_blr_count(f) == 1 ? br_st_blr_at(f, 0) : NULL;
     if (!hash || strcmp(hash, j->hash) != 0) {
         st = br_fail(ctx, BR_E_STATE,
                      "%s: this checkpoint was made with other options or another input (hash "
                      "%s, now %s): rerun with the options of the interrupted run, or without "
                      "--resume to start over",
                      path, hash ? hash : "none", j->hash);
-    } else if (!layer || strcmp(layer, name) != 0 || !rep || !curve) {
-        st = br_fail(ctx, BR_E_FORMAT, "%s: not the checkpoint of layer '%s'", path, name);
+    } else if (!data || strcmp(data, want_data) != 0) {
+        st = br_fail(ctx, BR_E_STATE,
+                     "%s: layer '%s' was fit to another input: its weights or calibration data "
+                     "differ from this run's (data %.16s, now %s): remove the file to recompute "
+                     "the layer, or rerun without --resume to start over",
+                     path, name, data ? data : "none", want_data);
+    } else if (!layer || strcmp(layer, name) != 0) {
+        st = damaged(ctx, path, name, "field 'bitrank.ckpt.layer' is '%.200s'",
+                     layer ? layer : "(missing)");
+    } else if (!rep || !curve) {
+        st = damaged(ctx, path, name, "field '%s' is missing",
+                     !rep ? "bitrank.ckpt.report" : "bitrank.ckpt.loss");
+    } else if (!info || strcmp(info->name, name) != 0) {
+        st = damaged(ctx, path, name, "it holds %zu compressed layers, expected '%s' alone",
+                     br_st_blr_count(f), name);
+    } else if (info->m != m || info->n != n || info->r != r || info->paths != j->o->paths) {
+        st = damaged(ctx, path, name,
+                     "field '%s.blr': [%zu][%zu], rank %zu, %zu path(s); the layer is "
+                     "[%zu][%zu], rank %zu, %zu path(s)",
+                     name, info->m, info->n, info->r, info->paths, m, n, r, j->o->paths);
     }
     if (!st) st = br_st_read_blr(ctx, f, name, L);
-    if (!st) {
-        char dev[16] = "cpu";
-        if (sscanf(rep, "%lf %lf %lf %d %d %lf %15s", &lr->err_init, &lr->err_trained,
-                   &lr->weight_err, &lr->steps, &lr->loss_every, &lr->seconds, dev) != 7) {
-            st = br_fail(ctx, BR_E_FORMAT, "%s: malformed bitrank.ckpt.report", path);
-        } else {
-            snprintf(lr->init_device, sizeof lr->init_device, "%s", dev);
-            size_t n = 1;
-            for (const char *c = curve; *c; c++)
-                n += *c == ' ';
-            lr->loss = malloc(n * sizeof *lr->loss);
-            if (!lr->loss) st = br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", path);
-            const char *c = curve;
-            while (!st && *c && lr->n_loss < n) {
-                char *end = NULL;
-                double v = strtod(c, &end);
-                if (end == c) break;
-                lr->loss[lr->n_loss++] = (float)v;
-                c = end;
-            }
-            lr->resumed = 1;
-        }
-    }
+    if (!st) st = check_scales(ctx, path, name, L);
+    if (!st) st = parse_report(j, path, name, rep, curve, lr);
     br_st_close(f);
     if (st) {
         br_blr_host_free(L);
+        free(lr->loss);
+        lr->loss = NULL;
+        lr->n_loss = 0;
         *status = st;
         return -1;
     }
+    lr->resumed = 1;
     return 1;
 }
 
@@ -263,7 +374,8 @@ static br_status read_weight(job *j, const br_st_file *in, const br_st_tensor *t
 
 /* Everything checkable before the first layer runs; fills rank[] per tensor (0:
  * passthrough). */
-static br_status plan(job *j, const br_st_file *in, size_t *rank, size_t *nsel) {
+static br_status plan(job *j, const br_st_file *in, const br_calib_src *cs, size_t *rank,
+                      size_t *nsel) {
     br_ctx *ctx = j->ctx;
     const br_compress_opts *o = j->o;
     *nsel = 0;
@@ -298,17 +410,25 @@ static br_status plan(job *j, const br_st_file *in, size_t *rank, size_t *nsel) 
                        "%s: nothing to compress: none of its %zu tensors is a 2-D linear weight "
                        "(names ending in .weight, not embeddings or norms; --include adds more)",
                        j->in_path, count);
-    /* every weight finite, before hours of work; their values tag the checkpoint */
-    j->weights_hash = 0;
-    for (size_t i = 0; i < count; i++) {
+    /* every weight finite, before hours of work; each layer's values and the
+     * bytes of the calibration data it takes tag its checkpoint */
+    j->layer_data = calloc(*nsel, sizeof *j->layer_data);
+    if (!j->layer_data) return br_fail(ctx, BR_E_NOMEM, "out of host memory");
+    br_calib_memo memo = {0};
+    br_status st = BR_OK;
+    for (size_t i = 0, index = 0; i < count && !st; i++) {
         if (!rank[i]) continue;
         const br_st_tensor *t = br_st_tensor_at(in, i);
         float *w = NULL;
-        BR_TRY(read_weight(j, in, t, &w));
-        j->weights_hash = bytes_hash(j->weights_hash, w, (size_t)t->numel * sizeof *w);
+        st = read_weight(j, in, t, &w);
+        if (st) break;
+        uint64_t h = br_bytes_hash(br_name_hash(t->name), w, (size_t)t->numel * sizeof *w);
         free(w);
+        st = br_calib_hash(ctx, cs, t->name, (size_t)t->shape[1], &memo, &h);
+        j->layer_data[index++] = h;
     }
-    return BR_OK;
+    br_calib_memo_free(&memo);
+    return st;
 }
 
 /* One selected tensor: from the checkpoint, or compressed and checkpointed. */
@@ -328,16 +448,9 @@ static br_status one_layer(job *j, const br_st_file *in, const br_calib_src *cs,
     lr->bpw = br_blr_bpw(m, n, rank, o->paths);
     br_status st = BR_OK;
     if (resume) {
-        int got = ckpt_load(j, j->layer, t->name, L, lr, &st);
+        int got = ckpt_load(j, j->layer, t->name, m, n, rank, L, lr, &st);
         if (got < 0) return st;
         if (got > 0) {
-            if (L->m != m || L->n != n || L->r != rank || L->paths != o->paths) {
-                br_blr_host_free(L);
-                char path[4400];
-                ckpt_path(j, j->layer, path, sizeof path);
-                return br_fail(ctx, BR_E_FORMAT, "%s: layer '%s' has another shape or rank", path,
-                               t->name);
-            }
             j->rep->n_layers = j->layer + 1;
             if (emit(j, BR_PHASE_RESUMED, lr, 0, 0, 0))
                 return br_fail(ctx, BR_E_STATE, "cancelled");
@@ -357,7 +470,8 @@ static br_status one_layer(job *j, const br_st_file *in, const br_calib_src *cs,
     if (!st) {
         br_train_in tin = {calib.x_train, calib.ntrain, calib.x_eval, calib.neval};
         step_hook hook = {j, lr, -1};
-        st = br_compress_one(ctx, t->name, w, m, n, rank, &tin, gram, o, L, lr, on_step, &hook);
+        st = br_compress_layer(ctx, &j->svid, t->name, w, m, n, rank, &tin, gram, o, L, lr, on_step,
+                               &hook);
         if (st && st != BR_E_STATE) st = prefixed(ctx, st, t->name);
     }
     free(w);
@@ -420,7 +534,8 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
         rank = calloc(count ? count : 1, sizeof *rank);
         if (!rank) st = br_fail(ctx, BR_E_NOMEM, "out of host memory");
     }
-    if (!st) st = plan(&j, in, rank, &nsel);
+    br_calib_src cs = {acts, gramf};
+    if (!st) st = plan(&j, in, &cs, rank, &nsel);
     if (!st) {
         rep->layers = calloc(nsel, sizeof *rep->layers);
         if (!rep->layers) st = br_fail(ctx, BR_E_NOMEM, "out of host memory");
@@ -441,17 +556,32 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
             ckpt_made = 1;
         if (ckpt_made && !resume) ckpt_clear(&j, 0);
     }
-    snprintf(rep->device, sizeof rep->device, "%s", br_ctx_device(ctx));
-    snprintf(rep->calibration, sizeof rep->calibration, "%s",
-             o.activations                   ? "activations"
-             : o.gram                        ? "gram"
-             : o.synthetic == BR_SYNTH_HEAVY ? "synthetic heavy-tailed"
-                                             : "synthetic isotropic");
+    if (rep) {
+        snprintf(rep->device, sizeof rep->device, "%s", br_ctx_device(ctx));
+        snprintf(rep->calibration, sizeof rep->calibration, "%s",
+                 o.activations                   ? "activations"
+                 : o.gram                        ? "gram"
+                 : o.synthetic == BR_SYNTH_HEAVY ? "synthetic heavy-tailed"
+                                                 : "synthetic isotropic");
+    }
     j.rep = rep;
     j.layers = nsel;
+    /* with resume, every checkpoint is checked before the first layer runs: a
+     * refused one stops the job before any work, not after hours of it */
+    for (size_t i = 0, index = 0; !st && resume && i < count; i++) {
+        if (!rank[i]) continue;
+        const br_st_tensor *t = br_st_tensor_at(in, i);
+        br_blr_host L = {0};
+        br_layer_report lr;
+        memset(&lr, 0, sizeof lr);
+        if (ckpt_load(&j, index++, t->name, (size_t)t->shape[0], (size_t)t->shape[1], rank[i], &L,
+                      &lr, &st) > 0) {
+            br_blr_host_free(&L);
+            free(lr.loss);
+        }
+    }
     /* tensors in the input's order: copies, and each layer as soon as it is done
      * (br_st_writer_add_blr copies it, so at most one layer is held) */
-    br_calib_src cs = {acts, gramf};
     for (size_t i = 0; !st && i < count; i++) {
         const br_st_tensor *t = br_st_tensor_at(in, i);
         if (!rank[i]) {
@@ -495,6 +625,8 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
         if (stat(out_path, &sb) == 0) rep->file_out = (uint64_t)sb.st_size;
         ckpt_clear(&j, 1);
     }
+    br_svid_device_free(j.svid);
+    free(j.layer_data);
     br_st_writer_free(w);
     if (st && ckpt_made) rmdir(j.ckpt_dir); /* only if no layer finished (then empty) */
     free(rank);

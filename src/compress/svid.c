@@ -85,7 +85,8 @@ done:
 
 /* The k leading singular triplets of A [m][n]: u [m][k], s [k], v [n][k]. */
 static br_status svd_topk(br_ctx *ctx, const float *A, size_t m, size_t n, size_t k, uint64_t seed,
-                          float *u, float *s, float *v) {
+                          float *u, float *s, float *v, void *user) {
+    (void)user;
     size_t mn = m < n ? m : n;
     size_t l = k + br_svid_oversample(k);
     if (l * 10 >= mn * 6) {
@@ -287,7 +288,8 @@ static void keep_factor(const float *xp, const uint32_t *bits, size_t rows, size
 }
 
 br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
-                            br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd) {
+                            br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd,
+                            void *user) {
 #ifndef BR_HAVE_LAPACK
     if (gram)
         return br_fail(ctx, BR_E_UNSUPPORTED,
@@ -345,7 +347,7 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uin
             br_sgemm(0, 0, m, n, n, 1.0f, target, n, half, n, 0.0f, work, n); /* W·Σ^½ */
             a = work;
         }
-        if ((st = svd(ctx, a, m, n, k, seed + 7919 * p, u, s, v))) goto done;
+        if ((st = svd(ctx, a, m, n, k, seed + 7919 * p, u, s, v, user))) goto done;
         for (size_t c = 0; c < k; c++) {
             float root = sqrtf(s[c] > 0 ? s[c] : 0);
             for (size_t i = 0; i < m; i++)
@@ -382,7 +384,7 @@ done:
 br_status br_svid_init_host(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
                             br_blr_host *L, br_svid_factors *factors) {
 #ifdef BR_HAVE_LAPACK
-    return br_svid_init_with(ctx, w, gram, seed, L, factors, svd_topk);
+    return br_svid_init_with(ctx, w, gram, seed, L, factors, svd_topk, NULL);
 #else
     (void)w;
     (void)gram;

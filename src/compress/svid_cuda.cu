@@ -59,20 +59,10 @@ const char *cublas_name(cublasStatus_t s) {
 
 const int kPowerIters = 2;
 
-// Device buffers of one SVD, freed together.
+// Device buffers of one SVD: views into the session's arena.
 struct svd_bufs {
-    float *m = nullptr, *omega = nullptr, *y = nullptr, *z = nullptr, *b = nullptr, *bt = nullptr,
-          *s = nullptr, *ub = nullptr, *vbt = nullptr, *v = nullptr, *tau = nullptr,
-          *work = nullptr;
-    int *info = nullptr;
+    float *m, *omega, *y, *z, *bt, *s, *ub, *vbt, *v, *tau;
 };
-
-void free_bufs(svd_bufs &d) {
-    float *all[] = {d.m, d.omega, d.y, d.z, d.b, d.bt, d.s, d.ub, d.vbt, d.v, d.tau, d.work};
-    for (float *p : all)
-        cudaFree(p);
-    cudaFree(d.info);
-}
 
 // Orthonormal columns of a (rows × cols, column-major, rows ≥ cols), in place.
 br_status qr_inplace(br_ctx *ctx, cusolverDnHandle_t sol, cudaStream_t stream, float *a, int rows,
@@ -92,44 +82,70 @@ done:
     return st;
 }
 
+// Floats of a sub-buffer rounded up to 256 bytes, so every view stays aligned.
+size_t aligned_floats(size_t n) { return (n + 63) / 64 * 64; }
+
+} // namespace
+
+// The handles and buffers of the Dual-SVIDs of one job on one context: the handles
+// are made once (their creation, with the libraries' module loads, cost more than a
+// small layer's whole SVD), the buffers grow to the largest layer and are reused.
+struct br_svid_device {
+    br_ctx *ctx;
+    cublasHandle_t blas;
+    cusolverDnHandle_t sol;
+    float *arena; // the SVD's matrices (svd_bufs), arena_floats long
+    size_t arena_floats;
+    float *work; // cuSOLVER's workspace, work_floats long
+    size_t work_floats;
+    int *info;
+};
+
+namespace {
+
+// At least `floats` floats in *buf (cap: its size), keeping nothing: the old
+// contents are dead between two SVDs.
+br_status ensure(br_ctx *ctx, float **buf, size_t *cap, size_t floats) {
+    br_status st = BR_OK;
+    if (*cap >= floats) return BR_OK;
+    if (*buf) SVD_CUDA(cudaFree(*buf));
+    *buf = nullptr;
+    *cap = 0;
+    SVD_CUDA(cudaMalloc(buf, floats * sizeof(float)));
+    *cap = floats;
+done:
+    return st;
+}
+
 // The k leading singular triplets of w [m][n] (host, row-major).
 br_status cuda_svd_topk(br_ctx *ctx, const float *w, size_t m, size_t n, size_t k, uint64_t seed,
-                        float *u, float *s, float *v) {
+                        float *u, float *s, float *v, void *user) {
+    br_svid_device *dev = (br_svid_device *)user;
     br_status st = BR_OK;
     size_t mn = m < n ? m : n;
     size_t l = k + br_svid_oversample(k);
     if (l > mn) l = mn;
     const int R = (int)n, C = (int)m, L = (int)l, K = (int)k; // M = Wᵀ is R × C
     const float one = 1.0f, zero = 0.0f;
-    cublasHandle_t blas = nullptr;
-    cusolverDnHandle_t sol = nullptr;
+    cublasHandle_t blas = dev->blas;
+    cusolverDnHandle_t sol = dev->sol;
     svd_bufs d;
     float *host_omega = nullptr, *host_ub = nullptr, *host_v = nullptr;
     int lwork = 0, lw = 0, host_info = 0;
-    cudaStream_t stream = br_cuda_state(ctx)->stream;
-
-    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
-        st = br_fail(ctx, BR_E_DEVICE, "Dual-SVID on the GPU: cublasCreate failed");
-        goto done;
+    cudaStream_t stream = br_cuda_state(ctx)->stream; // also makes ctx's GPU current
+    // the arena's views, in order, each 256-byte aligned
+    const size_t sizes[10] = {m * n, (size_t)C * l, (size_t)R * l, (size_t)C * l, (size_t)C * l,
+                              l,     (size_t)C * l, l * l,         (size_t)R * k, l};
+    float **views[10] = {&d.m, &d.omega, &d.y, &d.z, &d.bt, &d.s, &d.ub, &d.vbt, &d.v, &d.tau};
+    size_t total = 0;
+    for (int i = 0; i < 10; i++)
+        total += aligned_floats(sizes[i]);
+    if ((st = ensure(ctx, &dev->arena, &dev->arena_floats, total))) goto done;
+    total = 0;
+    for (int i = 0; i < 10; i++) {
+        *views[i] = dev->arena + total;
+        total += aligned_floats(sizes[i]);
     }
-    if (cusolverDnCreate(&sol) != CUSOLVER_STATUS_SUCCESS) {
-        st = br_fail(ctx, BR_E_DEVICE, "Dual-SVID on the GPU: cusolverDnCreate failed");
-        goto done;
-    }
-    SVD_CUBLAS(cublasSetStream(blas, stream));
-    SVD_CUSOLVER(cusolverDnSetStream(sol, stream));
-    SVD_CUDA(cudaMalloc(&d.m, m * n * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.omega, (size_t)C * l * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.y, (size_t)R * l * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.z, (size_t)C * l * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.b, l * (size_t)C * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.bt, (size_t)C * l * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.s, l * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.ub, (size_t)C * l * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.vbt, l * l * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.v, (size_t)R * k * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.tau, l * sizeof(float)));
-    SVD_CUDA(cudaMalloc(&d.info, sizeof(int)));
     // workspace: the largest of the QRs (R × l and C × l) and the SVD of Bᵀ (C × l)
     SVD_CUSOLVER(cusolverDnSgeqrf_bufferSize(sol, R > C ? R : C, L, d.y, R > C ? R : C, &lw));
     lwork = lw;
@@ -138,7 +154,8 @@ br_status cuda_svd_topk(br_ctx *ctx, const float *w, size_t m, size_t n, size_t 
     if (lw > lwork) lwork = lw;
     SVD_CUSOLVER(cusolverDnSgesvd_bufferSize(sol, C, L, &lw));
     if (lw > lwork) lwork = lw;
-    SVD_CUDA(cudaMalloc(&d.work, (size_t)lwork * sizeof(float)));
+    if ((st = ensure(ctx, &dev->work, &dev->work_floats, (size_t)lwork))) goto done;
+    lwork = dev->work_floats > (size_t)INT32_MAX ? INT32_MAX : (int)dev->work_floats;
 
     // Ω from the host generator, so CPU and GPU initializations draw the same test
     // matrix for a seed
@@ -161,23 +178,27 @@ br_status cuda_svd_topk(br_ctx *ctx, const float *w, size_t m, size_t n, size_t 
     // Y = M·Ω (R × l)
     SVD_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, R, L, C, &one, d.m, R, d.omega, C, &zero,
                            d.y, R));
-    if ((st = qr_inplace(ctx, sol, stream, d.y, R, L, d.tau, d.work, lwork, d.info))) goto done;
+    if ((st = qr_inplace(ctx, sol, stream, d.y, R, L, d.tau, dev->work, lwork, dev->info)))
+        goto done;
     for (int it = 0; it < kPowerIters; it++) {
         // Z = Mᵀ·Y (C × l), Y = M·Z
         SVD_CUBLAS(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, C, L, R, &one, d.m, R, d.y, R, &zero,
                                d.z, C));
-        if ((st = qr_inplace(ctx, sol, stream, d.z, C, L, d.tau, d.work, lwork, d.info))) goto done;
+        if ((st = qr_inplace(ctx, sol, stream, d.z, C, L, d.tau, dev->work, lwork, dev->info)))
+            goto done;
         SVD_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, R, L, C, &one, d.m, R, d.z, C, &zero,
                                d.y, R));
-        if ((st = qr_inplace(ctx, sol, stream, d.y, R, L, d.tau, d.work, lwork, d.info))) goto done;
+        if ((st = qr_inplace(ctx, sol, stream, d.y, R, L, d.tau, dev->work, lwork, dev->info)))
+            goto done;
     }
     // Bᵀ = Mᵀ·Y (C × l) directly, the operand of the SVD
     SVD_CUBLAS(
         cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, C, L, R, &one, d.m, R, d.y, R, &zero, d.bt, C));
     // Bᵀ = U_B·S·V_Bᵀ: U_B C × l, V_Bᵀ l × l
-    SVD_CUSOLVER(cusolverDnSgesvd(sol, 'S', 'S', C, L, d.bt, C, d.s, d.ub, C, d.vbt, L, d.work,
-                                  lwork, nullptr, d.info));
-    SVD_CUDA(cudaMemcpyAsync(&host_info, d.info, sizeof host_info, cudaMemcpyDeviceToHost, stream));
+    SVD_CUSOLVER(cusolverDnSgesvd(sol, 'S', 'S', C, L, d.bt, C, d.s, d.ub, C, d.vbt, L, dev->work,
+                                  lwork, nullptr, dev->info));
+    SVD_CUDA(
+        cudaMemcpyAsync(&host_info, dev->info, sizeof host_info, cudaMemcpyDeviceToHost, stream));
     SVD_CUDA(cudaStreamSynchronize(stream));
     if (host_info != 0) {
         st = br_fail(ctx, BR_E_DEVICE,
@@ -203,9 +224,12 @@ br_status cuda_svd_topk(br_ctx *ctx, const float *w, size_t m, size_t n, size_t 
         for (size_t c = 0; c < k; c++)
             v[j * k + c] = host_v[c * n + j];
 done:
-    free_bufs(d);
-    if (sol) cusolverDnDestroy(sol);
-    if (blas) cublasDestroy(blas);
+    // a failed SVD may leave work queued on the stream: wait for it before the
+    // buffers are reused or freed (a status already set is kept)
+    if (st) {
+        cudaStreamSynchronize(stream);
+        cudaGetLastError(); // not left for the next launch check to misreport
+    }
     free(host_omega);
     free(host_ub);
     free(host_v);
@@ -214,15 +238,66 @@ done:
 
 } // namespace
 
-extern "C" br_status br_svid_init_device(br_ctx *ctx, const float *w, const double *gram,
-                                         uint64_t seed, br_blr_host *L, br_svid_factors *factors) {
+extern "C" br_status br_svid_device_new(br_ctx *ctx, br_svid_device **out) {
+    *out = nullptr;
     if (strcmp(br_ctx_backend(ctx), "cuda") != 0)
         return br_fail(ctx, BR_E_UNSUPPORTED, "Dual-SVID: no device initialization on %s",
                        br_ctx_backend(ctx));
+    br_svid_device *dev = (br_svid_device *)calloc(1, sizeof *dev);
+    if (!dev) return br_fail(ctx, BR_E_NOMEM, "Dual-SVID on the GPU: out of host memory");
+    dev->ctx = ctx;
+    br_status st = BR_OK;
+    cudaStream_t stream = br_cuda_state(ctx)->stream; // handles belong to the current GPU
+    if (cublasCreate(&dev->blas) != CUBLAS_STATUS_SUCCESS) {
+        dev->blas = nullptr;
+        st = br_fail(ctx, BR_E_DEVICE, "Dual-SVID on the GPU: cublasCreate failed");
+        goto done;
+    }
+    if (cusolverDnCreate(&dev->sol) != CUSOLVER_STATUS_SUCCESS) {
+        dev->sol = nullptr;
+        st = br_fail(ctx, BR_E_DEVICE, "Dual-SVID on the GPU: cusolverDnCreate failed");
+        goto done;
+    }
+    SVD_CUBLAS(cublasSetStream(dev->blas, stream));
+    SVD_CUSOLVER(cusolverDnSetStream(dev->sol, stream));
+    SVD_CUDA(cudaMalloc(&dev->info, sizeof(int)));
+done:
+    if (st) {
+        br_svid_device_free(dev);
+        return st;
+    }
+    *out = dev;
+    return BR_OK;
+}
+
+extern "C" void br_svid_device_free(br_svid_device *dev) {
+    if (!dev) return;
+    br_cuda_state(dev->ctx); // its GPU current, as when they were made
+    cudaFree(dev->arena);
+    cudaFree(dev->work);
+    cudaFree(dev->info);
+    if (dev->sol) cusolverDnDestroy(dev->sol);
+    if (dev->blas) cublasDestroy(dev->blas);
+    cudaGetLastError(); // a failed free is not the next launch's error
+    free(dev);
+}
+
+extern "C" br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram,
+                                     uint64_t seed, br_blr_host *L, br_svid_factors *factors) {
+    br_ctx *ctx = dev->ctx;
     size_t mn = L->m < L->n ? L->m : L->n;
     if (L->m > (size_t)INT32_MAX / 4 || L->n > (size_t)INT32_MAX / 4 ||
         L->m * L->n > (size_t)INT32_MAX || mn < 1)
         return br_fail(ctx, BR_E_UNSUPPORTED, "Dual-SVID on the GPU: [%zu][%zu] is too large", L->m,
                        L->n);
-    return br_svid_init_with(ctx, w, gram, seed, L, factors, cuda_svd_topk);
+    return br_svid_init_with(ctx, w, gram, seed, L, factors, cuda_svd_topk, dev);
+}
+
+extern "C" br_status br_svid_init_device(br_ctx *ctx, const float *w, const double *gram,
+                                         uint64_t seed, br_blr_host *L, br_svid_factors *factors) {
+    br_svid_device *dev = nullptr;
+    BR_TRY(br_svid_device_new(ctx, &dev));
+    br_status st = br_svid_init_on(dev, w, gram, seed, L, factors);
+    br_svid_device_free(dev);
+    return st;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -49,6 +50,31 @@ static void discard(br_st_writer *w) {
     w->done = 1;
 }
 
+/* Create the temporary file "DIR/.BASE.tmp-XXXXXX" (name written into `tmp`) with
+ * mode 0666 less the umask, as any tool's new file (mkstemp would make it 0600, and
+ * a fixed fchmod would ignore the umask): open(O_EXCL) on fresh random names until
+ * one is free. Returns the descriptor, or −1 with errno set. */
+static int create_temporary(char *tmp, const char *dir, const char *base, const void *salt) {
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 20 ^
+                 (uint64_t)(uintptr_t)salt;
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        char suffix[7];
+        for (int i = 0; i < 6; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull; /* LCG step */
+            suffix[i] = alphabet[(x >> 33) % (sizeof alphabet - 1)];
+        }
+        suffix[6] = '\0';
+        sprintf(tmp, "%s/.%s.tmp-%s", dir, base, suffix);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
 br_status br_st_writer_new(br_ctx *ctx, const char *path, br_st_writer **out) {
     if (!out) return br_fail(ctx, BR_E_ARG, "%s: out is NULL", W_NEW);
     *out = NULL;
@@ -76,8 +102,7 @@ br_status br_st_writer_new(br_ctx *ctx, const char *path, br_st_writer **out) {
     }
     memcpy(w->dir, slash ? path : ".", dir_len);
     w->dir[dir_len] = '\0';
-    sprintf(w->tmp, "%s/.%s.tmp-XXXXXX", w->dir, base);
-    w->fd = mkstemp(w->tmp);
+    w->fd = create_temporary(w->tmp, w->dir, base, w);
     if (w->fd < 0) {
         br_fail(ctx, BR_E_IO, "%s: %s: cannot create a file in '%s': %s", W_NEW, path, w->dir,
                 strerror(errno));
@@ -85,12 +110,6 @@ br_status br_st_writer_new(br_ctx *ctx, const char *path, br_st_writer **out) {
         w->tmp = NULL;
         br_st_writer_free(w);
         return BR_E_IO;
-    }
-    if (fchmod(w->fd, 0644) != 0) {
-        int e = errno;
-        br_st_writer_free(w);
-        return br_fail(ctx, BR_E_IO, "%s: %s: cannot set the file mode: %s", W_NEW, path,
-                       strerror(e));
     }
     *out = w;
     return BR_OK;
