@@ -4,9 +4,12 @@
  * (4096 tokens), plus the mma.sync family and each wgmma tile for reference.
  *
  *   bench_gemm [--runs N] [--quick] [--no-sweep] [--sweep-only] [--no-wgmma]
+ *              [--layer] [--layer-only]
  *
  * --quick skips the per-tile wgmma measurements; --no-wgmma runs everything on the
- * mma.sync family (a Hopper kernel that faults cannot take the other numbers down).
+ * mma.sync family (a Hopper kernel that faults cannot take the other numbers down);
+ * --layer adds the GEMMs of a BLR layer step (bench_layer below: before/after the
+ * skinny tiles and split-K, with the epilogue), --layer-only runs just those.
  *
  * Before timing: a correctness sweep over awkward shapes (every family, plane kind
  * and tile against an f64 host reference), then at each benchmark shape each
@@ -230,12 +233,14 @@ struct Variant {
     Family family;
     WgmmaTile tile;
     WgmmaASource src;
+    int splits; /* split-K factor forced (BITRANK_GEMM_SPLITK), 1: none */
 };
 
 /* The A sources built for a tile of a plane kind (f16: shared memory only). */
 std::vector<WgmmaASource> asources(PlaneKind kind, WgmmaTile tile) {
     if (kind == PLANE_F16) return {A_SMEM};
-    if (tile == TILE_256x112 || tile == TILE_128x128) return {A_SMEM, A_REG2, A_REG4};
+    if (tile == TILE_256x112 || tile == TILE_128x128 || tile == TILE_128x192 || tile == TILE_256x96)
+        return {A_SMEM, A_REG2, A_REG4};
     return {A_SMEM, A_REG2};
 }
 
@@ -293,16 +298,20 @@ void sweep(br_ctx *ctx, br_rng *r, int has_wgmma) {
         {64, 96, 64, 100, 4, 1},
         {513, 1030, 64, 1040, 8, 0},
         {4000, 1500, 160, 0, 0, 0}, /* several tiles per CTA, 3 k blocks */
+        {600, 768, 2048, 0, 0, 0},  /* a skinny K = tokens GEMM (split-K by AUTO) */
     };
     std::vector<Variant> vars;
     const PlaneKind kinds[] = {PLANE_F16, PLANE_ROWS, PLANE_COLS};
     for (PlaneKind kind : kinds) {
-        vars.push_back({"simple", kind, FAMILY_SIMPLE, TILE_AUTO, A_AUTO});
-        vars.push_back({"mma", kind, FAMILY_MMA, TILE_AUTO, A_AUTO});
+        vars.push_back({"simple", kind, FAMILY_SIMPLE, TILE_AUTO, A_AUTO, 1});
+        vars.push_back({"mma", kind, FAMILY_MMA, TILE_AUTO, A_AUTO, 1});
         if (has_wgmma)
-            for (int t = 0; t < TILE_COUNT; t++)
+            for (int t = 0; t < TILE_COUNT; t++) {
                 for (WgmmaASource src : asources(kind, (WgmmaTile)t))
-                    vars.push_back({"wgmma", kind, FAMILY_WGMMA, (WgmmaTile)t, src});
+                    vars.push_back({"wgmma", kind, FAMILY_WGMMA, (WgmmaTile)t, src, 1});
+                vars.push_back({"wgmma-splitk", kind, FAMILY_WGMMA, (WgmmaTile)t,
+                                kind == PLANE_F16 ? A_SMEM : A_REG2, 3});
+            }
     }
     double worst = 0;
     int checks = 0;
@@ -336,16 +345,37 @@ void sweep(br_ctx *ctx, br_rng *r, int has_wgmma) {
         BR_OK_OR_DIE(ctx, br_buf_new(ctx, BR_F32, count, &ob));
         std::vector<float> got(count);
         const float oscale = (m + n) % 2 ? 1.0f : -0.375f;
+        /* every other shape runs the epilogue: colscale, and c = out with beta −0.5
+         * (out starts as c inside the block, NaN around it) */
+        const bool epi = (&s - shapes) % 2 == 1;
+        const float beta = -0.5f;
+        std::vector<float> cs(n), init(count);
+        for (auto &v : cs)
+            v = 1.25f + 0.75f * br_rng_sym(r);
+        for (size_t idx = 0; idx < count; idx++) {
+            const size_t i = idx / ldo, c = idx % ldo;
+            init[idx] = epi && i < m && c >= ocol && c < ocol + n ? 2.0f * br_rng_sym(r) : NAN;
+        }
+        br_buf *csb = upload(ctx, BR_F32, cs.data(), n);
         for (const auto &v : vars) {
-            BR_OK_OR_DIE(ctx, br_buf_fill(ob, 0, count, 0x7fc00000u));
+            BR_OK_OR_DIE(ctx, br_buf_upload(ob, 0, init.data(), count));
             br_mm_args a;
             memset(&a, 0, sizeof a);
             a.act = av;
             a.plane = v.kind == PLANE_F16 ? pb : v.kind == PLANE_ROWS ? rb : cb;
             a.out = ob;
             a.g.m = m, a.g.n = n, a.g.k = k, a.g.ldo = ldo, a.g.ocol = ocol, a.g.oscale = oscale;
+            a.g.lda = k;
+            if (epi) a.g.colscale = csb, a.g.c = ob, a.g.beta = beta;
             a.layout = v.kind == PLANE_COLS ? BR_BITS_COLS : BR_BITS_ROWS;
+            a.ws_bytes = v.splits > 1 ? split_ws_bytes(v.splits, m + 255, n) : 0;
+            if (v.splits > 1) {
+                char sp[16];
+                snprintf(sp, sizeof sp, "%d", v.splits);
+                setenv("BITRANK_GEMM_SPLITK", sp, 1);
+            }
             BR_OK_OR_DIE(ctx, run(ctx, a, v.kind, v.family, v.tile, v.src));
+            unsetenv("BITRANK_GEMM_SPLITK");
             BR_OK_OR_DIE(ctx, br_buf_download(ob, 0, got.data(), count));
             const std::vector<double> &ref = v.kind == PLANE_F16 ? ref_f16 : ref_pm1;
             double num = 0, den = 0;
@@ -357,7 +387,8 @@ void sweep(br_ctx *ctx, br_rng *r, int has_wgmma) {
                     stray += !isnan(got[idx]);
                     continue;
                 }
-                const double want = oscale * ref[i * n + c - ocol];
+                double want = oscale * ref[i * n + c - ocol];
+                if (epi) want = want * cs[c - ocol] + beta * init[idx];
                 if (!isfinite(got[idx])) nan_in++;
                 num += (got[idx] - want) * (got[idx] - want);
                 den += want * want;
@@ -369,19 +400,19 @@ void sweep(br_ctx *ctx, br_rng *r, int has_wgmma) {
                 g_failures++;
                 fprintf(
                     stderr,
-                    "FAIL sweep %s %s tile %s/%s m=%zu n=%zu k=%zu ldo=%zu ocol=%zu act_off=%d: "
+                    "FAIL sweep %s %s tile %s/%s m=%zu n=%zu k=%zu ldo=%zu ocol=%zu act_off=%d%s: "
                     "rel err %.3g, %zu unset outputs, %zu writes outside the block\n",
                     v.name,
                     v.kind == PLANE_F16    ? "f16"
                     : v.kind == PLANE_ROWS ? "rows"
                                            : "cols",
-                    tile_name(v.tile), asource_name(v.src), m, n, k, ldo, ocol, s.act_off, err,
-                    nan_in, stray);
-                if (g_failures <= 6) diagnose(got.data(), ref, m, n, ldo, ocol, oscale);
+                    tile_name(v.tile), asource_name(v.src), m, n, k, ldo, ocol, s.act_off,
+                    epi ? " epilogue" : "", err, nan_in, stray);
+                if (g_failures <= 6 && !epi) diagnose(got.data(), ref, m, n, ldo, ocol, oscale);
             }
         }
         br_buf_free(av), br_buf_free(ab), br_buf_free(pb), br_buf_free(rb), br_buf_free(cb);
-        br_buf_free(ob);
+        br_buf_free(ob), br_buf_free(csb);
     }
     printf("{\"bench\":\"gemm\",\"variant\":\"sweep\",\"cases\":%d,\"rel_err\":%.3g,"
            "\"failures\":%d}\n",
@@ -560,10 +591,199 @@ const Result *best(const std::vector<Result> &v, const char *name) {
     return b;
 }
 
+/* ---------------------------------------------------------------- layer shapes */
+
+/* The workspace br_mm reserves for a split-K run (a copy of src/ops/gemm.c's rule). */
+size_t front_end_ws(size_t m, size_t n, size_t k) {
+    if (k < 2048 || m * n > ((size_t)4 << 20)) return 0;
+    const size_t block = (m + 255) * ((n + 3) / 4 * 4) * sizeof(float);
+    size_t splits = ((size_t)64 << 20) / block;
+    if (splits > 8) splits = 8;
+    return splits >= 2 ? splits * block : 0;
+}
+
+/* The GEMMs of one BLR layer step at T = 4096 tokens, P = 2 (the layer's rewrite,
+ * /work/briefs2/plan.md): A = x16·W_Vᵀ, y = A'_p·S_U,pᵀ (+ colscale h, + c = out),
+ * B = dy16·W_Uᵀ, M_U = dyT·A'T ᵀ, N_V = xT·B'T ᵀ, dx = B'_p·S_V,pᵀ (+ colscale, c).
+ * "before": the tile the picker chose before the skinny-shape work (four tiles, no
+ * split) on the plain product; "after": br_mm / br_mm_bits with the epilogue, as
+ * the layer calls them. Each "after" result is checked against f64 on sampled rows. */
+struct LayerGemm {
+    const char *name;
+    int M, N, K, lda, act_off;
+    PlaneKind kind;
+    bool epi;
+};
+
+void bench_layer(br_ctx *ctx, br_rng *r) {
+    br_cuda *s = br_cuda_state(ctx);
+    cudaStream_t st = s->stream;
+    const int T = 4096;
+    static const int layers[3][3] = {{3584, 1024, 384}, {1024, 3584, 384}, {6144, 1024, 512}};
+    fprintf(stderr, "\nlayer GEMMs (T = %d, P = 2), median of %d; bytes at 4.2 TB/s\n", T, g_runs);
+    fprintf(stderr, "%-18s %-20s %9s %7s %-16s %9s %7s %-18s %8s %9s\n", "m,n,r / GEMM", "M,N,K",
+            "before us", "TF/s", "tile", "after us", "TF/s", "tile/splits", "bytes us", "rel err");
+    for (const auto &L : layers) {
+        const int m = L[0], n = L[1], rk = L[2];
+        const LayerGemm gemms[] = {
+            {"A", T, 2 * rk, n, 0, 0, PLANE_F16, false},
+            {"y", T, m, rk, 2 * rk, rk, PLANE_ROWS, true},
+            {"B", T, 2 * rk, m, 0, 0, PLANE_F16, false},
+            {"M_U", m, 2 * rk, T, 0, 0, PLANE_F16, false},
+            {"N_V", n, 2 * rk, T, 0, 0, PLANE_F16, false},
+            {"dx", T, n, rk, 2 * rk, rk, PLANE_ROWS, true},
+        };
+        for (const auto &G : gemms) {
+            const size_t M = G.M, N = G.N, K = G.K, lda = G.lda ? G.lda : K;
+            const size_t act_count = G.act_off + (M - 1) * lda + K;
+            std::vector<uint16_t> act(act_count);
+            for (auto &v : act)
+                v = br_half_from_float(br_rng_sym(r));
+            const size_t nplane = G.kind == PLANE_F16 ? N * K : N * (K / 32);
+            std::vector<uint16_t> plane16;
+            std::vector<uint32_t> bits;
+            if (G.kind == PLANE_F16) {
+                plane16.resize(nplane);
+                for (auto &v : plane16)
+                    v = br_half_from_float(br_rng_sym(r));
+            } else {
+                bits.resize(nplane);
+                for (auto &v : bits)
+                    v = (uint32_t)br_rng_u64(r);
+            }
+            std::vector<float> cs(N), c0(M * N);
+            for (auto &v : cs)
+                v = 1.25f + 0.75f * br_rng_sym(r);
+            for (auto &v : c0)
+                v = 4.0f * br_rng_sym(r);
+            br_buf *ap = upload(ctx, BR_F16, act.data(), act_count), *av = nullptr;
+            BR_OK_OR_DIE(ctx, br_buf_view(ap, G.act_off, act_count - G.act_off, &av));
+            br_buf *pb = G.kind == PLANE_F16 ? upload(ctx, BR_F16, plane16.data(), nplane)
+                                             : upload(ctx, BR_U32, bits.data(), nplane);
+            br_buf *csb = upload(ctx, BR_F32, cs.data(), N);
+            br_buf *ob = upload(ctx, BR_F32, c0.data(), M * N);
+            br_gemm g = {};
+            g.m = M, g.n = N, g.k = K, g.oscale = 1.0f, g.lda = G.lda;
+            if (G.epi) g.colscale = csb, g.c = ob, g.beta = 1.0f;
+            auto after = [&](int) {
+                if (G.kind == PLANE_F16)
+                    BR_OK_OR_DIE(ctx, br_mm(ctx, av, pb, ob, g));
+                else
+                    BR_OK_OR_DIE(ctx, br_mm_bits(ctx, av, pb, BR_BITS_ROWS, ob, g));
+            };
+            /* correctness first, on the fresh c */
+            after(0);
+            std::vector<float> got(M * N);
+            BR_OK_OR_DIE(ctx, br_buf_download(ob, 0, got.data(), M * N));
+            double num = 0, den = 0;
+            std::vector<double> arow(K);
+            std::vector<float> pl(N * K); /* the plane's values, f16 or ±1 */
+            for (size_t j = 0; j < N; j++)
+                for (size_t kk = 0; kk < K; kk++)
+                    pl[j * K + kk] =
+                        G.kind == PLANE_F16
+                            ? br_half_to_float(plane16[j * K + kk])
+                            : ((bits[j * (K / 32) + kk / 32] >> (kk % 32)) & 1u ? 1.0f : -1.0f);
+            for (size_t q = 0; q <= M / 127; q++) { /* rows 0, 127, 254, …, and the last */
+                const size_t i = q == M / 127 ? M - 1 : q * 127;
+                for (size_t kk = 0; kk < K; kk++)
+                    arow[kk] = br_half_to_float(act[G.act_off + i * lda + kk]);
+                for (size_t j = 0; j < N; j++) {
+                    double sum = 0;
+                    const float *pj = pl.data() + j * K;
+                    for (size_t kk = 0; kk < K; kk++)
+                        sum += arow[kk] * pj[kk];
+                    const double want = G.epi ? sum * cs[j] + c0[i * N + j] : sum;
+                    const double gv = got[i * N + j];
+                    num += isfinite(gv) ? (gv - want) * (gv - want) : INFINITY;
+                    den += want * want;
+                }
+            }
+            const double err = sqrt(num / (den > 1e-300 ? den : 1e-300));
+            if (!(err < kTol)) {
+                g_failures++;
+                fprintf(stderr, "FAIL layer %d,%d,%d %s: rel err vs f64 %.3g\n", m, n, rk, G.name,
+                        err);
+            }
+            /* before: the legacy tile on the plain product (no epilogue, no split) */
+            Problem prob;
+            memset(&prob, 0, sizeof prob);
+            prob.m = (int)M, prob.n = (int)N, prob.k = (int)K, prob.kind = G.kind;
+            prob.ws_bytes = front_end_ws(M, N, K);
+            WgmmaTile t_old = TILE_AUTO, t_new = TILE_AUTO;
+            WgmmaASource a_old = A_AUTO, a_new = A_AUTO;
+            int splits = 1;
+            pick_wgmma(prob, s->sm_count, &t_old, &a_old, nullptr, true);
+            pick_wgmma(prob, s->sm_count, &t_new, &a_new, &splits);
+            br_mm_args a;
+            memset(&a, 0, sizeof a);
+            a.act = av, a.plane = pb, a.out = ob, a.layout = BR_BITS_ROWS;
+            a.g.m = M, a.g.n = N, a.g.k = K, a.g.ldo = N, a.g.lda = lda, a.g.oscale = 1.0f;
+            const double us_before =
+                s->has_wgmma ? median_us(st, 1,
+                                         [&](int) {
+                                             BR_OK_OR_DIE(ctx, run(ctx, a, G.kind, FAMILY_WGMMA,
+                                                                   t_old, a_old));
+                                         })
+                             : 0.0;
+            const double us_after = median_us(st, 1, after);
+            const double flop = 2.0 * M * N * K;
+            const double bytes = (double)M * K * 2 +
+                                 (G.kind == PLANE_F16 ? N * K * 2.0 : N * K / 8.0) +
+                                 M * N * 4.0 * (G.epi ? 2 : 1);
+            char shape[40], mnk[40], tb[40], ta[40];
+            snprintf(shape, sizeof shape, "%d,%d,%d %s", m, n, rk, G.name);
+            snprintf(mnk, sizeof mnk, "%zu,%zu,%zu", M, N, K);
+            snprintf(tb, sizeof tb, "%s/%s", tile_name(t_old), asource_name(a_old));
+            snprintf(ta, sizeof ta, "%s/%s/%d", tile_name(t_new), asource_name(a_new), splits);
+            fprintf(stderr, "%-18s %-20s %9.1f %7.1f %-16s %9.1f %7.1f %-18s %8.1f %9.2g\n", shape,
+                    mnk, us_before, us_before > 0 ? flop / us_before * 1e-6 : 0.0, tb, us_after,
+                    flop / us_after * 1e-6, ta, bytes / 4.2e12 * 1e6, err);
+            /* the dense GEMMs: every tile × split measured, for tuning pick_wgmma */
+            std::string grid;
+            if (s->has_wgmma && G.kind == PLANE_F16) {
+                double best_us = 1e30;
+                char best_name[40] = "";
+                for (int t = 0; t < TILE_COUNT; t++)
+                    for (int sp : {1, 2, 3, 4, 6, 8}) {
+                        if (sp > 1 && K < 2048) break;
+                        a.ws_bytes = sp > 1 ? split_ws_bytes(sp, (int)M + 255, (int)N) : 0;
+                        char env[16];
+                        snprintf(env, sizeof env, "%d", sp);
+                        setenv("BITRANK_GEMM_SPLITK", env, 1);
+                        const double us = median_us(st, 1, [&](int) {
+                            BR_OK_OR_DIE(ctx,
+                                         run(ctx, a, G.kind, FAMILY_WGMMA, (WgmmaTile)t, A_SMEM));
+                        });
+                        unsetenv("BITRANK_GEMM_SPLITK");
+                        char item[48];
+                        snprintf(item, sizeof item, " %s/%d:%.1f", tile_name((WgmmaTile)t), sp, us);
+                        grid += item;
+                        if (us < best_us)
+                            best_us = us, snprintf(best_name, sizeof best_name, "%s/%d",
+                                                   tile_name((WgmmaTile)t), sp);
+                    }
+                a.ws_bytes = 0;
+                fprintf(stderr, "    grid best %s %.1f us (%.1f TF/s):%s\n", best_name, best_us,
+                        flop / best_us * 1e-6, grid.c_str());
+            }
+            printf("{\"bench\":\"gemm_layer\",\"layer\":\"%d,%d,%d\",\"gemm\":\"%s\",\"m\":%zu,"
+                   "\"n\":%zu,\"k\":%zu,\"before_us\":%.2f,\"before_tile\":\"%s\","
+                   "\"after_us\":%.2f,\"after_tile\":\"%s\",\"tflops_after\":%.1f,"
+                   "\"rel_err\":%.3g}\n",
+                   m, n, rk, G.name, M, N, K, us_before, tb, us_after, ta, flop / us_after * 1e-6,
+                   err);
+            fflush(stdout);
+            br_buf_free(av), br_buf_free(ap), br_buf_free(pb), br_buf_free(csb), br_buf_free(ob);
+        }
+    }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-    bool quick = false, do_sweep = true, no_wgmma = false, sweep_only = false;
+    bool quick = false, do_sweep = true, no_wgmma = false, sweep_only = false, layer = false,
+         layer_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--runs") && i + 1 < argc)
             g_runs = std::max(20, atoi(argv[++i]));
@@ -575,9 +795,13 @@ int main(int argc, char **argv) {
             no_wgmma = true;
         else if (!strcmp(argv[i], "--sweep-only"))
             sweep_only = true;
+        else if (!strcmp(argv[i], "--layer"))
+            layer = true;
+        else if (!strcmp(argv[i], "--layer-only"))
+            layer = layer_only = true;
         else {
             fprintf(stderr, "usage: bench_gemm [--runs N (>= 20)] [--quick] [--no-sweep] "
-                            "[--sweep-only] [--no-wgmma]\n");
+                            "[--sweep-only] [--no-wgmma] [--layer] [--layer-only]\n");
             return 2;
         }
     }
@@ -599,6 +823,13 @@ int main(int argc, char **argv) {
     if (do_sweep || sweep_only) sweep(ctx, &r, s->has_wgmma);
     if (sweep_only) {
         br_ctx_free(ctx);
+        return g_failures ? 1 : 0;
+    }
+
+    if (layer_only) {
+        bench_layer(ctx, &r);
+        br_ctx_free(ctx);
+        if (g_failures) fprintf(stderr, "bench_gemm: %d correctness failures\n", g_failures);
         return g_failures ? 1 : 0;
     }
 
@@ -644,6 +875,7 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "targets: bits >= cuBLASLt and >= 1.3x expand+cuBLASLt; f16 within 10%% of "
                     "cuBLASLt\n");
+    if (layer) bench_layer(ctx, &r);
     cudaFree(lt.ws);
     cublasLtDestroy(lt.h);
     br_ctx_free(ctx);

@@ -7,17 +7,20 @@
  * --profile: after timing, three eager (not graph) steps under the op profiler,
  * its table on stderr: where a step's time goes, op by op.
  *
- * Per shape: a random layer and target, dy = (y − y*)/N by br_scale_acc2, then the
- * step; 5 warm-up replays, then N (default 20, at least 20) replays each timed by
- * device timers (CUDA events) around the launch; the median and the minimum in ms.
+ * Per shape: a random layer and target, then the step: dy = (y − y*)/N straight
+ * from the forward (br_blr_forward_residual), the backward, the optimizer; 5
+ * warm-up replays, then N (default 20, at least 20) replays each timed by device
+ * timers (CUDA events) around the launch; the median and the minimum in ms.
  * --dx also forms the input gradient (a layer inside a network needs it; the
  * PyTorch reference of bench/torch_layer.py does not, x has no grad there).
  * One JSON line per measurement on stdout.
  *
- * Floors printed beside the time (T tokens, P paths):
- *   flop  = P · 6·T·r·(m+n): per path the GEMMs a = x·S_V (2Tnr), c = a·S_Uᵀ (2Trm),
- *           b = dy·S_U (2Tmr), dx' = b·S_Vᵀ (2Trn), G_U (2mrT), G_V (2nrT);
- *           everything else is O(T·(m+n+r)).
+ * Floors printed beside the time (T tokens, P paths, R = P·r):
+ *   flop  = 4·T·R·(m+n) [+ 2·T·R·n with --dx]: the GEMMs of the step,
+ *           A = x·W_Vᵀ [T][R] (2TnR, one GEMM for all paths), out = A'·S_Uᵀ per path
+ *           (2TRm), B = dy·W_Uᵀ [T][R] (2TmR, one GEMM), M_U = dyᵀ·A' [m][R] (2mRT),
+ *           N_V = xᵀ·B' [n][R] (2nRT) [, dx = B'·S_Vᵀ per path (2TRn)];
+ *           everything else is O(T·(m+n+R)) (staging, expand, colsum, rowdot).
  *   bytes = 4·T·(n + m)  (read x and y* once, f32)
  *         + P·(m+n)·r·(24 latent: Λ, m1, v read and written, f32 | 16 factored:
  *           Λ, m1 | 0 exact, off) + P·(m+n)·r/4 (bitmaps read and written)
@@ -93,13 +96,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     br_buf *bx = upload(BR_F32, x, T * n), *bys = upload(BR_F32, ys, T * m);
     free(x), free(ys);
     float inv = 1.0f / (float)(T * m);
-    float *pos = malloc(m * 4), *neg = malloc(m * 4);
-    for (size_t i = 0; i < m; i++)
-        pos[i] = inv, neg[i] = -inv;
-    br_buf *bpos = upload(BR_F32, pos, m), *bneg = upload(BR_F32, neg, m);
-    free(pos), free(neg);
-    br_buf *by = NULL, *bdy = NULL, *bdx = NULL;
-    OK(br_buf_new(g_ctx, BR_F32, T * m, &by));
+    br_buf *bdy = NULL, *bdx = NULL;
     OK(br_buf_new(g_ctx, BR_F32, T * m, &bdy));
     if (with_dx) OK(br_buf_new(g_ctx, BR_F32, T * n, &bdx));
     br_blr_scratch *s = NULL;
@@ -114,9 +111,8 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
 
     br_graph *gr = NULL;
     OK(br_graph_begin(g_ctx));
-    OK(br_blr_forward(l, s, bx, by, T));
-    OK(br_scale_acc2(g_ctx, by, bpos, bys, bneg, bdy, T, m));
-    /* |dy| ~ 1/(T·m) ≈ 7e-8: gs = 2^24 lifts dy⊙h out of the f16 subnormals */
+    OK(br_blr_forward_residual(l, s, bx, bys, inv, bdy, T));
+    /* |dy| ~ 1/(T·m) ≈ 7e-8: gs = 2^24 lifts dy out of the f16 subnormals */
     OK(br_blr_backward(l, s, bx, bdy, bdx, T, 16777216.0f, 0));
     OK(br_blr_opt_step(o));
     OK(br_graph_end(g_ctx, &gr));
@@ -135,8 +131,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
         OK(br_ctx_set_option(g_ctx, BR_OPT_PROFILE, 1));
         br_profile_reset(g_ctx);
         for (int i = 0; i < 3; i++) {
-            OK(br_blr_forward(l, s, bx, by, T));
-            OK(br_scale_acc2(g_ctx, by, bpos, bys, bneg, bdy, T, m));
+            OK(br_blr_forward_residual(l, s, bx, bys, inv, bdy, T));
             OK(br_blr_backward(l, s, bx, bdy, bdx, T, 16777216.0f, 0));
             OK(br_blr_opt_step(o));
         }
@@ -151,7 +146,9 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     for (size_t i = 0; i < info.nmats; i++)
         flips += info.flips[i];
 
-    double flop = (double)P * 6.0 * (double)T * (double)r * (double)(m + n);
+    double R = (double)P * (double)r;
+    double flop = 4.0 * (double)T * R * (double)(m + n);
+    if (with_dx) flop += 2.0 * (double)T * R * (double)n;
     double per_sign = mode == BR_SIGN_LATENT ? (factored ? 16.0 : 24.0) : 0.0;
     double bytes = 4.0 * (double)T * (double)(n + m) +
                    (double)P * (double)(m + n) * (double)r * (per_sign + (mode ? 0.25 : 0.0));
@@ -172,8 +169,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     br_graph_free(gr);
     br_blr_opt_free(o);
     br_blr_scratch_free(s);
-    br_buf_free(bx), br_buf_free(bys), br_buf_free(bpos), br_buf_free(bneg), br_buf_free(by),
-        br_buf_free(bdy), br_buf_free(bdx);
+    br_buf_free(bx), br_buf_free(bys), br_buf_free(bdy), br_buf_free(bdx);
     br_blr_free(l);
 }
 

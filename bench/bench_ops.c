@@ -18,13 +18,20 @@
  *   colsum AB 4+4 · colsum_fused CVT_A + dst_t 4+4+2+2 · SCALE_B accumulate + dst_t
  *   4+4+4+4+2 · scale_acc accumulate 4+4+4 · scale_acc2 4+4+4 · add 4+4+4
  *   f16_to_f32 2+4 · split_qg 8+8 per q element · adam 4·4 read + 3·4 written
- *   sumsq 4 */
+ *   sumsq 4
+ *   cvt_both (dst and dst_t) 4+2+2
+ *   sign_step, the 4 calls of a layer step (rows × r = 3584×384 and 1024×384, two
+ *   paths each): latent full moment 4 (grad) + 3·(4+4) (m1, v, latent) + 1/4
+ *   (bits) = 28.25 per latent; factored 20.25; exact with a binding budget (every
+ *   selection pass, ties on purpose) 4.25 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "bitrank.h"
+#include "ops/layer_ops.h"
+#include "ops/sign_ops.h"
 
 #define REPS 10
 
@@ -164,6 +171,80 @@ static void op_sumsq(void *p) {
     bufs *x = p;
     OK(br_sumsq(g_ctx, x->a, x->m * x->k, x->parts));
 }
+static void op_cvt_both(void *p) {
+    bufs *x = p;
+    OK(br_cvt_both(g_ctx, x->a, x->col, x->h16, x->t16, x->m, x->k, x->k, 0.5f));
+}
+
+/* The sign matrices of one layer step: S_U (3584 × 384) and S_V (1024 × 384) of
+ * two paths. */
+#define SIGN_MATS 4
+typedef struct sign_bufs {
+    size_t rows[SIGN_MATS], r;
+    br_buf *grad[SIGN_MATS], *bits[SIGN_MATS], *lat[SIGN_MATS], *m1[SIGN_MATS], *v[SIGN_MATS];
+    br_buf *rowf[SIGN_MATS], *colf, *sched, *flips;
+    int exact, factored;
+} sign_bufs;
+
+static void op_sign_step(void *p) {
+    sign_bufs *x = p;
+    for (size_t i = 0; i < SIGN_MATS; i++) {
+        size_t n = x->rows[i] * x->r;
+        br_sign_step_args a = {.exact = x->exact,
+                               .factored = x->factored,
+                               .grad = x->grad[i],
+                               .bits = x->bits[i],
+                               .latent = x->lat[i],
+                               .m1 = x->m1[i],
+                               .v = x->v[i],
+                               .sched = x->sched,
+                               .flips = x->flips,
+                               .slot = i,
+                               .rows = x->rows[i],
+                               .r = x->r,
+                               .budget = x->exact ? n / 1000 : n,
+                               .beta1 = 0.9f,
+                               .beta2 = 0.999f,
+                               .eps = 1e-8f,
+                               .clamp = 1.0f,
+                               .hyst = 0.01f,
+                               .rowf = x->rowf[i],
+                               .colf = x->colf,
+                               .curv2 = 2.0f};
+        OK(br_sign_step(g_ctx, &a));
+    }
+}
+
+static void bench_sign_step(void) {
+    sign_bufs x = {.rows = {3584, 1024, 3584, 1024}, .r = 384};
+    double latents = 0;
+    for (size_t i = 0; i < SIGN_MATS; i++) {
+        size_t n = x.rows[i] * x.r;
+        latents += (double)n;
+        x.grad[i] = new_buf(BR_F32, n, 0x3a83126fu); /* 1e-3 */
+        x.bits[i] = new_buf(BR_U32, n / 32, 0x5a5a5a5au);
+        x.lat[i] = new_buf(BR_F32, n, 0);
+        x.m1[i] = new_buf(BR_F32, n, 0);
+        x.v[i] = new_buf(BR_F32, n, 0);
+        x.rowf[i] = new_buf(BR_F32, x.rows[i], 0x3a83126fu);
+    }
+    x.colf = new_buf(BR_F32, x.r, 0x3a83126fu);
+    x.sched = new_buf(BR_F32, BR_SIGN_SCHED, 0);
+    x.flips = new_buf(BR_U32, SIGN_MATS, 0);
+    float sched[BR_SIGN_SCHED] = {1e-3f, 10.0f, 1.0f, 0.0f, 0.65f, 0.01f, 0.0f, 0.0f};
+    OK(br_buf_upload(x.sched, 0, sched, BR_SIGN_SCHED));
+    report("sign_step_latent", 9216, 384, 28.25 * latents, time_op(op_sign_step, &x));
+    x.factored = 1;
+    report("sign_step_factored", 9216, 384, 20.25 * latents, time_op(op_sign_step, &x));
+    x.factored = 0;
+    x.exact = 1;
+    report("sign_step_exact_budget", 9216, 384, 4.25 * latents, time_op(op_sign_step, &x));
+    for (size_t i = 0; i < SIGN_MATS; i++) {
+        br_buf_free(x.grad[i]), br_buf_free(x.bits[i]), br_buf_free(x.lat[i]);
+        br_buf_free(x.m1[i]), br_buf_free(x.v[i]), br_buf_free(x.rowf[i]);
+    }
+    br_buf_free(x.colf), br_buf_free(x.sched), br_buf_free(x.flips);
+}
 
 int main(int argc, char **argv) {
     const char *device = "cuda";
@@ -234,6 +315,11 @@ int main(int argc, char **argv) {
     report("split_qg", m, k, 8 * e, time_op(op_split_qg, &x));
     report("adam", m, k / 4, 28 * e / 4, time_op(op_adam, &x));
     report("sumsq", m, k, 4 * e, time_op(op_sumsq, &x));
+    report("cvt_both", m, k, 8 * e, time_op(op_cvt_both, &x));
+    x.m = quick ? 256 : 4096; /* dy of a layer step */
+    report("cvt_both", x.m, k, 8 * (double)(x.m * k), time_op(op_cvt_both, &x));
+    report("cvt_t", x.m, k, 6 * (double)(x.m * k), time_op(op_cvt_t, &x));
+    bench_sign_step();
 
     br_buf *all[] = {x.a,   x.b,    x.c,     x.d,       x.col, x.col2,  x.h16,  x.h16b,
                      x.t16, x.bits, x.plane, x.plane_t, x.sum, x.parts, x.sched};

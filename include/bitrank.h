@@ -143,15 +143,35 @@ size_t br_pad_tokens(size_t ntok);
 
 /* ---------------------------------------------------------------- GEMM (R-MM) */
 
-/* out[i][ocol + j] = oscale · Σ_k act[i][k] · plane[j][k]   for i < m, j < n.
- * act: f16 [≥ m][k]; plane f16 [n][k]; out f32 with row stride ldo (ldo = 0 means
- * n), only rows < m and columns ocol..ocol+n−1 written. f16 products, f32
- * accumulation. Constraints: m, n ≥ 1; k a multiple of 32; ldo ≥ ocol + n. */
+/* out[i][ocol + j] = (oscale · Σ_k act[i][k] · plane[j][k]) · colscale[j]
+ *                    + beta · c[i][ocol + j]                  for i < m, j < n.
+ * f16 products, f32 accumulation; the epilogue in f32, each product rounded (no
+ * contraction); without colscale its factor is 1, without c its term is absent.
+ * act: f16, row i at element i·lda (lda = 0 means k); (m−1)·lda + k elements must
+ *   exist (rows past m are never read; no padding to br_pad_rows is needed), so act
+ *   may be a view of a column block of a wider matrix.
+ * plane: f16 [n][k].
+ * out: f32 with row stride ldo (ldo = 0 means n), (m−1)·ldo + ocol + n elements;
+ *   only rows < m and columns ocol..ocol+n−1 are written.
+ * colscale: f32 [≥ n] or NULL; it must not overlap out.
+ * c: f32 or NULL, the same layout as out (row stride ldo, columns ocol..), so
+ *   (m−1)·ldo + ocol + n elements. c may be out itself (the same buffer offset: an
+ *   in-place out = … + beta·out); any other overlap of c with out is BR_E_ARG.
+ * Constraints: m, n ≥ 1; k a multiple of 32; lda ≥ k; ldo ≥ ocol + n; oscale and
+ * beta finite. On CUDA the fast kernels need 16-byte aligned act rows (lda % 8 == 0
+ * and an aligned base); other operands run a slower kernel with the same results
+ * within tolerance. Fields left zero keep the plain product (beta is read only
+ * with c). A split-K kernel may use workspace; its sum order is fixed (results do
+ * not vary from run to run). */
 typedef struct br_gemm {
     size_t m, n, k;
-    size_t ldo;    /* output row stride in floats; 0 = n */
-    size_t ocol;   /* first output column */
-    float oscale;  /* output multiplier (0 is taken literally) */
+    size_t ldo;             /* output (and c) row stride in floats; 0 = n */
+    size_t ocol;            /* first output column */
+    float oscale;           /* output multiplier (0 is taken literally) */
+    size_t lda;             /* act row stride in elements; 0 = k; ≥ k */
+    const br_buf *colscale; /* f32 [≥ n] or NULL: per-column factor */
+    const br_buf *c;        /* f32 or NULL: added as beta · c (same layout as out) */
+    float beta;             /* used only with c (0 is taken literally) */
 } br_gemm;
 br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g);
 
@@ -604,54 +624,75 @@ br_buf *br_blr_buf(br_blr *layer, size_t path, br_blr_part part);
 /* Every gradient and curvature sum to zero. An op. */
 br_status br_blr_zero_grad(br_blr *layer);
 
-/* Transient buffers of the layer ops, shareable by every layer that runs one at a
- * time: f16 staging, t1, t2, the transposed sign-gradient operands. Sized for up
- * to `ntok` tokens and layers of at most m outputs, n inputs, rank r; flags as
- * br_blr_new (whether the sign-gradient operands are needed). */
+/* Transient buffers of the layer ops, shareable by every layer that runs one op at
+ * a time: the f16 staging of x and dy, the expanded planes W_V / W_U, A' and B',
+ * B, the transposed operands of the token-axis GEMMs, M_U / N_V. Sized for up to
+ * `ntok` tokens and layers of at most m outputs, n inputs and total rank paths·r
+ * (a layer of P paths of rank r' fits when P·r' ≤ paths·r). */
 typedef struct br_blr_shared br_blr_shared;
-br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t r, unsigned flags,
+br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t r, size_t paths,
                             br_blr_shared **out);
 void br_blr_shared_free(br_blr_shared *shared);
 
-/* A layer's scratch for up to `ntok` tokens: its own a [ntok][r] and c [ntok][m] per
- * path (kept from the forward for the backward) and the transients of `shared`
- * (NULL: its own; a shared set must fit the layer's shape and flags and outlive
- * the scratch). Use a scratch with the layer it was made for. */
+/* A layer's scratch for up to `ntok` tokens: what a forward keeps for the backward —
+ * A = [a_1|…|a_P] f32 [ntok][P·r], A'ᵀ = f16(A⊙ℓ)ᵀ and, for br_blr_forward, its own
+ * f16(x)ᵀ (f16 [br_pad_rows(n)][br_pad_tokens(ntok)]) — and the transients of `shared`
+ * (NULL: its own; a shared set must fit the layer's shape and outlive the scratch).
+ * The product c = A'·S_Uᵀ is not kept (the backward never needs it): P·ntok·m f32
+ * fewer than a scratch of earlier versions held. Use a scratch with the layer it was
+ * made for. */
 typedef struct br_blr_scratch br_blr_scratch;
 br_status br_blr_scratch_new(const br_blr *layer, size_t ntok, br_blr_shared *shared,
                              br_blr_scratch **out);
 void br_blr_scratch_free(br_blr_scratch *scratch);
 
 /* Forward: y [ntok][m] = Σ_p h_p ⊙ c_p (overwritten) for x f32 [ntok][n], 1 ≤ ntok ≤
- * the scratch's tokens. Per path a = f16(x⊙g)·S_V and c = f16(a⊙ℓ)·S_Uᵀ (f16
- * operands, f32 accumulation), kept in the scratch for br_blr_backward. Two or more
- * paths: y = fl(fl(h_0⊙c_0) + fl(h_1⊙c_1)), then + fl(h_p⊙c_p) for p ≥ 2. */
+ * the scratch's tokens, with (f16 operands, f32 accumulation)
+ *     a_p = f16(x)·f16(g_p⊙S_V,p) (ONE GEMM for all paths),  c_p = f16(a_p⊙ℓ_p)·S_U,pᵀ
+ * and h_p applied in the epilogue of c_p's GEMM: y = fl(h_0⊙c_0), then for p ≥ 1
+ * y = fl(fl(h_p⊙c_p) + y). A, A'ᵀ and the staged f16(x)ᵀ stay in the scratch for
+ * br_blr_backward. */
 br_status br_blr_forward(br_blr *layer, br_blr_scratch *s, const br_buf *x, br_buf *y,
                          size_t ntok);
-/* Columns of a staged input: n rounded up to a multiple of 32. */
+/* The forward fused with a loss gradient: out = alpha·(y − target), formed in the
+ * GEMM epilogues (path 0: (alpha·acc_0)·h_0 − alpha·target, then each later path
+ * added as above), y as br_blr_forward makes it up to the rounding of those steps.
+ * target f32 [ntok][m]; out f32 [ntok][m], either target itself (overwritten in
+ * place) or apart from it (BR_E_ARG on a partial overlap); alpha finite. For
+ * L = ½·alpha·‖y − target‖² (e.g. alpha = 1/N for a mean), out is ∂L/∂y: pass it as
+ * dy to br_blr_backward. Keeps what br_blr_forward keeps. */
+br_status br_blr_forward_residual(br_blr *layer, br_blr_scratch *s, const br_buf *x,
+                                  const br_buf *target, float alpha, br_buf *out, size_t ntok);
+/* Columns of the staged input f16(x): n rounded up to a multiple of 32. */
 size_t br_blr_stage_cols(const br_blr *layer);
-/* Input staging of one or more layers reading the same x f32 [ntok][n] (e.g. q, k,
- * v): xin[i] = f16(x ⊙ g_p) as f16 [br_pad_rows(ntok)][br_blr_stage_cols], pad
- * rows and columns zero, one entry per path of layers[0], then layers[1], ... (up to
- * four per pass over x, br_cvt_multi). Bit-identical to the staging br_blr_forward
- * does itself. */
-br_status br_blr_stage(br_blr *const layers[], size_t nlayers, const br_buf *x, br_buf *const xin[],
-                       size_t ntok);
-/* br_blr_forward with each path's staged input given (xin[p], as br_blr_stage). */
-br_status br_blr_forward_staged(br_blr *layer, br_blr_scratch *s, const br_buf *const xin[],
-                                br_buf *y, size_t ntok);
+/* The staged input of any layers reading the same x f32 [ntok][n] (e.g. q, k, v):
+ * x16 = f16(x) as f16 [br_pad_rows(ntok)][br_blr_stage_cols] and its transpose
+ * xt f16 [br_pad_rows(n)][br_pad_tokens(ntok)], pads zero, from one read of x. It
+ * depends only on x (any layer with these n inputs may be passed), and is
+ * bit-identical to the staging br_blr_forward does itself. */
+br_status br_blr_stage(const br_blr *layer, const br_buf *x, br_buf *x16, br_buf *xt, size_t ntok);
+/* br_blr_forward on a staged input (as br_blr_stage). x16 may be reused once the
+ * forward is issued; xt is read again by the backward of this forward: keep it
+ * unchanged until then. Neither may overlap the scratch's own buffers. */
+br_status br_blr_forward_staged(br_blr *layer, br_blr_scratch *s, const br_buf *x16,
+                                const br_buf *xt, br_buf *y, size_t ntok);
 
-/* Backward of the last forward through scratch `s` on the same x: for dy f32
- * [ntok][m] = ∂L/∂y, the gradients of every path
- *     dh += Σ_t dy⊙c,  b = f16(dy⊙h·gs)·S_U / gs,  dℓ += Σ_t a⊙b,
+/* Backward of the last forward through scratch `s` (same x, same ntok; BR_E_STATE
+ * before any forward): for dy f32 [ntok][m] = ∂L/∂y, the gradients of every path
+ *     dh += Σ_t dy⊙c,  b = f16(dy·gs)·f16(h⊙S_U) / gs,  dℓ += Σ_t a⊙b,
  *     dx' = f16(b⊙ℓ·gs)·S_Vᵀ / gs,  dg += Σ_t x⊙dx',   dx = Σ_p g_p⊙dx'_p
- * and, with BR_BLR_SIGN_GRADS, G_U += diag(h)·dyᵀ·a·diag(ℓ), G_V += diag(g)·xᵀ·b·diag(ℓ)
- * (token axis as the GEMM's K, operands staged under gs), with BR_BLR_CURVATURE
- * Σ_t a² and Σ_t x². accumulate = 1 adds into the layer's gradients, 0 overwrites
- * them. dx f32 [ntok][n] is overwritten (NULL: not formed). gscale (gs) is a power
- * of two that keeps dy⊙h and b⊙ℓ out of the f16 subnormals (e.g. 1024 for |dy| ~
- * 1e-3); it is divided back out. Everything is formed from the bits as they are:
- * an optimizer step afterwards flips bits for the next forward. */
+ * with dh and dg formed through the token-axis products M = dyᵀ·f16(a⊙ℓ) and
+ * N = xᵀ·f16(b⊙ℓ) (dh_i = Σ_k S_U[i,k]·M[i][k], dg_j = Σ_k S_V[j,k]·N[j][k]: c and dx'
+ * are never formed), and, with BR_BLR_SIGN_GRADS, G_U = diag(h)·M, G_V = diag(g)·N
+ * (= diag(h)·dyᵀ·a·diag(ℓ), diag(g)·xᵀ·b·diag(ℓ); token axis as the GEMM's K, f16
+ * operands staged under gs), with BR_BLR_CURVATURE Σ_t a² and Σ_t x². accumulate = 1
+ * adds into the layer's gradients, 0 overwrites them. dx f32 [ntok][n] is
+ * overwritten (NULL: not formed, and its GEMMs skipped); it must not overlap x, dy
+ * or a staged xt. gscale (gs) is a power of two that keeps dy·gs and b⊙ℓ·gs out of
+ * the f16 subnormals and below the f16 maximum 65504 (e.g. 1024 for |dy| ~ 1e-3;
+ * dy itself is staged now, not dy⊙h as before); it is divided back out. Everything
+ * is formed from the bits as they are: an optimizer step afterwards flips bits for
+ * the next forward. */
 br_status br_blr_backward(br_blr *layer, br_blr_scratch *s, const br_buf *x, const br_buf *dy,
                           br_buf *dx, size_t ntok, float gscale, int accumulate);
 

@@ -1,9 +1,18 @@
 /* The BLR layer (SPEC §1, §5 item 2): forward and backward against an f64
  * reference on random layers of every shape class, paths 1..3, the two-path sum,
- * staged inputs, graphs, host transfers and bad arguments. */
+ * the fused-loss forward, dh/dg through the token-axis products, staged inputs,
+ * graphs, host transfers and bad arguments.
+ *
+ * BITRANK_TEST_SMALL=1: fewer and smaller shapes, every path through the layer
+ * still taken (for compute-sanitizer racecheck on the GPU). */
 #include "blr_ref.h"
 
 #define TOL 3e-3
+
+static int small_mode(void) {
+    const char *e = getenv("BITRANK_TEST_SMALL");
+    return e && *e && strcmp(e, "0") != 0;
+}
 
 /* Runs forward + backward of a random layer on the device under test and checks
  * y, dx, dh, dℓ, dg (and G_U, G_V with sign gradients) against f64. */
@@ -100,12 +109,18 @@ static void check_layer(size_t m, size_t n, size_t r, size_t P, size_t ntok, int
 }
 
 /* SPEC §5 item 2: m=256 n=384 r=128 ntok=70, two paths. */
-static void spec_two_path_layer(void) { check_layer(256, 384, 128, 2, 70, 1, 0, 1, 1); }
+static void spec_two_path_layer(void) {
+    if (small_mode()) /* the same classes, fewer tokens and a smaller layer */
+        check_layer(96, 128, 64, 2, 20, 1, 0, 1, 1);
+    else
+        check_layer(256, 384, 128, 2, 70, 1, 0, 1, 1);
+}
 
 /* Shapes that are multiples of nothing; 1 row; 1..3 paths; no dx. */
 static void awkward_shapes(void) {
     check_layer(37, 50, 32, 1, 1, 1, BR_BLR_SIGN_GRADS, 2, 0);
     check_layer(100, 33, 64, 3, 45, 1, BR_BLR_SIGN_GRADS, 3, 0);
+    if (small_mode()) return;
     check_layer(1, 65, 32, 2, 130, 0, BR_BLR_SIGN_GRADS, 4, 0);
     check_layer(250, 7, 96, 2, 3, 1, 0, 5, 0);
     check_layer(64, 96, 32, 3, 129, 0, 0, 6, 0);
@@ -170,44 +185,63 @@ static void two_paths_are_two_halves(void) {
     br_ctx_free(ctx);
 }
 
-/* br_blr_stage + br_blr_forward_staged give the bits of br_blr_forward (aligned n
- * through br_cvt_multi, unaligned through padded staging); two layers share x and
- * one br_blr_shared. */
+/* Downloads every gradient of a layer: [path][dh, dℓ, dg, G_U, G_V]. */
+static void grads_of(br_ctx *ctx, br_blr *l, const ref_layer *L, float *out[][5]) {
+    size_t len[5] = {L->m, L->r, L->n, L->m * L->r, L->n * L->r};
+    br_blr_part parts[5] = {BR_BLR_DH, BR_BLR_DL, BR_BLR_DG, BR_BLR_GU, BR_BLR_GV};
+    for (size_t p = 0; p < L->paths; p++)
+        for (int i = 0; i < 5; i++)
+            out[p][i] = ref_part(ctx, l, p, parts[i], len[i]);
+}
+
+/* br_blr_stage + br_blr_forward_staged give the bits of br_blr_forward (aligned and
+ * unaligned n); two layers read one staged x through one br_blr_shared, both
+ * forwards before either backward (as q, k, v do), and each backward, which reads
+ * the staged f16(x)ᵀ, gives the bits of a plain forward + backward. */
 static void staged_and_shared(void) {
     br_ctx *ctx = t_ctx();
     size_t ns[2] = {64, 45};
     for (int v = 0; v < 2; v++) {
         br_rng rng = t_rng_for(8 + (uint64_t)v);
-        size_t n = ns[v], ntok = 21, r = 32;
+        size_t n = ns[v], ntok = 21, r = 32, cols = (n + 31) / 32 * 32;
         size_t ms[2] = {40, 96}, P[2] = {2, 3};
         ref_layer L[2];
         br_blr *l[2];
+        br_blr_scratch *s1[2], *s2[2];
         br_blr_shared *sh = NULL;
-        CHECK_OK(ctx, br_blr_shared_new(ctx, ntok, 96, n, r, 0, &sh));
+        CHECK_OK(ctx, br_blr_shared_new(ctx, ntok, 96, n, r, 3, &sh));
         float *x = t_rand(&rng, ntok * n, 2.0f);
         br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n);
-        br_buf *xin[5];
-        for (int i = 0; i < 5; i++)
-            xin[i] = t_buf_poison(ctx, BR_F16, br_pad_rows(ntok) * ((n + 31) / 32 * 32), T_NAN16);
+        br_buf *x16 = t_buf_poison(ctx, BR_F16, br_pad_rows(ntok) * cols, T_NAN16);
+        br_buf *xt = t_buf_poison(ctx, BR_F16, br_pad_rows(n) * br_pad_tokens(ntok), T_NAN16);
+        br_buf *y1[2], *dy[2], *dx1[2];
         for (int i = 0; i < 2; i++) {
             L[i] = ref_random(&rng, ms[i], n, r, P[i], 0);
-            l[i] = ref_upload(ctx, &L[i], 0);
+            l[i] = ref_upload(ctx, &L[i], BR_BLR_SIGN_GRADS);
+            CHECK_OK(ctx, br_blr_scratch_new(l[i], ntok, sh, &s1[i]));
+            CHECK_OK(ctx, br_blr_scratch_new(l[i], ntok, NULL, &s2[i]));
+            y1[i] = t_buf_poison(ctx, BR_F32, ntok * ms[i], T_NAN32);
+            float *d = t_rand(&rng, ntok * ms[i], 1e-3f);
+            dy[i] = t_buf_from(ctx, BR_F32, d, ntok * ms[i]);
+            free(d);
+            dx1[i] = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
         }
-        CHECK(br_blr_stage_cols(l[1]) == (n + 31) / 32 * 32, "stage cols %zu",
-              br_blr_stage_cols(l[1]));
-        CHECK_OK(ctx, br_blr_stage(l, 2, bx, xin, ntok));
-        size_t used = 0;
+        CHECK(br_blr_stage_cols(l[1]) == cols, "stage cols %zu", br_blr_stage_cols(l[1]));
+        CHECK_OK(ctx, br_blr_stage(l[0], bx, x16, xt, ntok));
+        for (int i = 0; i < 2; i++)
+            CHECK_OK(ctx, br_blr_forward_staged(l[i], s1[i], x16, xt, y1[i], ntok));
+        float *g1[2][3][5];
+        for (int i = 0; i < 2; i++) {
+            CHECK_OK(ctx, br_blr_backward(l[i], s1[i], bx, dy[i], dx1[i], ntok, 1024.0f, 0));
+            grads_of(ctx, l[i], &L[i], g1[i]);
+        }
         for (int i = 0; i < 2; i++) {
             size_t m = ms[i];
-            br_blr_scratch *s1 = NULL, *s2 = NULL;
-            CHECK_OK(ctx, br_blr_scratch_new(l[i], ntok, sh, &s1));
-            CHECK_OK(ctx, br_blr_scratch_new(l[i], ntok, NULL, &s2));
-            br_buf *y1 = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
             br_buf *y2 = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-            CHECK_OK(ctx,
-                     br_blr_forward_staged(l[i], s1, (const br_buf *const *)xin + used, y1, ntok));
-            CHECK_OK(ctx, br_blr_forward(l[i], s2, bx, y2, ntok));
-            float *a = t_download_f32(ctx, y1, ntok * m), *b = t_download_f32(ctx, y2, ntok * m);
+            br_buf *dx2 = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
+            CHECK_OK(ctx, br_blr_forward(l[i], s2[i], bx, y2, ntok));
+            CHECK_OK(ctx, br_blr_backward(l[i], s2[i], bx, dy[i], dx2, ntok, 1024.0f, 0));
+            float *a = t_download_f32(ctx, y1[i], ntok * m), *b = t_download_f32(ctx, y2, ntok * m);
             size_t bad = t_bits_differ32(a, b, ntok * m);
             CHECK(bad == 0, "n=%zu layer %d: staged forward differs in %zu of %zu", n, i, bad,
                   ntok * m);
@@ -215,19 +249,159 @@ static void staged_and_shared(void) {
             ref_run(&L[i], x, NULL, ntok, &o);
             double e = t_rel_err(a, o.y, ntok * m);
             CHECK(e < TOL, "n=%zu layer %d: staged y rel err %.3g", n, i, e);
+            float *da = t_download_f32(ctx, dx1[i], ntok * n),
+                  *db = t_download_f32(ctx, dx2, ntok * n);
+            bad = t_bits_differ32(da, db, ntok * n);
+            CHECK(bad == 0, "n=%zu layer %d: dx after a staged forward differs in %zu", n, i, bad);
+            float *g2[3][5];
+            grads_of(ctx, l[i], &L[i], g2);
+            size_t len[5] = {m, r, n, m * r, n * r};
+            for (size_t p = 0; p < P[i]; p++)
+                for (int k = 0; k < 5; k++) {
+                    bad = t_bits_differ32(g1[i][p][k], g2[p][k], len[k]);
+                    CHECK(bad == 0, "n=%zu layer %d path %zu gradient %d: %zu of %zu differ", n, i,
+                          p, k, bad, len[k]);
+                    free(g1[i][p][k]), free(g2[p][k]);
+                }
             ref_out_free(&o);
-            free(a), free(b);
-            br_buf_free(y1), br_buf_free(y2);
-            br_blr_scratch_free(s1), br_blr_scratch_free(s2);
-            used += P[i];
+            free(a), free(b), free(da), free(db);
+            br_buf_free(y2), br_buf_free(dx2);
         }
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 2; i++) {
+            br_blr_scratch_free(s1[i]), br_blr_scratch_free(s2[i]);
             br_blr_free(l[i]), ref_free(&L[i]);
-        for (int i = 0; i < 5; i++)
-            br_buf_free(xin[i]);
-        br_buf_free(bx);
+            br_buf_free(y1[i]), br_buf_free(dy[i]), br_buf_free(dx1[i]);
+        }
+        br_buf_free(x16), br_buf_free(xt), br_buf_free(bx);
         br_blr_shared_free(sh);
         free(x);
+    }
+    br_ctx_free(ctx);
+}
+
+/* The fused-loss forward: out = alpha·(y − target) against f64, into a separate
+ * buffer and in place over the target; with target 0 and alpha 1 it is the plain
+ * forward bit for bit (the epilogue adds −0). */
+static void residual_forward(void) {
+    br_ctx *ctx = t_ctx();
+    static const size_t shapes[][5] = {
+        {37, 50, 32, 1, 1}, {100, 33, 64, 3, 45}, {96, 75, 64, 2, 33}};
+    size_t nshapes = small_mode() ? 2 : 3;
+    for (size_t c = 0; c < nshapes; c++) {
+        size_t m = shapes[c][0], n = shapes[c][1], r = shapes[c][2], P = shapes[c][3],
+               ntok = shapes[c][4];
+        br_rng rng = t_rng_for(20 + c);
+        ref_layer L = ref_random(&rng, m, n, r, P, 0);
+        br_blr *l = ref_upload(ctx, &L, 0);
+        br_blr_scratch *s = NULL;
+        CHECK_OK(ctx, br_blr_scratch_new(l, ntok, NULL, &s));
+        float *x = t_rand(&rng, ntok * n, 2.0f);
+        ref_out o;
+        ref_run(&L, x, NULL, ntok, &o);
+        /* a target of the size of y, so out does not cancel to nothing */
+        float *tg = t_xmalloc(ntok * m * sizeof *tg), alpha = 0.37f;
+        double ysz = 0;
+        for (size_t i = 0; i < ntok * m; i++)
+            ysz += o.y[i] * o.y[i];
+        ysz = sqrt(ysz / (double)(ntok * m));
+        for (size_t i = 0; i < ntok * m; i++)
+            tg[i] = (float)(ysz * br_rng_sym(&rng));
+        double *want = t_xmalloc(ntok * m * sizeof *want);
+        for (size_t i = 0; i < ntok * m; i++)
+            want[i] = alpha * (o.y[i] - (double)tg[i]);
+        br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n),
+               *btg = t_buf_from(ctx, BR_F32, tg, ntok * m);
+        br_buf *out = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
+        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, out, ntok));
+        float *got = t_download_f32(ctx, out, ntok * m);
+        double e = t_rel_err(got, want, ntok * m);
+        CHECK(e < TOL, "%zux%zu r%zu P%zu ntok%zu: residual rel err %.3g", m, n, r, P, ntok, e);
+        float *tg_after = t_download_f32(ctx, btg, ntok * m);
+        CHECK(!memcmp(tg_after, tg, ntok * m * 4), "the target was changed");
+        /* in place: out is the target */
+        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, btg, ntok));
+        float *inplace = t_download_f32(ctx, btg, ntok * m);
+        size_t bad = t_bits_differ32(inplace, got, ntok * m);
+        CHECK(bad == 0, "%zux%zu P%zu: in place differs in %zu of %zu", m, n, P, bad, ntok * m);
+        /* target 0, alpha 1: the plain forward's bits */
+        CHECK_OK(ctx, br_buf_fill(btg, 0, ntok * m, 0));
+        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, 1.0f, out, ntok));
+        br_buf *y = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
+        CHECK_OK(ctx, br_blr_forward(l, s, bx, y, ntok));
+        float *a = t_download_f32(ctx, out, ntok * m), *b = t_download_f32(ctx, y, ntok * m);
+        bad = t_bits_differ32(a, b, ntok * m);
+        CHECK(bad == 0, "%zux%zu P%zu: y − 0 differs from y in %zu of %zu", m, n, P, bad, ntok * m);
+        free(a), free(b), free(got), free(inplace), free(tg_after), free(want), free(tg), free(x);
+        ref_out_free(&o);
+        br_buf_free(bx), br_buf_free(btg), br_buf_free(out), br_buf_free(y);
+        br_blr_scratch_free(s);
+        br_blr_free(l);
+        ref_free(&L);
+    }
+    br_ctx_free(ctx);
+}
+
+/* dh and dg come from the token-axis products M_U = dyᵀ·A', N_V = xᵀ·B' taken apart
+ * per path (br_sign_rowdot), with and without sign gradients: against f64 at m, n
+ * not multiples of 32 and three paths; the curvature sums Σ_t a², Σ_t x² too. */
+static void scale_grads_from_token_products(void) {
+    br_ctx *ctx = t_ctx();
+    size_t m = 45, n = 70, r = 64, P = 3, ntok = small_mode() ? 37 : 77;
+    unsigned flagsets[2] = {0, BR_BLR_CURVATURE};
+    for (int f = 0; f < 2; f++) {
+        br_rng rng = t_rng_for(30 + (uint64_t)f);
+        ref_layer L = ref_random(&rng, m, n, r, P, 0);
+        br_blr *l = ref_upload(ctx, &L, flagsets[f]);
+        br_blr_scratch *s = NULL;
+        CHECK_OK(ctx, br_blr_scratch_new(l, ntok, NULL, &s));
+        float *x = t_rand(&rng, ntok * n, 2.0f), *dy = t_rand(&rng, ntok * m, 1e-3f);
+        br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n),
+               *bdy = t_buf_from(ctx, BR_F32, dy, ntok * m);
+        br_buf *by = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
+        for (size_t p = 0; p < P; p++) {
+            CHECK_OK(ctx, br_buf_fill(br_blr_buf(l, p, BR_BLR_DH), 0, m, T_NAN32));
+            CHECK_OK(ctx, br_buf_fill(br_blr_buf(l, p, BR_BLR_DG), 0, n, T_NAN32));
+        }
+        CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+        CHECK_OK(ctx, br_blr_backward(l, s, bx, bdy, NULL, ntok, 1024.0f, 0));
+        ref_out o;
+        ref_run(&L, x, dy, ntok, &o);
+        for (size_t p = 0; p < P; p++) {
+            float *dh = ref_part(ctx, l, p, BR_BLR_DH, m), *dg = ref_part(ctx, l, p, BR_BLR_DG, n);
+            double e = t_rel_err(dh, o.dh + p * m, m);
+            CHECK(e < TOL, "flags %u path %zu: dh rel err %.3g", flagsets[f], p, e);
+            e = t_rel_err(dg, o.dg + p * n, n);
+            CHECK(e < TOL, "flags %u path %zu: dg rel err %.3g", flagsets[f], p, e);
+            free(dh), free(dg);
+        }
+        if (flagsets[f] & BR_BLR_CURVATURE) {
+            double *a2 = ref_zeros(P * r), *x2 = ref_zeros(n);
+            for (size_t p = 0; p < P; p++)
+                for (size_t t = 0; t < ntok; t++)
+                    for (size_t k = 0; k < r; k++) {
+                        double a = o.a[(p * ntok + t) * r + k];
+                        a2[p * r + k] += a * a;
+                    }
+            for (size_t t = 0; t < ntok; t++)
+                for (size_t j = 0; j < n; j++)
+                    x2[j] += (double)x[t * n + j] * x[t * n + j];
+            for (size_t p = 0; p < P; p++) {
+                float *got = ref_part(ctx, l, p, BR_BLR_SUM_A2, r);
+                double e = t_rel_err(got, a2 + p * r, r);
+                CHECK(e < TOL, "path %zu: Σ a² rel err %.3g", p, e);
+                free(got);
+            }
+            float *got = ref_part(ctx, l, 0, BR_BLR_SUM_X2, n);
+            double e = t_rel_err(got, x2, n);
+            CHECK(e < 1e-5, "Σ x² rel err %.3g", e);
+            free(got), free(a2), free(x2);
+        }
+        ref_out_free(&o);
+        free(x), free(dy);
+        br_buf_free(bx), br_buf_free(bdy), br_buf_free(by);
+        br_blr_scratch_free(s);
+        br_blr_free(l);
+        ref_free(&L);
     }
     br_ctx_free(ctx);
 }
@@ -366,14 +540,29 @@ static void bad_arguments(void) {
     CHECK_OK(ctx, br_blr_scratch_new(l2, ntok, NULL, &s2));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_scratch_new(l, ntok, NULL, NULL));
     CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_scratch_new(l, 0, NULL, &bad0));
-    CHECK_OK(ctx, br_blr_shared_new(ctx, ntok, m, n - 1, r, BR_BLR_SIGN_GRADS, &sh));
+    CHECK_OK(ctx, br_blr_shared_new(ctx, ntok, m, n - 1, r, 2, &sh));
     br_blr_scratch *bad = NULL;
     CHECK_FAILS(ctx, BR_E_SIZE, br_blr_scratch_new(l, ntok, sh, &bad));
     br_blr_shared_free(sh);
-    CHECK_OK(ctx, br_blr_shared_new(ctx, ntok, m, n, r, 0, &sh));
-    CHECK_FAILS(ctx, BR_E_ARG, br_blr_scratch_new(l, ntok, sh, &bad));
+    /* a shared set for one path of rank r is too narrow for two */
+    CHECK_OK(ctx, br_blr_shared_new(ctx, ntok, m, n, r, 1, &sh));
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "paths·r", br_blr_scratch_new(l, ntok, sh, &bad));
     br_blr_shared_free(sh);
-    CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_shared_new(ctx, ntok, m, n, 48, 0, &sh));
+    CHECK_OK(ctx, br_blr_shared_new(ctx, ntok, m, n, 2 * r, 1, &sh));
+    CHECK_OK(ctx, br_blr_scratch_new(l, ntok, sh, &bad)); /* 2 paths of r fit rank 2r */
+    br_blr_scratch_free(bad);
+    bad = NULL;
+    br_blr_shared_free(sh);
+    {
+        br_ctx *c2 = t_cpu_ctx();
+        CHECK_OK(c2, br_blr_shared_new(c2, ntok, m, n, r, 2, &sh));
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_scratch_new(l, ntok, sh, &bad));
+        br_blr_shared_free(sh);
+        br_ctx_free(c2);
+    }
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_shared_new(ctx, ntok, m, n, 48, 1, &sh));
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_shared_new(ctx, ntok, m, n, r, 0, &sh));
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_blr_shared_new(ctx, ntok, m, n, r, (size_t)1 << 60, &sh));
     br_buf *x = t_buf_poison(ctx, BR_F32, ntok * n, 0), *y = t_buf_poison(ctx, BR_F32, ntok * m, 0);
     br_buf *dy = t_buf_poison(ctx, BR_F32, ntok * m, 0),
            *dx = t_buf_poison(ctx, BR_F32, ntok * n, 0);
@@ -390,7 +579,32 @@ static void bad_arguments(void) {
     CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_forward(l, s, x, y, 0));
     CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward(l, s, x, y, ntok + 1));
     CHECK(br_blr_forward(NULL, s, x, y, ntok) == BR_E_ARG, "NULL layer");
+    /* a backward needs a forward through the scratch first, with its ntok */
+    CHECK_FAILS_MSG(ctx, BR_E_STATE, "no forward",
+                    br_blr_backward(l, s, x, dy, dx, ntok, 1024.0f, 0));
     CHECK_OK(ctx, br_blr_forward(l, s, x, y, ntok));
+    CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok - 1, 1024.0f, 0));
+    /* the fused-loss forward */
+    CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_residual(l, s, x, NULL, 1.0f, y, ntok));
+    CHECK_FAILS(ctx, BR_E_NONFINITE, br_blr_forward_residual(l, s, x, dy, NAN, y, ntok));
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_forward_residual(l, s, x, x16, 1.0f, y, ntok));
+    {
+        br_buf *short_t = t_buf_poison(ctx, BR_F32, ntok * m - 1, 0);
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "target",
+                        br_blr_forward_residual(l, s, x, short_t, 1.0f, y, ntok));
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "out",
+                        br_blr_forward_residual(l, s, x, dy, 1.0f, short_t, ntok));
+        br_buf_free(short_t);
+    }
+    {
+        br_buf *both = t_buf_poison(ctx, BR_F32, ntok * m + 1, 0), *tv = NULL, *ov = NULL;
+        CHECK(br_buf_view(both, 0, ntok * m, &tv) == BR_OK, "view");
+        CHECK(br_buf_view(both, 1, ntok * m, &ov) == BR_OK, "view");
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps",
+                        br_blr_forward_residual(l, s, x, tv, 1.0f, ov, ntok));
+        br_buf_free(ov), br_buf_free(tv), br_buf_free(both);
+    }
+    CHECK_OK(ctx, br_blr_forward_residual(l, s, x, dy, 1.0f, y, ntok));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok, 1000.0f, 0));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok, 0.0f, 0));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok, INFINITY, 0));
@@ -408,11 +622,23 @@ static void bad_arguments(void) {
     CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_backward(l, s, x, x16, dx, ntok, 1024.0f, 0));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, xo, ntok, 1024.0f, 0));
     CHECK_OK(ctx, br_blr_backward(l, s, x, dy, dx, ntok, 0.25f, 0));
-    br_buf *xin[2] = {x16, x16};
-    CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward_staged(l, s, (const br_buf *const *)xin, y, ntok));
-    CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_staged(l, s, NULL, y, ntok));
-    br_blr *both[2] = {l, l2};
-    CHECK_FAILS(ctx, BR_E_ARG, br_blr_stage(both, 2, x, NULL, ntok));
+    { /* staged inputs: too small, missing, wrong dtype, the scratch's own buffer */
+        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l),
+               nt = br_pad_rows(n) * br_pad_tokens(ntok);
+        br_buf *s16 = t_buf_poison(ctx, BR_F16, n16, 0), *st = t_buf_poison(ctx, BR_F16, nt, 0);
+        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward_staged(l, s, x16, st, y, ntok));
+        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward_staged(l, s, s16, x16, y, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_staged(l, s, NULL, st, y, ntok));
+        CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_forward_staged(l, s, x, st, y, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_stage(l, x, s16, NULL, ntok));
+        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, x, x16, st, ntok));
+        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, small, s16, st, ntok));
+        CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_stage(l, x, s16, st, 0));
+        CHECK(br_blr_stage(NULL, x, s16, st, ntok) == BR_E_ARG, "NULL layer");
+        CHECK_OK(ctx, br_blr_stage(l, x, s16, st, ntok));
+        CHECK_OK(ctx, br_blr_forward_staged(l, s, s16, st, y, ntok));
+        br_buf_free(s16), br_buf_free(st);
+    }
     CHECK(br_blr_buf(l, 0, (br_blr_part)99) == NULL, "part out of range");
     CHECK(br_blr_buf(l2, 0, BR_BLR_GU) == NULL, "no G without SIGN_GRADS");
     br_buf_free(x), br_buf_free(y), br_buf_free(dy), br_buf_free(dx), br_buf_free(x16),
@@ -424,5 +650,5 @@ static void bad_arguments(void) {
 }
 
 T_RUN("blr", T_CASE(spec_two_path_layer), T_CASE(awkward_shapes), T_CASE(two_paths_are_two_halves),
-      T_CASE(staged_and_shared), T_CASE(graph_replay), T_CASE(host_transfers),
-      T_CASE(bad_arguments))
+      T_CASE(staged_and_shared), T_CASE(residual_forward), T_CASE(scale_grads_from_token_products),
+      T_CASE(graph_replay), T_CASE(host_transfers), T_CASE(bad_arguments))

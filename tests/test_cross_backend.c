@@ -12,6 +12,7 @@
  * is "cuda" (or "cuda:N"). BITRANK_CROSS_SELFTEST=1 runs it CPU against CPU, to
  * check the test itself on a machine without a GPU. */
 #include "harness.h"
+#include "ops/layer_ops.h"
 
 enum { DUT = 0, REF = 1 }; /* side: the device under test, the CPU reference */
 static const char *const side_name[2] = {"cuda", "cpu"};
@@ -794,6 +795,86 @@ static void graph_replay(void) {
     free(v0);
 }
 
+/* ---------------------------------------------------------------- layer ops */
+
+/* The reformulated layer's ops (ops/layer_ops.h): expand_scaled into a path's rows
+ * of a wider plane, sign_rowdot (both outputs, grad accumulating or not, dsum
+ * only), cvt_both (both outputs, or one), bit for bit. */
+static void layer_ops(void) {
+    br_rng r = t_rng_for(12);
+    static const size_t fixed[][2] = {{1, 32}, {7, 64}, {3584, 384}, {1024, 384}, {129, 96}};
+    const size_t nfixed = sizeof fixed / sizeof fixed[0];
+    FOR_OFFSETS for (size_t i = 0; i < nfixed + N_RANDOM; i++) {
+        size_t rows, rk;
+        t_pick_shape2(&r, fixed, nfixed, i, 1, 900, 1, 8, &rows, &rk);
+        if (i >= nfixed) rk *= 32;
+        if (TOO_BIG(rows * rk * 3)) continue;
+        size_t words = rk / 32, ld = (rows + 7) / 8 * 8 + 8 * t_rand_size(&r, 0, 2);
+        uint32_t *bits = t_xmalloc(rows * words * 4);
+        for (size_t j = 0; j < rows * words; j++)
+            bits[j] = (uint32_t)br_rng_u64(&r);
+        float *rs = rand_cols(&r, rows), scale = rand_scale(&r);
+        WHAT("expand_scaled rows=%zu r=%zu ld=%zu off=%zu", rows, rk, ld, g_off);
+        br_buf *pl[2]; /* path 1's rows of a two-path plane (path 0's stay poisoned) */
+        for (int s = 0; s < 2; s++) {
+            br_buf *bb = buf_in(s, BR_U32, bits, rows * words), *br = buf_in(s, BR_F32, rs, rows);
+            br_buf *plane = buf_out(s, BR_F16, 2 * rk * ld);
+            if (br_buf_view(plane, rk * ld, rk * ld, &pl[s]) != BR_OK) die(s, "br_buf_view");
+            track(s, pl[s]);
+            CHECK_OK(g_ctx[s], br_expand_scaled(g_ctx[s], bb, rows, rk, br, scale, pl[s], ld));
+        }
+        same_bufs("plane_t", pl, rk * ld);
+        free_bufs();
+
+        size_t ldm = 2 * rk + t_rand_size(&r, 0, 3), col0 = i % 2 ? rk : 0;
+        float *mat = rand_wide(&r, rows * ldm), *g0 = t_rand(&r, rows * rk, 1.0f);
+        float *d0 = t_rand(&r, rows, 1.0f);
+        int accumulate = (int)(i % 3 == 1), dsum_only = i % 4 == 3;
+        WHAT("sign_rowdot rows=%zu r=%zu ldm=%zu col0=%zu acc=%d dsum_only=%d off=%zu", rows, rk,
+             ldm, col0, accumulate, dsum_only, g_off);
+        br_buf *gr[2] = {NULL, NULL}, *ds[2];
+        for (int s = 0; s < 2; s++) {
+            br_buf *bm = buf_in(s, BR_F32, mat, rows * ldm),
+                   *bb = buf_in(s, BR_U32, bits, rows * words);
+            br_buf *br = buf_in(s, BR_F32, rs, rows);
+            if (!dsum_only)
+                gr[s] =
+                    accumulate ? buf_in(s, BR_F32, g0, rows * rk) : buf_out(s, BR_F32, rows * rk);
+            ds[s] = buf_in(s, BR_F32, d0, rows);
+            CHECK_OK(g_ctx[s], br_sign_rowdot(g_ctx[s], bm, ldm, col0, bb, br, gr[s], ds[s], rows,
+                                              rk, accumulate));
+        }
+        if (!dsum_only) same_bufs("grad", gr, rows * rk);
+        same_bufs("dsum", ds, rows);
+        free_bufs();
+        free(bits), free(rs), free(mat), free(g0), free(d0);
+    }
+    FOR_OFFSETS for (size_t i = 0; i < N_STAGE_SHAPES + N_RANDOM; i++) {
+        size_t m, k;
+        t_pick_shape2(&r, stage_shapes, N_STAGE_SHAPES, i, 1, 700, 1, 700, &m, &k);
+        if (TOO_BIG(m * k)) continue;
+        size_t ld = i % 3 == 2 ? k + t_rand_size(&r, 1, 20) : k,
+               which = i % 3; /* 1: no dst_t, 2: no dst */
+        size_t nd = br_pad_rows(m) * ld, nt = br_pad_rows(k) * br_pad_tokens(m);
+        float *src = rand_wide(&r, m * k), *col = rand_cols(&r, k), scale = rand_scale(&r);
+        int with_col = (int)(i % 2);
+        WHAT("cvt_both m=%zu k=%zu ld=%zu col=%d which=%zu off=%zu", m, k, ld, with_col, which,
+             g_off);
+        br_buf *d[2] = {NULL, NULL}, *t[2] = {NULL, NULL};
+        for (int s = 0; s < 2; s++) {
+            br_buf *bs = buf_in(s, BR_F32, src, m * k);
+            br_buf *bc = with_col ? buf_in(s, BR_F32, col, k) : NULL;
+            if (which != 2) d[s] = buf_out(s, BR_F16, nd);
+            if (which != 1) t[s] = buf_out(s, BR_F16, nt);
+            CHECK_OK(g_ctx[s], br_cvt_both(g_ctx[s], bs, bc, d[s], t[s], m, k, ld, scale));
+        }
+        if (d[0]) same_bufs("dst", d, nd);
+        if (t[0]) same_bufs("dst_t", t, nt);
+        free_bufs();
+        free(src), free(col);
+    }
+}
+
 /* ---------------------------------------------------------------- bad arguments */
 
 /* A buffer of the other backend's context is refused by every op family, with a
@@ -832,10 +913,11 @@ int main(void) {
     g_ctx[REF] = t_cpu_ctx();
     fprintf(stderr, "comparing %s with %s\n", br_ctx_device(g_ctx[DUT]), br_ctx_device(g_ctx[REF]));
     static const t_case cases[] = {
-        T_CASE(fill_and_copy),  T_CASE(cvt_family),       T_CASE(expand_planes),
-        T_CASE(colsum_terms),   T_CASE(colsum_fused_ops), T_CASE(elementwise_ops),
-        T_CASE(f16_to_f32_all), T_CASE(dense_ops),        T_CASE(adam_steps),
-        T_CASE(sumsq_parts),    T_CASE(graph_replay),     T_CASE(foreign_buffers),
+        T_CASE(fill_and_copy),   T_CASE(cvt_family),       T_CASE(expand_planes),
+        T_CASE(colsum_terms),    T_CASE(colsum_fused_ops), T_CASE(elementwise_ops),
+        T_CASE(f16_to_f32_all),  T_CASE(dense_ops),        T_CASE(adam_steps),
+        T_CASE(sumsq_parts),     T_CASE(graph_replay),     T_CASE(layer_ops),
+        T_CASE(foreign_buffers),
     };
     int rc = t_run("cross_backend", cases, sizeof cases / sizeof cases[0]);
     br_ctx_free(g_ctx[DUT]);

@@ -7,6 +7,24 @@
 /* The contract's tolerance; f32 accumulation on the CPU lands near 1e-6. */
 #define MM_TOL 3e-3
 
+/* BITRANK_TEST_SMALL=1 (the racecheck run): fewer and smaller shapes, still every
+ * kernel family, plane kind, wgmma tile and A source, split-K and epilogue variant,
+ * and one GEMM per plane kind with more tiles than a 132-SM GPU has CTAs. */
+static int t_small(void) {
+    const char *e = getenv("BITRANK_TEST_SMALL");
+    return e && strcmp(e, "1") == 0;
+}
+
+/* Small mode: seconds since the first call, printed beside each epilogue GEMM (the
+ * racecheck run's log shows where its time goes). */
+static double t_elapsed(void) {
+    static struct timespec t0;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (!t0.tv_sec && !t0.tv_nsec) t0 = t;
+    return (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+}
+
 /* n f16 values, uniform in [-scale, scale) before rounding. */
 static uint16_t *rand_f16(br_rng *r, size_t n, float scale) {
     uint16_t *v = t_xmalloc(n * sizeof *v);
@@ -88,6 +106,7 @@ static double check_block(br_ctx *ctx, const br_buf *out, size_t count, const do
 }
 
 static void mm_shapes(void) {
+    if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(1);
     static const size_t ms[] = {1, 7, 128, 300}, ns[] = {1, 33, 128, 200}, ks[] = {32, 96, 256};
@@ -118,6 +137,7 @@ static void mm_shapes(void) {
 /* Output blocks inside wider rows; act with more rows than m whose extra rows hold
  * NaN (they must not be read into the result). */
 static void mm_ldo_ocol(void) {
+    if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(2);
     static const struct {
@@ -152,6 +172,7 @@ static void mm_ldo_ocol(void) {
 
 /* oscale is applied (negative, tiny, zero taken literally). */
 static void mm_oscale(void) {
+    if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(3);
     size_t m = 19, n = 45, k = 64;
@@ -185,6 +206,7 @@ static void mm_oscale(void) {
 /* f16 operands at the edges of the format: subnormals (they must not be flushed)
  * and the largest normals, row by row against f64. */
 static void mm_special_values(void) {
+    if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(9);
     size_t m = 4, n = 40, k = 64;
@@ -273,6 +295,7 @@ static const struct {
 #define N_BITS_SHAPES (sizeof bits_shapes / sizeof bits_shapes[0])
 
 static void mm_bits_layouts(void) {
+    if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(4);
     double worst = 0;
@@ -289,6 +312,7 @@ static void mm_bits_layouts(void) {
 
 /* BR_OPT_BITS_GEMM = 0 (expand then mm) against the bitmap GEMM on the same data. */
 static void mm_bits_expand_path(void) {
+    if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(5);
     CHECK(br_ctx_get_option(ctx, BR_OPT_BITS_GEMM) == 1, "BR_OPT_BITS_GEMM defaults to 1");
@@ -338,6 +362,7 @@ static void mm_bits_expand_path(void) {
 
 /* A graph recorded on the expand path keeps its plane after the context's plane grew. */
 static void mm_bits_expand_graph(void) {
+    if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(6);
     CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
@@ -395,6 +420,7 @@ static void mm_bits_expand_graph(void) {
 /* Eager calls on ever larger shapes keep one expand plane: an outgrown plane that
  * no recording named is freed at once, not kept until the context is freed. */
 static void mm_bits_expand_eager_growth(void) {
+    if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(10);
     CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
@@ -434,9 +460,383 @@ static void mm_bits_expand_eager_growth(void) {
     br_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- epilogue, lda */
+
+/* One GEMM with the epilogue: plane kind 0 (br_mm on an f16 plane), 1 (bits ROWS) or
+ * 2 (bits COLS); act rows lda apart in a view that starts act_off elements into its
+ * parent (the gaps hold NaN: reading them shows); cmode 0 no c, 1 c apart from out,
+ * 2 c = out (in place). */
+typedef struct epi_spec {
+    int kind;
+    size_t m, n, k, lda, act_off, ldo, ocol;
+    float oscale;
+    int colscale, cmode;
+    float beta;
+} epi_spec;
+
+static float rand_scale(br_rng *r) { /* ±[0.5, 2): a wrong or missing factor shows */
+    float v = 1.25f + 0.75f * br_rng_sym(r);
+    return br_rng_u64(r) & 1u ? v : -v;
+}
+
+static void epi_run(br_ctx *ctx, br_rng *r, const epi_spec *sp, const char *label) {
+    size_t m = sp->m, n = sp->n, k = sp->k;
+    size_t lda = sp->lda ? sp->lda : k, stride = sp->ldo ? sp->ldo : n;
+    size_t act_count = sp->act_off + (m - 1) * lda + k + 5;
+    uint16_t *act = rand_f16(r, m * k, 1.0f);
+    uint16_t *act_all = t_xmalloc(act_count * sizeof *act_all);
+    for (size_t i = 0; i < act_count; i++)
+        act_all[i] = T_NAN16;
+    for (size_t i = 0; i < m; i++)
+        memcpy(act_all + sp->act_off + i * lda, act + i * k, k * sizeof *act);
+    br_buf *act_parent = t_buf_from(ctx, BR_F16, act_all, act_count), *ab = NULL;
+    CHECK_OK(ctx, br_buf_view(act_parent, sp->act_off, act_count - sp->act_off, &ab));
+
+    size_t nbits = sp->kind == 1 ? n * (k / 32) : k * ((n + 31) / 32);
+    uint32_t *bits = NULL;
+    uint16_t *plane;
+    br_buf *pb;
+    if (sp->kind == 0) {
+        plane = rand_f16(r, n * k, 1.0f);
+        pb = t_buf_from(ctx, BR_F16, plane, n * k);
+    } else {
+        bits = rand_words(r, nbits);
+        plane = plane_of_bits(bits, sp->kind == 1 ? BR_BITS_ROWS : BR_BITS_COLS, n, k);
+        pb = t_buf_from(ctx, BR_U32, bits, nbits);
+    }
+    float *cs = t_xmalloc((n + 3) * sizeof *cs);
+    for (size_t j = 0; j < n + 3; j++)
+        cs[j] = rand_scale(r);
+    br_buf *csb = sp->colscale ? t_buf_from(ctx, BR_F32, cs, n + 3) : NULL;
+
+    /* c: random in the block (about the size of the products), NaN around it */
+    size_t count = (m - 1) * stride + sp->ocol + n + 7;
+    float *c_host = t_xmalloc(count * sizeof *c_host);
+    uint32_t nan_bits = T_NAN32;
+    float nanf_;
+    memcpy(&nanf_, &nan_bits, 4);
+    for (size_t idx = 0; idx < count; idx++) {
+        size_t i = idx / stride, col = idx % stride;
+        int in = i < m && col >= sp->ocol && col < sp->ocol + n;
+        c_host[idx] = in || sp->cmode == 1 ? 4.0f * br_rng_sym(r) : nanf_;
+    }
+    br_buf *ob = sp->cmode == 2 ? t_buf_from(ctx, BR_F32, c_host, count)
+                                : t_buf_poison(ctx, BR_F32, count, T_NAN32);
+    br_buf *cb = sp->cmode == 1   ? t_buf_from(ctx, BR_F32, c_host, count)
+                 : sp->cmode == 2 ? ob
+                                  : NULL;
+    br_gemm g = {.m = m,
+                 .n = n,
+                 .k = k,
+                 .ldo = sp->ldo,
+                 .ocol = sp->ocol,
+                 .oscale = sp->oscale,
+                 .lda = sp->lda,
+                 .colscale = csb,
+                 .c = cb,
+                 .beta = sp->beta};
+    if (sp->kind == 0)
+        CHECK_OK(ctx, br_mm(ctx, ab, pb, ob, g));
+    else
+        CHECK_OK(ctx, br_mm_bits(ctx, ab, pb, sp->kind == 1 ? BR_BITS_ROWS : BR_BITS_COLS, ob, g));
+
+    double *ref = ref_mm(act, plane, m, n, k, sp->oscale);
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+            double v = ref[i * n + j];
+            if (sp->colscale) v *= cs[j];
+            if (sp->cmode) v += (double)sp->beta * c_host[i * stride + sp->ocol + j];
+            ref[i * n + j] = v;
+        }
+    char what[200];
+    snprintf(what, sizeof what,
+             "%s: %s m=%zu n=%zu k=%zu lda=%zu@%zu ldo=%zu ocol=%zu oscale=%g%s%s beta=%g", label,
+             sp->kind == 0   ? "mm"
+             : sp->kind == 1 ? "bits rows"
+                             : "bits cols",
+             m, n, k, lda, sp->act_off, stride, sp->ocol, sp->oscale,
+             sp->colscale ? " colscale" : "",
+             sp->cmode == 1   ? " c"
+             : sp->cmode == 2 ? " c=out"
+                              : "",
+             sp->beta);
+    check_block(ctx, ob, count, ref, m, n, stride, sp->ocol, what);
+    if (t_small()) fprintf(stderr, "  [%.1f s] %s\n", t_elapsed(), what);
+    if (sp->cmode == 1) { /* c is only read */
+        float *c_after = t_download_f32(ctx, cb, count);
+        CHECK(t_bits_differ32(c_after, c_host, count) == 0, "%s: c was written", what);
+        free(c_after);
+    }
+    free(act), free(act_all), free(bits), free(plane), free(cs), free(c_host), free(ref);
+    br_buf_free(ab), br_buf_free(act_parent), br_buf_free(pb), br_buf_free(csb);
+    br_buf_free(ob);
+    if (sp->cmode == 1) br_buf_free(cb);
+}
+
+/* colscale alone, c alone, c = out with beta 1 and −0.5, everything with oscale ≠ 1,
+ * act as a column block of a wider matrix (the layer's [T][2r] operand), an act
+ * stride no 16-byte kernel can take, one row; n both a multiple of 4 (TMA stores)
+ * and not. */
+static const epi_spec epi_cases[] = {
+    {.m = 37, .n = 70, .k = 96, .oscale = 1.0f, .colscale = 1},
+    {.m = 130, .n = 200, .k = 64, .ldo = 230, .ocol = 20, .oscale = 1.0f, .cmode = 1, .beta = 1.0f},
+    {.m = 65, .n = 97, .k = 160, .oscale = 1.0f, .cmode = 2, .beta = 1.0f},
+    {.m = 300, .n = 256, .k = 128, .oscale = 1.0f, .cmode = 2, .beta = -0.5f},
+    {.m = 129,
+     .n = 33,
+     .k = 32,
+     .ldo = 50,
+     .ocol = 7,
+     .oscale = -1.5f,
+     .colscale = 1,
+     .cmode = 1,
+     .beta = 0.75f},
+    {.m = 200, .n = 128, .k = 256, .oscale = 0.37f, .colscale = 1, .cmode = 2, .beta = -0.5f},
+    {.m = 77,
+     .n = 96,
+     .k = 96,
+     .lda = 192,
+     .act_off = 96,
+     .oscale = 0.5f,
+     .colscale = 1,
+     .cmode = 2,
+     .beta = 1.0f},
+    {.m = 20,
+     .n = 40,
+     .k = 64,
+     .lda = 70,
+     .act_off = 3,
+     .oscale = 2.0f,
+     .colscale = 1,
+     .cmode = 1,
+     .beta = -1.0f},
+    {.m = 1,
+     .n = 5,
+     .k = 32,
+     .lda = 40,
+     .act_off = 8,
+     .oscale = 1.0f,
+     .colscale = 1,
+     .cmode = 2,
+     .beta = 0.25f},
+};
+#define N_EPI_CASES (sizeof epi_cases / sizeof epi_cases[0])
+
+/* Every case on every plane kind; on CUDA also on the mma.sync family, and the
+ * bitmap kinds through the expand-then-mm path. */
+static void mm_epilogue(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(11);
+    int cuda = strcmp(br_ctx_backend(ctx), "cpu") != 0;
+    for (int kernel = 0; kernel < (cuda ? 2 : 1); kernel++) {
+        CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, kernel));
+        for (int kind = 0; kind < 3; kind++)
+            for (size_t ci = 0; ci < N_EPI_CASES; ci++) {
+                /* small (the tiles case covers auto): the simple kernel (case 7) and
+                 * direct stores (case 2) on auto, one case per kind on mma.sync */
+                static const unsigned small_auto[3] = {0x80u, 0x04u, 0x00u};
+                if (t_small() &&
+                    (kernel ? ci != (size_t)(1 + 3 * kind) : !((small_auto[kind] >> ci) & 1u)))
+                    continue;
+                epi_spec sp = epi_cases[ci];
+                sp.kind = kind;
+                epi_run(ctx, &r, &sp, kernel ? "mma.sync" : "auto");
+            }
+    }
+    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 0));
+    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    for (int kind = t_small() ? 2 : 1; kind < 3; kind++)
+        for (size_t ci = t_small() ? 6 : 0; ci < N_EPI_CASES; ci += t_small() ? N_EPI_CASES : 2) {
+            epi_spec sp = epi_cases[ci];
+            sp.kind = kind;
+            epi_run(ctx, &r, &sp, "expand path");
+        }
+    br_ctx_free(ctx);
+}
+
+/* Every Hopper tile and A source (BITRANK_GEMM_TILE), split-K (BITRANK_GEMM_SPLITK,
+ * with k blocks that the splits do not divide evenly, and as AUTO picks it for a
+ * skinny K = tokens shape), each with the epilogue; GEMMs with more tiles than CTAs
+ * (a persistent CTA runs several). Where the hooks do not apply (the CPU, mma.sync)
+ * the same cases check the plain path. */
+static void mm_tiles_splitk(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(12);
+    static const char *const tiles[] = {"256x128", "256x112", "128x256",
+                                        "128x128", "128x192", "256x96"};
+    /* A sources built per tile (bitmaps; f16 planes take the plane from shared memory) */
+    static const int reg4[] = {0, 1, 0, 1, 1, 1};
+    /* small: every tile once, every (plane kind, A source) once: bit 3·kind + src of
+     * the tile's mask (f16 256x128, rows reg4 256x112, rows and cols reg2 128x256,
+     * rows smem 128x128, cols reg4 128x192, cols smem 256x96) */
+    static const unsigned small_set[] = {1u << 0, 1u << 5, 1u << 4 | 1u << 7,
+                                         1u << 3, 1u << 8, 1u << 6};
+    const size_t nt = sizeof tiles / sizeof tiles[0];
+    for (size_t t = 0; t < nt; t++)
+        for (int kind = 0; kind < 3; kind++)
+            for (int src = 0; src < (kind ? 2 + reg4[t] : 1); src++) {
+                static const char *const srcs[] = {"smem", "reg2", "reg4"};
+                if (t_small() && !((small_set[t] >> (3 * kind + src)) & 1u)) continue;
+                char env[32], label[48];
+                snprintf(env, sizeof env, "%s/%s", tiles[t], srcs[src]);
+                setenv("BITRANK_GEMM_TILE", env, 1);
+                snprintf(label, sizeof label, "tile %s", env);
+                /* two k blocks, the second half empty (k = 96); act a column block */
+                epi_spec sp = {.kind = kind,
+                               .m = t_small() ? 150 : 300,
+                               .n = t_small() ? 200 : 520,
+                               .k = 96,
+                               .lda = 160,
+                               .act_off = 64,
+                               .oscale = -0.75f,
+                               .colscale = 1,
+                               .cmode = 2,
+                               .beta = -0.5f};
+                epi_run(ctx, &r, &sp, label);
+                if (t_small()) continue;
+                sp.n = 97, sp.ldo = 130, sp.ocol = 9, sp.cmode = 1,
+                sp.beta = 2.0f; /* direct stores */
+                epi_run(ctx, &r, &sp, label);
+            }
+    unsetenv("BITRANK_GEMM_TILE");
+
+    /* split-K: forced 3 (32 k blocks: 11 + 11 + 10), on the default and two other tiles */
+    setenv("BITRANK_GEMM_SPLITK", "3", 1);
+    for (int kind = 0; kind < 3; kind++)
+        for (int t = 0; t < 3; t++) {
+            static const char *const split_tiles[] = {"", "256x96", "128x192"};
+            if (t_small() && (kind != 1 || t != 1)) continue; /* rows on 256x96 */
+            if (t) setenv("BITRANK_GEMM_TILE", split_tiles[t], 1);
+            epi_spec sp = {.kind = kind,
+                           .m = 200,
+                           .n = 136,
+                           .k = 2048,
+                           .oscale = 0.5f,
+                           .colscale = t != 1,
+                           .cmode = t == 2 ? 2 : 1,
+                           .beta = 0.75f};
+            char label[48];
+            snprintf(label, sizeof label, "split-K 3 %s", t ? split_tiles[t] : "auto tile");
+            epi_run(ctx, &r, &sp, label);
+            unsetenv("BITRANK_GEMM_TILE");
+        }
+    unsetenv("BITRANK_GEMM_SPLITK");
+    /* as AUTO picks it: a K = tokens GEMM with few outputs, n not a multiple of 4 */
+    for (int kind = 0; kind < (t_small() ? 1 : 3); kind++) {
+        epi_spec sp = {.kind = kind,
+                       .m = 96,
+                       .n = 70,
+                       .k = 4096,
+                       .oscale = 1.0f / 64,
+                       .colscale = 1,
+                       .cmode = kind == 1 ? 0 : 2,
+                       .beta = 1.0f};
+        epi_run(ctx, &r, &sp, "split-K auto");
+    }
+
+    /* more tiles than a 132-SM GPU has persistent CTAs (17 × 9 of 128 × 256) */
+    for (int kind = t_small() ? 2 : 0; kind < 3; kind++) {
+        epi_spec sp = {.kind = kind,
+                       .m = 2100,
+                       .n = 2100,
+                       .k = 32,
+                       .oscale = 1.0f,
+                       .colscale = kind == 0,
+                       .cmode = kind == 2 ? 2 : 0,
+                       .beta = 1.0f};
+        epi_run(ctx, &r, &sp, "many tiles");
+    }
+    br_ctx_free(ctx);
+}
+
+/* Bad epilogue and stride arguments: each fails with its status and a message, and
+ * no failed call writes out. */
+static void mm_epilogue_bad_args(void) {
+    br_ctx *ctx = t_ctx(), *other = t_ctx();
+    size_t m = 10, n = 40, k = 64;
+    br_buf *act = t_buf_poison(ctx, BR_F16, m * k, 0x3C00u);
+    br_buf *plane = t_buf_poison(ctx, BR_F16, n * k, 0x3C00u);
+    br_buf *rows = t_buf_poison(ctx, BR_U32, n * (k / 32), 0x5555u);
+    br_buf *big = t_buf_poison(ctx, BR_F32, m * n + n + 8, T_NAN32);
+    br_buf *out = NULL, *shifted = NULL, *same = NULL, *cs_in_out = NULL;
+    CHECK_OK(ctx, br_buf_view(big, 0, m * n, &out));
+    CHECK_OK(ctx, br_buf_view(big, 1, m * n, &shifted));
+    CHECK_OK(ctx, br_buf_view(big, 0, m * n, &same));
+    CHECK_OK(ctx, br_buf_view(big, m * n - 4, n, &cs_in_out)); /* f32, overlaps out's tail */
+    br_buf *cs = t_buf_poison(ctx, BR_F32, n, 0x3f800000u);
+    br_buf *cs_small = t_buf_poison(ctx, BR_F32, n - 1, 0x3f800000u);
+    br_buf *cs16 = t_buf_poison(ctx, BR_F16, n, 0x3C00u);
+    br_buf *c = t_buf_poison(ctx, BR_F32, m * n, 0);
+    br_buf *c_small = t_buf_poison(ctx, BR_F32, m * n - 1, 0);
+    br_buf *c16 = t_buf_poison(ctx, BR_F16, m * n, 0);
+    br_buf *cs_foreign = t_buf_poison(other, BR_F32, n, 0);
+    br_buf *c_foreign = t_buf_poison(other, BR_F32, m * n, 0);
+    const br_gemm g = {.m = m, .n = n, .k = k, .oscale = 1.0f};
+    br_gemm b;
+
+    /* colscale */
+    b = g, b.colscale = cs_small;
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "colscale", br_mm(ctx, act, plane, out, b));
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "colscale", br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    b = g, b.colscale = cs16;
+    CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "colscale", br_mm(ctx, act, plane, out, b));
+    b = g, b.colscale = cs_foreign;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "colscale", br_mm(ctx, act, plane, out, b));
+    b = g, b.colscale = cs_in_out;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "colscale", br_mm(ctx, act, plane, out, b));
+    /* c */
+    b = g, b.c = c_small, b.beta = 1.0f;
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "c", br_mm(ctx, act, plane, out, b));
+    b = g, b.c = c16, b.beta = 1.0f;
+    CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "c", br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    b = g, b.c = c_foreign, b.beta = 1.0f;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "c", br_mm(ctx, act, plane, out, b));
+    b = g, b.c = shifted, b.beta = 1.0f; /* overlaps out one element off */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps", br_mm(ctx, act, plane, out, b));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps", br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    b = g, b.c = c, b.beta = NAN;
+    CHECK_FAILS_MSG(ctx, BR_E_NONFINITE, "beta", br_mm(ctx, act, plane, out, b));
+    b = g, b.c = c, b.beta = -INFINITY;
+    CHECK_FAILS_MSG(ctx, BR_E_NONFINITE, "beta", br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    /* lda */
+    b = g, b.lda = k - 1;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "lda", br_mm(ctx, act, plane, out, b));
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "lda", br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    b = g, b.lda = k + 8; /* act holds m·k < (m−1)·lda + k */
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "act", br_mm(ctx, act, plane, out, b));
+    b = g, b.lda = (size_t)1 << 40;
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_mm(ctx, act, plane, out, b));
+    b = g, b.lda = (size_t)1 << 28;
+    CHECK_FAILS(ctx, BR_E_OVERFLOW, br_mm(ctx, act, plane, out, b));
+
+    /* no failed call wrote out */
+    CHECK_OK(ctx, br_ctx_sync(ctx));
+    float *o = t_download_f32(ctx, big, m * n + n + 8);
+    size_t written = t_count_written32(o, m * n + n + 8);
+    CHECK(written == 0, "failed calls wrote %zu outputs", written);
+    free(o);
+
+    /* accepted: c a different view of out's exact elements; beta not finite without c;
+     * lda = k spelled out */
+    if (!t_small()) {
+        b = g, b.c = same, b.beta = 1.0f, b.colscale = cs;
+        CHECK_OK(ctx, br_mm(ctx, act, plane, out, b));
+        b = g, b.beta = NAN, b.lda = k;
+        CHECK_OK(ctx, br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
+    }
+
+    br_buf *all[] = {act,      plane, rows, out,     shifted, same,       cs_in_out, cs,
+                     cs_small, cs16,  c,    c_small, c16,     cs_foreign, c_foreign, big};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        br_buf_free(all[i]);
+    br_ctx_free(other);
+    br_ctx_free(ctx);
+}
+
 /* br_mm and br_mm_bits record into graphs: nothing runs while recording, each
  * launch runs them again. */
 static void mm_graph(void) {
+    if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(7);
     size_t m = 37, n = 70, k = 96, ldo = 150, ocol = 75;
@@ -640,4 +1040,5 @@ static void mm_bad_args(void) {
 T_RUN("gemm", T_CASE(mm_shapes), T_CASE(mm_ldo_ocol), T_CASE(mm_oscale), T_CASE(mm_special_values),
       T_CASE(mm_bits_layouts), T_CASE(mm_bits_expand_path), T_CASE(mm_bits_expand_graph),
       T_CASE(mm_bits_expand_eager_growth), T_CASE(mm_graph), T_CASE(mm_launch_counts),
-      T_CASE(mm_bad_args))
+      T_CASE(mm_bad_args), T_CASE(mm_epilogue), T_CASE(mm_epilogue_bad_args),
+      T_CASE(mm_tiles_splitk))

@@ -537,6 +537,28 @@ static void sign_step_exact(void) {
     free_case(&c);
 }
 
+/* Layer-sized steps: many blocks per kernel on a device (the per-block counts, the
+ * selection passes' shared histograms and last-block tickets), each against the
+ * CPU bit for bit and the f64 reference. */
+static void sign_step_large(void) {
+    br_rng rng = t_rng_for(27);
+    step_case c = make_case(&rng, 1024, 384, 0, 0);
+    check_step(&c, 0, "latent full 1024×384");
+    c.budget = 1024 * 384 - 1; /* a budget that does not bind: the selection path */
+    check_step(&c, 0, "latent full 1024×384, budget n − 1");
+    c.budget = 100;
+    check_step(&c, 0, "latent full 1024×384, budget 100");
+    free_case(&c);
+    c = make_case(&rng, 777, 160, 0, 1);
+    c.budget = 300;
+    check_step(&c, 0, "latent factored 777×160, budget 300");
+    free_case(&c);
+    c = make_case(&rng, 1000, 96, 1, 0);
+    c.budget = 64;
+    check_step(&c, 1, "exact 1000×96, budget 64");
+    free_case(&c);
+}
+
 /* Ties at the K-th score are broken by the lower index: exactly min(K, candidates)
  * flips, the best first. Scores come from a few values (rowf = 0: ΔL = −2s·G). */
 static void sign_step_ties(void) {
@@ -668,4 +690,5 @@ static void sign_ops_bad_arguments(void) {
 
 T_RUN("sign", T_CASE(spec_sign_grads), T_CASE(spec_flip_exact), T_CASE(cvt_pad_matches_cvt),
       T_CASE(step_ctrl_formula), T_CASE(sign_step_latent), T_CASE(sign_step_exact),
-      T_CASE(sign_step_ties), T_CASE(sign_step_nan_factored_state), T_CASE(sign_ops_bad_arguments))
+      T_CASE(sign_step_large), T_CASE(sign_step_ties), T_CASE(sign_step_nan_factored_state),
+      T_CASE(sign_ops_bad_arguments))

@@ -1,101 +1,88 @@
-/* Backward of the BLR layer as a sequence of ops, per path p (gs the gradient
- * staging scale, a power of two divided back out by the GEMMs' oscale):
- *     dh_p += Σ_t dy⊙c_p; ds = f16(dy⊙h_p·gs)      br_colsum_fused (CVT_A)
- *     b    = ds · S_U,p / gs        [ntok][r]      br_mm_bits, bits [mpad][r/32] as COLS
- *     dℓ_p += Σ_t a_p⊙b; bs = f16(b⊙ℓ_p·gs)        br_colsum_fused (CVT_B)
- *     dx'  = bs · S_V,pᵀ / gs       [ntok][n]      br_mm_bits, bits [n][r/32] as ROWS
- *     dg_p += Σ_t x⊙dx'; dx (+)= g_p⊙dx'           br_colsum_fused (SCALE_B)
- * The same fused passes write the transposed f16 operands of the sign gradients,
- * (dy⊙h·gs)ᵀ, (b⊙ℓ·gs)ᵀ and (x⊙g)ᵀ; with (a⊙ℓ)ᵀ (br_cvt_t):
- *     G_U,p (+)= (dy⊙h·gs)ᵀ·(a⊙ℓ) / gs   [m][r]   br_mm, tokens as K
- *     G_V,p (+)= (x⊙g)ᵀ·(b⊙ℓ·gs) / gs    [n][r]
- * Every GEMM reads the bits as they are: the input gradient and G come from the
- * bits of the forward. */
+/* Backward of the BLR layer as a sequence of ops (R = P·r, the paths side by side
+ * along the rank axis as in the forward; gs the gradient staging scale, a power of
+ * two divided back out by the GEMMs' oscale):
+ *     dy16, dyᵀ = f16(dy·gs), its transpose   [pad_rows(T)][mpad], [pad_rows(m)][pad_tokens(T)]
+ *                                               br_cvt_both
+ *     W_U = [f16(h_p ⊙ S_U,p)]ᵀ                 [R][mpad]   br_expand_scaled per path
+ *     B   = dy16 · W_Uᵀ / gs = [b_1|b_2|…]      [T][R]      br_mm, ONE GEMM, K = mpad
+ *     dℓ += Σ_t A⊙B;  B', B'ᵀ = f16(B⊙ℓ·gs)     [R]         br_colsum_fused (CVT_B)
+ *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm on dyᵀ, A'ᵀ: K = tokens
+ *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   br_sign_rowdot
+ *     N_V = f16(x)ᵀ · B' / gs                   [n][R]      br_mm on xᵀ, B'ᵀ: K = tokens
+ *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]   br_sign_rowdot
+ *     dx  = Σ_p g_p ⊙ (B'_p · S_V,pᵀ) / gs      [T][n]      br_mm_bits per path (dx only)
+ * Why M_U gives dh: dh_i = Σ_t dy_ti·c_ti with c = A'·S_Uᵀ, so dh_i = Σ_k S_U[i,k]·
+ * (dyᵀA')_ik and the product c is never formed; likewise dg from N_V. dℓ of the
+ * paths is summed into one [R] vector, then copied to each path's part. Every GEMM
+ * reads the bits as they are: the input gradient and G come from the forward's bits. */
 #include <math.h>
 
 #include "blr/blr_internal.h"
 #include "ops/check.h"
-#include "ops/sign_ops.h"
+#include "ops/layer_ops.h"
 
-/* out = G (accumulate = 0) or out += G: the GEMM writes G into gtmp, then an add. */
-static br_status sign_grad(br_blr *l, br_blr_shared *sh, const br_buf *act, const br_buf *plane,
-                           br_buf *out, size_t rows, size_t ntok, float gs, int accumulate) {
-    br_gemm g = {.m = rows, .n = l->r, .k = br_pad_tokens(ntok), .oscale = 1.0f / gs};
-    if (!accumulate) return br_mm(l->ctx, act, plane, out, g);
-    BR_TRY(br_mm(l->ctx, act, plane, sh->gtmp, g));
-    return br_add(l->ctx, out, sh->gtmp, out, rows * l->r);
-}
-
-static br_status path_backward(br_blr *l, br_blr_scratch *s, size_t p, const br_buf *x,
-                               const br_buf *dy, br_buf *dx, size_t ntok, float gs,
-                               int accumulate) {
+static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, const br_buf *dy,
+                              br_buf *dx, size_t ntok, float gs, int accumulate) {
     br_ctx *ctx = l->ctx;
     br_blr_shared *sh = s->shared;
-    const br_blr_path *bp = &l->path[p];
-    br_buf *const *v = bp->part;
     const int sign = (l->flags & BR_BLR_SIGN_GRADS) != 0;
-    size_t m = l->m, n = l->n, r = l->r;
-
-    /* dh += Σ dy⊙c; the staged dy⊙h·gs (K = mpad for the next GEMM) */
-    if (l->mpad == m) {
-        br_fuse fz = {.kind = BR_FUSE_CVT_A,
-                      .col = v[BR_BLR_H],
-                      .dst = sh->stage,
-                      .scale = gs,
-                      .dst_t = sign ? sh->t_dy : NULL};
-        BR_TRY(br_colsum_fused(ctx, dy, s->c[p], v[BR_BLR_DH], ntok, m, &fz));
-    } else {
-        BR_TRY(br_colsum(ctx, dy, s->c[p], NULL, BR_TERM_AB, v[BR_BLR_DH], ntok, m, 1));
-        BR_TRY(br_cvt_pad(ctx, dy, v[BR_BLR_H], sh->stage, ntok, m, l->mpad, gs));
-        if (sign) BR_TRY(br_cvt_t(ctx, dy, v[BR_BLR_H], sh->t_dy, ntok, m, gs));
+    size_t m = l->m, n = l->n, r = l->r, P = l->paths, R = P * r, tpad = br_pad_tokens(ntok);
+    BR_TRY(br_cvt_both(ctx, dy, NULL, sh->stage, sh->t_dy, ntok, m, l->mpad, gs));
+    for (size_t p = 0; p < P; p++) {
+        br_buf *const *v = l->path[p].part;
+        BR_TRY(br_expand_scaled(ctx, v[BR_BLR_BITS_U], m, r, v[BR_BLR_H], 1.0f, s->wu[p], l->mpad));
     }
-    br_gemm gb = {.m = ntok, .n = r, .k = l->mpad, .oscale = 1.0f / gs};
-    BR_TRY(br_mm_bits(ctx, sh->stage, bp->bits_u_pad, BR_BITS_COLS, sh->t2, gb));
+    br_gemm gb = {.m = ntok, .n = R, .k = l->mpad, .oscale = 1.0f / gs};
+    BR_TRY(br_mm(ctx, sh->stage, sh->plane, sh->b, gb));
 
-    /* dℓ += Σ a⊙b; the staged b⊙ℓ·gs */
-    br_fuse fl = {.kind = BR_FUSE_CVT_B,
-                  .col = v[BR_BLR_L],
-                  .dst = sh->stage,
-                  .scale = gs,
-                  .dst_t = sign ? sh->t_b : NULL};
-    BR_TRY(br_colsum_fused(ctx, s->a[p], sh->t2, v[BR_BLR_DL], ntok, r, &fl));
-    br_gemm gx = {.m = ntok, .n = n, .k = r, .oscale = 1.0f / gs};
-    BR_TRY(br_mm_bits(ctx, sh->stage, v[BR_BLR_BITS_V], BR_BITS_ROWS, sh->t1, gx));
+    /* dℓ of every path in one [R] sum (it accumulates: start from the layer's) */
+    if (accumulate)
+        for (size_t p = 0; p < P; p++)
+            BR_TRY(br_buf_copy(sh->dl, p * r, l->grads, br_blr_param_off(l, p) + m, r));
+    else
+        BR_TRY(br_buf_fill(sh->dl, 0, R, 0));
+    br_fuse fl = {
+        .kind = BR_FUSE_CVT_B, .col = s->lcat, .dst = sh->act, .scale = gs, .dst_t = sh->t_b};
+    BR_TRY(br_colsum_fused(ctx, s->a, sh->b, sh->dl, ntok, R, &fl));
+    for (size_t p = 0; p < P; p++)
+        BR_TRY(br_buf_copy(l->grads, br_blr_param_off(l, p) + m, sh->dl, p * r, r));
 
-    /* dg += Σ x⊙dx'; dx (+)= g⊙dx' */
-    if (dx) {
-        br_fuse fg = {.kind = BR_FUSE_SCALE_B,
-                      .col = v[BR_BLR_G],
-                      .dst = dx,
-                      .accumulate = p > 0,
-                      .dst_t = sign ? sh->t_x : NULL,
-                      .t_scale = 1.0f};
-        BR_TRY(br_colsum_fused(ctx, x, sh->t1, v[BR_BLR_DG], ntok, n, &fg));
-    } else if (sign) {
-        /* no dx: the pass over x writes (x⊙g)ᵀ, and f16(x⊙g) into the free stage */
-        br_fuse fx = {.kind = BR_FUSE_CVT_A,
-                      .col = v[BR_BLR_G],
-                      .dst = sh->stage,
-                      .scale = 1.0f,
-                      .dst_t = sh->t_x};
-        BR_TRY(br_colsum_fused(ctx, x, sh->t1, v[BR_BLR_DG], ntok, n, &fx));
-    } else {
-        BR_TRY(br_colsum(ctx, x, sh->t1, NULL, BR_TERM_AB, v[BR_BLR_DG], ntok, n, 1));
+    /* M_U, then N_V, each taken apart per path by one rowdot */
+    br_tag_scope tag;
+    br_tag_push(ctx, &tag, "sign");
+    br_gemm gu = {.m = m, .n = R, .k = tpad, .oscale = 1.0f / gs};
+    br_status st = br_mm(ctx, sh->t_dy, s->t_a, sh->rowmat, gu);
+    for (size_t p = 0; p < P && st == BR_OK; p++) {
+        br_buf *const *v = l->path[p].part;
+        st = br_sign_rowdot(ctx, sh->rowmat, R, p * r, v[BR_BLR_BITS_U], v[BR_BLR_H],
+                            sign ? v[BR_BLR_GU] : NULL, v[BR_BLR_DH], m, r, accumulate);
     }
-
-    if (sign) {
-        br_tag_scope tag;
-        br_tag_push(ctx, &tag, "sign");
-        br_status st = br_cvt_t(ctx, s->a[p], v[BR_BLR_L], sh->t_a, ntok, r, 1.0f);
-        if (st == BR_OK)
-            st = sign_grad(l, sh, sh->t_dy, sh->t_a, v[BR_BLR_GU], m, ntok, gs, accumulate);
-        if (st == BR_OK)
-            st = sign_grad(l, sh, sh->t_x, sh->t_b, v[BR_BLR_GV], n, ntok, gs, accumulate);
-        br_tag_pop(ctx, &tag);
-        BR_TRY(st);
+    br_gemm gv = {.m = n, .n = R, .k = tpad, .oscale = 1.0f / gs};
+    if (st == BR_OK) st = br_mm(ctx, s->xt, sh->t_b, sh->rowmat, gv);
+    for (size_t p = 0; p < P && st == BR_OK; p++) {
+        br_buf *const *v = l->path[p].part;
+        st = br_sign_rowdot(ctx, sh->rowmat, R, p * r, v[BR_BLR_BITS_V], v[BR_BLR_G],
+                            sign ? v[BR_BLR_GV] : NULL, v[BR_BLR_DG], n, r, accumulate);
     }
-    if (l->flags & BR_BLR_CURVATURE)
-        BR_TRY(br_colsum(ctx, s->a[p], s->a[p], NULL, BR_TERM_AB, v[BR_BLR_SUM_A2], ntok, r, 1));
+    br_tag_pop(ctx, &tag);
+    BR_TRY(st);
+
+    if (l->flags & BR_BLR_CURVATURE) { /* Σ_t a² of every path, side by side; Σ_t x² */
+        BR_TRY(br_colsum(ctx, s->a, s->a, NULL, BR_TERM_AB, l->curv, ntok, R, 1));
+        BR_TRY(br_colsum(ctx, x, x, NULL, BR_TERM_AB, l->path[0].part[BR_BLR_SUM_X2], ntok, n, 1));
+    }
+    for (size_t p = 0; dx && p < P; p++) {
+        br_buf *const *v = l->path[p].part;
+        br_gemm gx = {.m = ntok,
+                      .n = n,
+                      .k = r,
+                      .lda = R,
+                      .oscale = 1.0f / gs,
+                      .colscale = v[BR_BLR_G],
+                      .c = p ? dx : NULL,
+                      .beta = 1.0f};
+        BR_TRY(br_mm_bits(ctx, s->act[p], v[BR_BLR_BITS_V], BR_BITS_ROWS, dx, gx));
+    }
     return BR_OK;
 }
 
@@ -114,9 +101,16 @@ br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const b
     if (!(gscale > 0) || !isfinite(gscale) || frexpf(gscale, &e) != 0.5f)
         return br_fail(ctx, BR_E_ARG, "%s: gscale = %g is not a positive power of two", fn,
                        (double)gscale);
-    /* every path reads x and dy after the first path has written dx */
+    if (!s->xt) return br_fail(ctx, BR_E_STATE, "%s: no forward has run through this scratch", fn);
+    if (ntok != s->fwd_ntok)
+        return br_fail(ctx, BR_E_ARG, "%s: ntok = %zu, the last forward had %zu tokens", fn, ntok,
+                       s->fwd_ntok);
+    /* dx is written last, but x and dy stay the inputs of record: they must be apart */
     BR_TRY(br_check_apart(ctx, fn, "dx", dx, dx ? xn : 0, "x", x, xn));
     BR_TRY(br_check_apart(ctx, fn, "dx", dx, dx ? xn : 0, "dy", dy, yn));
+    if (dx)
+        BR_TRY(br_check_apart(ctx, fn, "dx", dx, xn, "the staged f16(x)ᵀ", s->xt,
+                              br_buf_count(s->xt)));
     if (!accumulate) {
         /* the scale gradients and curvature sums restart at 0; G is overwritten */
         BR_TRY(br_buf_fill(l->grads, 0, l->paths * l->path_len, 0));
@@ -124,11 +118,7 @@ br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const b
     }
     br_tag_scope tag;
     br_tag_push(ctx, &tag, "blr.bwd");
-    br_status st = BR_OK;
-    for (size_t p = 0; p < l->paths && st == BR_OK; p++)
-        st = path_backward(l, s, p, x, dy, dx, ntok, gscale, accumulate);
-    if (st == BR_OK && (l->flags & BR_BLR_CURVATURE))
-        st = br_colsum(ctx, x, x, NULL, BR_TERM_AB, l->path[0].part[BR_BLR_SUM_X2], ntok, l->n, 1);
+    br_status st = backward_ops(l, s, x, dy, dx, ntok, gscale, accumulate);
     br_tag_pop(ctx, &tag);
     return st;
 }

@@ -1,15 +1,19 @@
-/* Forward of the BLR layer as a sequence of ops, per path p:
- *     xs  = f16(x ⊙ g_p)            [pad_rows(ntok)][npad]   br_cvt (br_cvt_pad if n%32)
- *     a_p = xs · S_V,p               [ntok][r]                br_mm_bits, bits [npad][r/32] as COLS
- *     as  = f16(a_p ⊙ ℓ_p)           [pad_rows(ntok)][r]      br_cvt
- *     c_p = as · S_U,pᵀ              [ntok][m]                br_mm_bits, bits [m][r/32] as ROWS
- *     y   = Σ_p h_p ⊙ c_p            [ntok][m]                br_scale_acc2 / br_scale_acc
- * a_p and c_p stay in the scratch for the backward. */
+/* Forward of the BLR layer as a sequence of ops (R = P·r, the paths side by side
+ * along the rank axis; ℓ = [ℓ_1|ℓ_2|…] gathered from the parameters):
+ *     x16, xᵀ = f16(x), its transpose        [pad_rows(T)][npad], [pad_rows(n)][pad_tokens(T)]
+ *                                            br_cvt_both (or given: br_blr_stage)
+ *     W_V  = [f16(g_p ⊙ S_V,p)]ᵀ             [R][npad]       br_expand_scaled per path
+ *     A    = x16 · W_Vᵀ = [a_1|a_2|…]        [T][R]          br_mm, ONE GEMM, K = npad
+ *     A', A'ᵀ = f16(A ⊙ ℓ), its transpose    [pad_rows(T)][R] br_cvt_both
+ *     out  = α·h_p ⊙ (A'_p · S_U,pᵀ) + β·c   [T][m]          br_mm_bits per path, act =
+ *            columns p·r.. of A' (lda = R), colscale h_p; c = target (β = −α) or
+ *            nothing for p = 0, c = out (β = 1) after: out = α(y − target) or y.
+ * A, A'ᵀ and the xᵀ read stay for the backward. */
 #include <stdlib.h>
 
 #include "blr/blr_internal.h"
 #include "ops/check.h"
-#include "ops/sign_ops.h"
+#include "ops/layer_ops.h"
 
 /* The checks every layer op starts with. */
 br_status br_blr_check_run(const br_blr *l, const br_blr_scratch *s, const char *fn, size_t ntok) {
@@ -26,122 +30,125 @@ br_status br_blr_check_run(const br_blr *l, const br_blr_scratch *s, const char 
 
 size_t br_blr_stage_cols(const br_blr *l) { return l ? l->npad : 0; }
 
-/* xs = f16(x ⊙ g_p) into dst [pad_rows(ntok)][npad] (pad columns zero). */
-static br_status stage_path(br_blr *l, size_t p, const br_buf *x, br_buf *dst, size_t ntok) {
-    const br_buf *g = l->path[p].part[BR_BLR_G];
-    if (l->npad == l->n) return br_cvt(l->ctx, x, g, dst, ntok, l->n, 1.0f);
-    return br_cvt_pad(l->ctx, x, g, dst, ntok, l->n, l->npad, 1.0f);
+/* Elements of the staged f16(x) and of its transpose. */
+static br_status stage_sizes(br_ctx *ctx, const char *fn, const br_blr *l, size_t ntok, size_t *n16,
+                             size_t *nt) {
+    BR_TRY(br_check_mul(ctx, fn, "pad_rows(ntok)·stage_cols", br_pad_rows(ntok), l->npad, n16));
+    return br_check_mul(ctx, fn, "pad_rows(n)·pad_tokens(ntok)", br_pad_rows(l->n),
+                        br_pad_tokens(ntok), nt);
 }
 
-/* One path from its staged input: a_p, c_p, and y when the path completes a sum. */
-static br_status path_forward(br_blr *l, br_blr_scratch *s, size_t p, const br_buf *xs, br_buf *y,
-                              size_t ntok) {
+static br_status stage(const br_blr *l, const br_buf *x, br_buf *x16, br_buf *xt, size_t ntok) {
+    return br_cvt_both(l->ctx, x, NULL, x16, xt, ntok, l->n, l->npad, 1.0f);
+}
+
+/* Everything after the staging of x: A, A', A'ᵀ, and out. */
+static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, const br_buf *xt,
+                              const br_buf *target, float alpha, br_buf *out, size_t ntok) {
     br_ctx *ctx = l->ctx;
-    const br_blr_path *bp = &l->path[p];
-    br_buf *stage = s->shared->stage;
-    br_gemm ga = {.m = ntok, .n = l->r, .k = l->npad, .oscale = 1.0f};
-    BR_TRY(br_mm_bits(ctx, xs, bp->bits_v_pad, BR_BITS_COLS, s->a[p], ga));
-    BR_TRY(br_cvt(ctx, s->a[p], bp->part[BR_BLR_L], stage, ntok, l->r, 1.0f));
-    br_gemm gc = {.m = ntok, .n = l->m, .k = l->r, .oscale = 1.0f};
-    BR_TRY(br_mm_bits(ctx, stage, bp->part[BR_BLR_BITS_U], BR_BITS_ROWS, s->c[p], gc));
-    /* y = Σ_p h_p ⊙ c_p: two paths in one pass once the second is done */
-    if (l->paths == 1) return br_scale_acc(ctx, s->c[0], bp->part[BR_BLR_H], y, ntok, l->m, 0);
-    if (p == 1)
-        return br_scale_acc2(ctx, s->c[0], l->path[0].part[BR_BLR_H], s->c[1], bp->part[BR_BLR_H],
-                             y, ntok, l->m);
-    if (p >= 2) return br_scale_acc(ctx, s->c[p], bp->part[BR_BLR_H], y, ntok, l->m, 1);
+    br_blr_shared *sh = s->shared;
+    size_t m = l->m, r = l->r, R = l->paths * r;
+    for (size_t p = 0; p < l->paths; p++) {
+        br_buf *const *v = l->path[p].part;
+        BR_TRY(br_buf_copy(s->lcat, p * r, l->params, br_blr_param_off(l, p) + m, r));
+        BR_TRY(
+            br_expand_scaled(ctx, v[BR_BLR_BITS_V], l->n, r, v[BR_BLR_G], 1.0f, s->wv[p], l->npad));
+    }
+    br_gemm ga = {.m = ntok, .n = R, .k = l->npad, .oscale = 1.0f};
+    BR_TRY(br_mm(ctx, x16, sh->plane, s->a, ga));
+    BR_TRY(br_cvt_both(ctx, s->a, s->lcat, sh->act, s->t_a, ntok, R, R, 1.0f));
+    for (size_t p = 0; p < l->paths; p++) {
+        br_buf *const *v = l->path[p].part;
+        br_gemm gy = {
+            .m = ntok, .n = m, .k = r, .lda = R, .oscale = alpha, .colscale = v[BR_BLR_H]};
+        if (p > 0) /* the paths accumulate in out */
+            gy.c = out, gy.beta = 1.0f;
+        else if (target)
+            gy.c = target, gy.beta = -alpha;
+        BR_TRY(br_mm_bits(ctx, s->act[p], v[BR_BLR_BITS_U], BR_BITS_ROWS, out, gy));
+    }
+    s->xt = xt;
+    s->fwd_ntok = ntok;
     return BR_OK;
 }
 
-static br_status check_y(br_blr *l, const char *fn, br_buf *y, size_t ntok) {
+/* out [ntok][m] f32; target (may be NULL) f32 [ntok][m], out itself or apart from it. */
+static br_status check_out(br_blr *l, const char *fn, const br_buf *target, const br_buf *out,
+                           size_t ntok) {
     size_t need;
     BR_TRY(br_check_mul(l->ctx, fn, "ntok·m", ntok, l->m, &need));
-    return br_check_buf(l->ctx, fn, "y", y, BR_F32, need);
+    BR_TRY(br_check_buf(l->ctx, fn, target ? "out" : "y", out, BR_F32, need));
+    if (!target) return BR_OK;
+    BR_TRY(br_check_buf(l->ctx, fn, "target", target, BR_F32, need));
+    if (!(target->mem == out->mem && target->offset == out->offset))
+        BR_TRY(br_check_apart(l->ctx, fn, "out", out, need, "target", target, need));
+    return BR_OK;
 }
 
-br_status br_blr_forward(br_blr *l, br_blr_scratch *s, const br_buf *x, br_buf *y, size_t ntok) {
-    static const char fn[] = "br_blr_forward";
+static br_status forward_x(br_blr *l, br_blr_scratch *s, const char *fn, const br_buf *x,
+                           const br_buf *target, float alpha, br_buf *out, size_t ntok) {
     BR_TRY(br_blr_check_run(l, s, fn, ntok));
     size_t xn;
     BR_TRY(br_check_mul(l->ctx, fn, "ntok·n", ntok, l->n, &xn));
     BR_TRY(br_check_buf(l->ctx, fn, "x", x, BR_F32, xn));
-    BR_TRY(check_y(l, fn, y, ntok));
-    /* the staged input and as share the stage buffer: as is written after a_p is read */
+    BR_TRY(check_out(l, fn, target, out, ntok));
+    BR_TRY(br_check_finite(l->ctx, fn, "alpha", alpha));
     br_tag_scope tag;
     br_tag_push(l->ctx, &tag, "blr.fwd");
-    br_status st = BR_OK;
-    for (size_t p = 0; p < l->paths && st == BR_OK; p++) {
-        st = stage_path(l, p, x, s->shared->stage, ntok);
-        if (st == BR_OK) st = path_forward(l, s, p, s->shared->stage, y, ntok);
-    }
+    br_status st = stage(l, x, s->shared->stage, s->t_x, ntok);
+    if (st == BR_OK) st = forward_core(l, s, s->shared->stage, s->t_x, target, alpha, out, ntok);
     br_tag_pop(l->ctx, &tag);
     return st;
 }
 
-br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *const xin[], br_buf *y,
-                                size_t ntok) {
+br_status br_blr_forward(br_blr *l, br_blr_scratch *s, const br_buf *x, br_buf *y, size_t ntok) {
+    return forward_x(l, s, "br_blr_forward", x, NULL, 1.0f, y, ntok);
+}
+
+br_status br_blr_forward_residual(br_blr *l, br_blr_scratch *s, const br_buf *x,
+                                  const br_buf *target, float alpha, br_buf *out, size_t ntok) {
+    static const char fn[] = "br_blr_forward_residual";
+    if (l && !target) return br_fail(l->ctx, BR_E_ARG, "%s: target is NULL", fn);
+    return forward_x(l, s, fn, x, target, alpha, out, ntok);
+}
+
+br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16, const br_buf *xt,
+                                br_buf *y, size_t ntok) {
     static const char fn[] = "br_blr_forward_staged";
     BR_TRY(br_blr_check_run(l, s, fn, ntok));
-    if (!xin) return br_fail(l->ctx, BR_E_ARG, "%s: xin is NULL", fn);
-    BR_TRY(check_y(l, fn, y, ntok));
-    size_t need;
-    BR_TRY(
-        br_check_mul(l->ctx, fn, "pad_rows(ntok)·stage_cols", br_pad_rows(ntok), l->npad, &need));
-    for (size_t p = 0; p < l->paths; p++) {
-        if (!xin[p]) return br_fail(l->ctx, BR_E_ARG, "%s: xin[%zu] is NULL", fn, p);
-        BR_TRY(br_check_buf(l->ctx, fn, "xin[p]", xin[p], BR_F16, need));
-        if (xin[p] == s->shared->stage)
-            return br_fail(l->ctx, BR_E_ARG, "%s: xin[%zu] is the scratch's own stage buffer", fn,
-                           p);
+    br_ctx *ctx = l->ctx;
+    BR_TRY(check_out(l, fn, NULL, y, ntok));
+    size_t n16, nt;
+    BR_TRY(stage_sizes(ctx, fn, l, ntok, &n16, &nt));
+    BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
+    BR_TRY(br_check_buf(ctx, fn, "xt", xt, BR_F16, nt));
+    /* the forward writes the shared transients; the staged input must be apart */
+    const br_blr_shared *sh = s->shared;
+    const br_buf *mine[] = {sh->stage, sh->act, s->t_a, s->t_x};
+    static const char *const names[] = {"stage", "A'", "A'ᵀ", "f16(x)ᵀ"};
+    for (size_t i = 0; i < 4; i++) {
+        size_t ni = br_buf_count(mine[i]);
+        if (br_bufs_overlap(x16, n16, mine[i], ni) || br_bufs_overlap(xt, nt, mine[i], ni))
+            return br_fail(ctx, BR_E_ARG, "%s: the staged input overlaps the scratch's own %s", fn,
+                           names[i]);
     }
     br_tag_scope tag;
-    br_tag_push(l->ctx, &tag, "blr.fwd");
-    br_status st = BR_OK;
-    for (size_t p = 0; p < l->paths && st == BR_OK; p++)
-        st = path_forward(l, s, p, xin[p], y, ntok);
-    br_tag_pop(l->ctx, &tag);
+    br_tag_push(ctx, &tag, "blr.fwd");
+    br_status st = forward_core(l, s, x16, xt, NULL, 1.0f, y, ntok);
+    br_tag_pop(ctx, &tag);
     return st;
 }
 
-br_status br_blr_stage(br_blr *const layers[], size_t nlayers, const br_buf *x, br_buf *const xin[],
-                       size_t ntok) {
+br_status br_blr_stage(const br_blr *l, const br_buf *x, br_buf *x16, br_buf *xt, size_t ntok) {
     static const char fn[] = "br_blr_stage";
-    if (!layers || !nlayers || !layers[0]) return BR_E_ARG;
-    br_blr *l0 = layers[0];
-    br_ctx *ctx = l0->ctx;
-    if (!xin) return br_fail(ctx, BR_E_ARG, "%s: xin is NULL", fn);
+    if (!l) return BR_E_ARG;
+    br_ctx *ctx = l->ctx;
     BR_TRY(br_check_dim(ctx, fn, "ntok", ntok));
-    size_t total = 0;
-    for (size_t i = 0; i < nlayers; i++) {
-        if (!layers[i]) return br_fail(ctx, BR_E_ARG, "%s: layers[%zu] is NULL", fn, i);
-        if (layers[i]->ctx != ctx)
-            return br_fail(ctx, BR_E_ARG, "%s: layers[%zu] belongs to another context", fn, i);
-        if (layers[i]->n != l0->n)
-            return br_fail(ctx, BR_E_SHAPE, "%s: layers[%zu] has n = %zu, layers[0] n = %zu", fn, i,
-                           layers[i]->n, l0->n);
-        total += layers[i]->paths;
-    }
-    for (size_t i = 0; i < total; i++)
-        if (!xin[i]) return br_fail(ctx, BR_E_ARG, "%s: xin[%zu] is NULL", fn, i);
-    if (l0->npad != l0->n) { /* unaligned n: one padded staging per path */
-        size_t i = 0;
-        for (size_t li = 0; li < nlayers; li++)
-            for (size_t p = 0; p < layers[li]->paths; p++, i++)
-                BR_TRY(stage_path(layers[li], p, x, xin[i], ntok));
-        return BR_OK;
-    }
-    /* up to four outputs per read of x */
-    const br_buf *cols[4];
-    br_buf *dsts[4];
-    size_t nb = 0, i = 0;
-    for (size_t li = 0; li < nlayers; li++)
-        for (size_t p = 0; p < layers[li]->paths; p++, i++) {
-            cols[nb] = layers[li]->path[p].part[BR_BLR_G];
-            dsts[nb++] = xin[i];
-            if (nb == 4 || i + 1 == total) {
-                BR_TRY(br_cvt_multi(ctx, x, nb, cols, dsts, ntok, l0->n, 1.0f));
-                nb = 0;
-            }
-        }
-    return BR_OK;
+    size_t xn, n16, nt;
+    BR_TRY(br_check_mul(ctx, fn, "ntok·n", ntok, l->n, &xn));
+    BR_TRY(br_check_buf(ctx, fn, "x", x, BR_F32, xn));
+    BR_TRY(stage_sizes(ctx, fn, l, ntok, &n16, &nt));
+    BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
+    BR_TRY(br_check_buf(ctx, fn, "xt", xt, BR_F16, nt));
+    return stage(l, x, x16, xt, ntok);
 }

@@ -40,26 +40,40 @@ static inline size_t br_blr_sign_grad_off(const br_blr *l, size_t p) {
     return l->paths * l->path_len + p * (l->m + l->n) * l->r;
 }
 
+/* Transients of the layer ops, valid within one op (R = paths·r, the total rank
+ * the set was made for; a layer of total rank ≤ R lays them out at its own width). */
 struct br_blr_shared {
     br_ctx *ctx;
-    size_t ntok, m, n, r;
-    unsigned flags;
-    br_buf *stage; /* f16 [br_pad_rows(ntok)][max(mpad, npad, r)]: the GEMMs' activations */
-    br_buf *t1;    /* f32 [ntok][n]: dx' of one path */
-    br_buf *t2;    /* f32 [ntok][r]: b of one path */
-    /* sign gradients: transposed operands [br_pad_rows(rows)][br_pad_tokens(ntok)] */
-    br_buf *t_dy, *t_a, *t_x, *t_b;
-    br_buf *gtmp; /* f32 [max(m, n)][r]: a new G before it is added (accumulate) */
+    size_t ntok, m, n, r, paths;
+    br_buf *stage;  /* f16 [pad_rows(ntok)][max(mpad, npad)]: f16(x), then f16(dy·gs) */
+    br_buf *plane;  /* f16 [R][max(mpad, npad)]: W_V (forward), W_U (backward) */
+    br_buf *act;    /* f16 [pad_rows(ntok)][R]: A' (forward), B' (backward) */
+    br_buf *b;      /* f32 [ntok][R]: B */
+    br_buf *t_dy;   /* f16 [pad_rows(m)][pad_tokens(ntok)]: f16(dy·gs)ᵀ */
+    br_buf *t_b;    /* f16 [pad_rows(R)][pad_tokens(ntok)]: B'ᵀ */
+    br_buf *rowmat; /* f32 [max(m, n)][R]: M_U, then N_V */
+    br_buf *dl;     /* f32 [R]: dℓ of every path side by side */
 };
 
+/* A layer's scratch: what its forward keeps for its backward, and its views of the
+ * shared transients at its own shapes (views are made once: graphs record them). */
 struct br_blr_scratch {
     const br_blr *layer;
     size_t ntok, paths;
     br_blr_shared *shared;
     int own_shared;
-    br_buf *mem; /* f32 [paths][ntok·(r + m)] */
-    br_buf **a;  /* [paths] views f32 [ntok][r] */
-    br_buf **c;  /* [paths] views f32 [ntok][m] */
+    br_buf *mem;  /* f32: A [ntok][P·r] | ℓ [P·r] */
+    br_buf *a;    /* view f32 [ntok][P·r]: A = [a_1|a_2|…] */
+    br_buf *lcat; /* view f32 [P·r]: [ℓ_1|ℓ_2|…], gathered by the forward */
+    br_buf *t_a;  /* f16 [pad_rows(P·r)][pad_tokens(ntok)]: A'ᵀ */
+    br_buf *t_x;  /* f16 [pad_rows(n)][pad_tokens(ntok)]: f16(x)ᵀ of br_blr_forward */
+    /* the last forward: the f16(x)ᵀ it read (t_x or a staged one) and its tokens;
+     * NULL / 0 before the first */
+    const br_buf *xt;
+    size_t fwd_ntok;
+    br_buf **wv;  /* [paths] views of shared->plane: W_V rows p·r.., row stride npad */
+    br_buf **wu;  /* [paths] views of shared->plane: W_U rows p·r.., row stride mpad */
+    br_buf **act; /* [paths] views of shared->act from column p·r (GEMM act, lda = P·r) */
 };
 
 /* The checks every layer op starts with: layer, scratch made for it, 1 ≤ ntok ≤ the

@@ -1,6 +1,7 @@
 /* Scratch of the BLR layer ops: the transients shared by every layer that runs one
- * at a time (br_blr_shared) and a layer's own a and c per path (br_blr_scratch),
- * which the backward reads after the forward. */
+ * at a time (br_blr_shared) and what a layer's forward keeps for its backward
+ * (br_blr_scratch: A, A'ᵀ, f16(x)ᵀ), with the views of the shared transients at the
+ * layer's own shapes. */
 #include <stdlib.h>
 
 #include "blr/blr_internal.h"
@@ -11,7 +12,7 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 
 void br_blr_shared_free(br_blr_shared *sh) {
     if (!sh) return;
-    br_buf *bufs[] = {sh->stage, sh->t1, sh->t2, sh->t_dy, sh->t_a, sh->t_x, sh->t_b, sh->gtmp};
+    br_buf *bufs[] = {sh->stage, sh->plane, sh->act, sh->b, sh->t_dy, sh->t_b, sh->rowmat, sh->dl};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
     free(sh);
@@ -25,7 +26,7 @@ static br_status new_buf(br_ctx *ctx, const char *fn, const char *what, br_dtype
     return br_buf_new(ctx, dt, n, out);
 }
 
-br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t r, unsigned flags,
+br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t r, size_t paths,
                             br_blr_shared **out) {
     static const char fn[] = "br_blr_shared_new";
     BR_TRY(br_check_ctx(ctx));
@@ -35,13 +36,15 @@ br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t
     BR_TRY(br_check_dim(ctx, fn, "m", m));
     BR_TRY(br_check_dim(ctx, fn, "n", n));
     BR_TRY(br_check_dim(ctx, fn, "r", r));
+    BR_TRY(br_check_dim(ctx, fn, "paths", paths));
     if (r % 32) return br_fail(ctx, BR_E_SHAPE, "%s: r = %zu is not a multiple of 32", fn, r);
     if (ntok > BR_MAX_ELEMS / 2 || m > BR_MAX_ELEMS / 2 || n > BR_MAX_ELEMS / 2)
         return br_fail(ctx, BR_E_OVERFLOW, "%s: ntok, m, n = %zu, %zu, %zu are too large", fn, ntok,
                        m, n);
-    if (flags & ~(BR_BLR_SIGN_GRADS | BR_BLR_CURVATURE))
-        return br_fail(ctx, BR_E_ARG, "%s: unknown flags 0x%x", fn, flags);
-    if (flags & BR_BLR_CURVATURE) flags |= BR_BLR_SIGN_GRADS;
+    size_t R;
+    BR_TRY(br_check_mul(ctx, fn, "paths·r", paths, r, &R));
+    if (R > BR_MAX_ELEMS / 2)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: paths·r = %zu is too large", fn, R);
     br_blr_shared *sh = calloc(1, sizeof *sh);
     if (!sh) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
     sh->ctx = ctx;
@@ -49,26 +52,22 @@ br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t
     sh->m = m;
     sh->n = n;
     sh->r = r;
-    sh->flags = flags;
+    sh->paths = paths;
     size_t prows = br_pad_rows(ntok), tpad = br_pad_tokens(ntok);
-    size_t wide = max2(max2(round32(m), round32(n)), r);
+    size_t wide = max2(round32(m), round32(n));
     br_status st;
-    if ((st = new_buf(ctx, fn, "pad_rows(ntok)·max(m, n, r)", BR_F16, prows, wide, &sh->stage)) ||
-        (st = new_buf(ctx, fn, "ntok·n", BR_F32, ntok, n, &sh->t1)) ||
-        (st = new_buf(ctx, fn, "ntok·r", BR_F32, ntok, r, &sh->t2)))
+    if ((st =
+             new_buf(ctx, fn, "pad_rows(ntok)·max(mpad, npad)", BR_F16, prows, wide, &sh->stage)) ||
+        (st = new_buf(ctx, fn, "paths·r·max(mpad, npad)", BR_F16, R, wide, &sh->plane)) ||
+        (st = new_buf(ctx, fn, "pad_rows(ntok)·paths·r", BR_F16, prows, R, &sh->act)) ||
+        (st = new_buf(ctx, fn, "ntok·paths·r", BR_F32, ntok, R, &sh->b)) ||
+        (st = new_buf(ctx, fn, "pad_rows(m)·pad_tokens(ntok)", BR_F16, br_pad_rows(m), tpad,
+                      &sh->t_dy)) ||
+        (st = new_buf(ctx, fn, "pad_rows(paths·r)·pad_tokens(ntok)", BR_F16, br_pad_rows(R), tpad,
+                      &sh->t_b)) ||
+        (st = new_buf(ctx, fn, "max(m, n)·paths·r", BR_F32, max2(m, n), R, &sh->rowmat)) ||
+        (st = br_buf_new(ctx, BR_F32, R, &sh->dl)))
         goto fail;
-    if (flags & BR_BLR_SIGN_GRADS) {
-        if ((st = new_buf(ctx, fn, "pad_rows(m)·pad_tokens(ntok)", BR_F16, br_pad_rows(m), tpad,
-                          &sh->t_dy)) ||
-            (st = new_buf(ctx, fn, "pad_rows(r)·pad_tokens(ntok)", BR_F16, br_pad_rows(r), tpad,
-                          &sh->t_a)) ||
-            (st = new_buf(ctx, fn, "pad_rows(n)·pad_tokens(ntok)", BR_F16, br_pad_rows(n), tpad,
-                          &sh->t_x)) ||
-            (st = new_buf(ctx, fn, "pad_rows(r)·pad_tokens(ntok)", BR_F16, br_pad_rows(r), tpad,
-                          &sh->t_b)) ||
-            (st = new_buf(ctx, fn, "max(m, n)·r", BR_F32, max2(m, n), r, &sh->gtmp)))
-            goto fail;
-    }
     *out = sh;
     return BR_OK;
 fail:
@@ -76,19 +75,38 @@ fail:
     return st;
 }
 
+static void free_views(br_buf **v, size_t n) {
+    if (v)
+        for (size_t i = 0; i < n; i++)
+            br_buf_free(v[i]);
+    free(v);
+}
+
 void br_blr_scratch_free(br_blr_scratch *s) {
     if (!s) return;
-    if (s->a)
-        for (size_t p = 0; p < s->paths; p++)
-            br_buf_free(s->a[p]);
-    if (s->c)
-        for (size_t p = 0; p < s->paths; p++)
-            br_buf_free(s->c[p]);
-    free(s->a);
-    free(s->c);
+    free_views(s->wv, s->paths);
+    free_views(s->wu, s->paths);
+    free_views(s->act, s->paths);
+    br_buf_free(s->a);
+    br_buf_free(s->lcat);
     br_buf_free(s->mem);
+    br_buf_free(s->t_a);
+    br_buf_free(s->t_x);
     if (s->own_shared) br_blr_shared_free(s->shared);
     free(s);
+}
+
+/* The per-path views of the shared transients at the layer's shapes. */
+static br_status make_views(br_blr_scratch *s) {
+    const br_blr *l = s->layer;
+    br_blr_shared *sh = s->shared;
+    size_t r = l->r, nact = br_buf_count(sh->act);
+    for (size_t p = 0; p < l->paths; p++) {
+        BR_TRY(br_buf_view(sh->plane, p * r * l->npad, r * l->npad, &s->wv[p]));
+        BR_TRY(br_buf_view(sh->plane, p * r * l->mpad, r * l->mpad, &s->wu[p]));
+        BR_TRY(br_buf_view(sh->act, p * r, nact - p * r, &s->act[p]));
+    }
+    return BR_OK;
 }
 
 br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared,
@@ -99,20 +117,19 @@ br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared
     if (!out) return br_fail(ctx, BR_E_ARG, "%s: out is NULL", fn);
     *out = NULL;
     BR_TRY(br_check_dim(ctx, fn, "ntok", ntok));
+    if (ntok > BR_MAX_ELEMS / 2)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: ntok = %zu is too large", fn, ntok);
+    size_t R = l->paths * l->r; /* < BR_MAX_ELEMS: br_blr_new checked paths·(m+r+n) */
     if (shared) {
         if (shared->ctx != ctx)
             return br_fail(ctx, BR_E_ARG, "%s: shared belongs to another context", fn);
-        if (shared->ntok < ntok || shared->m < l->m || shared->n < l->n || shared->r < l->r)
+        if (shared->ntok < ntok || shared->m < l->m || shared->n < l->n ||
+            shared->paths * shared->r < R)
             return br_fail(ctx, BR_E_SIZE,
-                           "%s: shared is for %zu tokens, m ≤ %zu, n ≤ %zu, r ≤ %zu; the scratch "
-                           "needs %zu tokens, m = %zu, n = %zu, r = %zu",
-                           fn, shared->ntok, shared->m, shared->n, shared->r, ntok, l->m, l->n,
-                           l->r);
-        if ((l->flags & BR_BLR_SIGN_GRADS) && !(shared->flags & BR_BLR_SIGN_GRADS))
-            return br_fail(ctx, BR_E_ARG,
-                           "%s: the layer forms sign gradients, shared was made without "
-                           "BR_BLR_SIGN_GRADS",
-                           fn);
+                           "%s: shared is for %zu tokens, m ≤ %zu, n ≤ %zu, paths·r ≤ %zu; the "
+                           "scratch needs %zu tokens, m = %zu, n = %zu, paths·r = %zu",
+                           fn, shared->ntok, shared->m, shared->n, shared->paths * shared->r, ntok,
+                           l->m, l->n, R);
     }
     br_blr_scratch *s = calloc(1, sizeof *s);
     if (!s) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
@@ -120,29 +137,30 @@ br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared
     s->ntok = ntok;
     s->paths = l->paths;
     br_status st = BR_E_NOMEM;
-    s->a = calloc(l->paths, sizeof *s->a);
-    s->c = calloc(l->paths, sizeof *s->c);
-    if (!s->a || !s->c) {
+    s->wv = calloc(l->paths, sizeof *s->wv);
+    s->wu = calloc(l->paths, sizeof *s->wu);
+    s->act = calloc(l->paths, sizeof *s->act);
+    if (!s->wv || !s->wu || !s->act) {
         br_fail(ctx, st, "%s: out of host memory", fn);
         goto fail;
     }
     if (shared) {
         s->shared = shared;
     } else {
-        if ((st = br_blr_shared_new(ctx, ntok, l->m, l->n, l->r, l->flags, &s->shared)) != BR_OK)
+        if ((st = br_blr_shared_new(ctx, ntok, l->m, l->n, l->r, l->paths, &s->shared)) != BR_OK)
             goto fail;
         s->own_shared = 1;
     }
-    size_t per, ar, cm;
-    if ((st = br_check_mul(ctx, fn, "ntok·r", ntok, l->r, &ar)) ||
-        (st = br_check_mul(ctx, fn, "ntok·m", ntok, l->m, &cm)) ||
-        (st = br_check_mul(ctx, fn, "paths·ntok·(r+m)", l->paths, ar + cm, &per)) ||
-        (st = br_buf_new(ctx, BR_F32, per, &s->mem)))
+    size_t ar, tpad = br_pad_tokens(ntok);
+    if ((st = br_check_mul(ctx, fn, "ntok·paths·r", ntok, R, &ar)) ||
+        (st = br_buf_new(ctx, BR_F32, ar + R, &s->mem)) ||
+        (st = br_buf_view(s->mem, 0, ar, &s->a)) || (st = br_buf_view(s->mem, ar, R, &s->lcat)) ||
+        (st = new_buf(ctx, fn, "pad_rows(paths·r)·pad_tokens(ntok)", BR_F16, br_pad_rows(R), tpad,
+                      &s->t_a)) ||
+        (st = new_buf(ctx, fn, "pad_rows(n)·pad_tokens(ntok)", BR_F16, br_pad_rows(l->n), tpad,
+                      &s->t_x)) ||
+        (st = make_views(s)))
         goto fail;
-    for (size_t p = 0; p < l->paths; p++)
-        if ((st = br_buf_view(s->mem, p * (ar + cm), ar, &s->a[p])) ||
-            (st = br_buf_view(s->mem, p * (ar + cm) + ar, cm, &s->c[p])))
-            goto fail;
     *out = s;
     return BR_OK;
 fail:

@@ -2,14 +2,15 @@
  *
  * The original W [m][n] becomes a frozen f16 plane; its outputs y* on a pool of
  * calibration inputs are computed once (br_plane_linear). Each step takes the
- * next batch of the pool (views, no copies), runs the layer forward and backward
- * on dy = (ŷ − y*)·c, c = 1/rms(y*) (the loss ½‖ŷ − y*‖² scaled to O(1): Adam and
- * the sign optimizer do not care about the scale, the f16 operands do), then one
- * optimizer step: Adam on h, ℓ, g with relative steps, latent Adam on the signs.
- * The learning rates warm up linearly and decay on a cosine to 0. Every
- * eval_every steps the relative output error on held-out inputs is measured; the
- * best state is kept, and training stops after `patience` evaluations without a
- * 0.1% gain. The result has its scales rounded to f16, as the output stores them. */
+ * next batch of the pool (views, no copies), runs the layer forward fused with the
+ * loss gradient dy = (ŷ − y*)·c, c = 1/rms(y*) (br_blr_forward_residual: the loss
+ * ½‖ŷ − y*‖² scaled to O(1): Adam and the sign optimizer do not care about the
+ * scale, the f16 operands do) and the backward on it, then one optimizer step:
+ * Adam on h, ℓ, g with relative steps, latent Adam on the signs. The learning
+ * rates warm up linearly and decay on a cosine to 0. Every eval_every steps the
+ * relative output error on held-out inputs is measured; the best state is kept,
+ * and training stops after `patience` evaluations without a 0.1% gain. The result
+ * has its scales rounded to f16, as the output stores them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +25,7 @@ typedef struct trainer {
     br_blr_opt *opt;
     br_buf *x_pool, *y_pool; /* [npool][n], [npool][m] */
     br_buf *x_eval, *y_eval; /* [neval][n], [neval][m] */
-    br_buf *y, *dy;          /* [T][m] */
-    br_buf *c_pos, *c_neg;   /* [m]: ±1/rms(y*) */
-    br_buf *one, *neg_one;   /* [m]: ±1 */
+    br_buf *dy;              /* [T][m]: the loss gradient, or ŷ − y* when evaluating */
     size_t npool, neval, nbatch;
     double *batch_norm2; /* Σ y*² of each batch */
     double eval_norm2;
@@ -38,8 +37,7 @@ static void trainer_free(trainer *t) {
     br_blr_opt_free(t->opt);
     br_blr_scratch_free(t->scratch);
     br_blr_free(t->layer);
-    br_buf *bufs[] = {t->x_pool, t->y_pool, t->x_eval, t->y_eval, t->y,
-                      t->dy,     t->c_pos,  t->c_neg,  t->one,    t->neg_one};
+    br_buf *bufs[] = {t->x_pool, t->y_pool, t->x_eval, t->y_eval, t->dy};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
     free(t->batch_norm2);
@@ -47,13 +45,6 @@ static void trainer_free(trainer *t) {
 
 static br_status new_f32(br_ctx *ctx, size_t count, br_buf **out) {
     return br_buf_new(ctx, BR_F32, count ? count : 1, out);
-}
-
-static br_status fill_const(br_ctx *ctx, br_buf **out, size_t count, float v) {
-    BR_TRY(new_f32(ctx, count, out));
-    uint32_t bits;
-    memcpy(&bits, &v, 4);
-    return br_buf_fill(*out, 0, count, bits);
 }
 
 /* y [rows][m] = W·x for x [rows][n] on the host, through the f16 plane [m][kpad]
@@ -85,14 +76,6 @@ static br_status teacher(trainer *t, const br_buf *plane, const float *x, size_t
     return st;
 }
 
-/* Σ (a·ca + b·cb)² over rows [0, rows) of the views given (one scale_acc2 into dy
- * per chunk of T rows, then a sum of squares). */
-static br_status sq_err(trainer *t, const br_buf *yhat, const br_buf *ystar, size_t rows,
-                        double *out) {
-    BR_TRY(br_scale_acc2(t->ctx, yhat, t->one, ystar, t->neg_one, t->dy, rows, t->m));
-    return br_sumsq_host(t->ctx, t->dy, rows * t->m, out);
-}
-
 /* Relative output error of the layer as it is, on the held-out inputs. */
 static br_status eval_error(trainer *t, double *err) {
     double num = 0;
@@ -101,9 +84,10 @@ static br_status eval_error(trainer *t, double *err) {
         br_buf *xv = NULL, *yv = NULL;
         br_status st = br_buf_view(t->x_eval, r0 * t->n, nr * t->n, &xv);
         if (!st) st = br_buf_view(t->y_eval, r0 * t->m, nr * t->m, &yv);
-        if (!st) st = br_blr_forward(t->layer, t->scratch, xv, t->y, nr);
+        /* ŷ − y* straight from the forward's epilogue, then Σ of its squares */
+        if (!st) st = br_blr_forward_residual(t->layer, t->scratch, xv, yv, 1.0f, t->dy, nr);
         double part = 0;
-        if (!st) st = sq_err(t, t->y, yv, nr, &part);
+        if (!st) st = br_sumsq_host(t->ctx, t->dy, nr * t->m, &part);
         br_buf_free(xv);
         br_buf_free(yv);
         BR_TRY(st);
@@ -194,7 +178,6 @@ static br_status setup(trainer *t, const float *w, const br_train_in *in, const 
     if (!st) st = new_f32(ctx, t->neval * n, &t->x_eval);
     if (!st) st = br_buf_upload(t->x_eval, 0, in->x_eval, t->neval * n);
     if (!st) st = new_f32(ctx, t->neval * m, &t->y_eval);
-    if (!st) st = new_f32(ctx, T * m, &t->y);
     if (!st) st = new_f32(ctx, T * m, &t->dy);
     if (!st) st = teacher(t, plane, in->x_train, t->npool, t->y_pool);
     if (!st) st = teacher(t, plane, in->x_eval, t->neval, t->y_eval);
@@ -228,10 +211,6 @@ static br_status setup(trainer *t, const float *w, const br_train_in *in, const 
                        "training: the original layer's outputs are all zero on the %s inputs",
                        pool_norm2 > 0 ? "held-out" : "training");
     t->c = 1.0 / sqrt(pool_norm2 / (double)(t->npool * m));
-    BR_TRY(fill_const(ctx, &t->c_pos, m, (float)t->c));
-    BR_TRY(fill_const(ctx, &t->c_neg, m, (float)-t->c));
-    BR_TRY(fill_const(ctx, &t->one, m, 1.0f));
-    BR_TRY(fill_const(ctx, &t->neg_one, m, -1.0f));
 
     /* the layer, its scratch and optimizer */
     int train_signs = o->steps > 0 && o->sign_lr > 0;
@@ -299,9 +278,9 @@ br_status br_train_layer(br_ctx *ctx, const float *w, const br_train_in *in,
     int eval_every = o->eval_every > 0 ? o->eval_every : 25;
     int every = steps > 200 ? (steps + 199) / 200 : 1;
     size_t cap = (size_t)(steps / every + 2);
-    /* f16 staging of dy⊙h: a power of two bringing it near 1 */
-    double rms_h = rms_of(L->path[0].h, L->m);
-    double gs = exp2(round(log2(1.0 / ((err > 1e-3 ? err : 1e-3) * (rms_h > 0 ? rms_h : 1.0)))));
+    /* f16 staging of dy (the backward stages dy·gs; h lives in the other operand): a
+     * power of two bringing it near 1, rms(dy) ≈ the relative error */
+    double gs = exp2(round(log2(1.0 / (err > 1e-3 ? err : 1e-3))));
     if (gs < 1.0) gs = 1.0;
     if (gs > 1048576.0) gs = 1048576.0;
 
@@ -317,8 +296,7 @@ br_status br_train_layer(br_ctx *ctx, const float *w, const br_train_in *in,
         }
         if (!st) st = br_buf_view(t.x_pool, b * T * t.n, T * t.n, &xv);
         if (!st) st = br_buf_view(t.y_pool, b * T * t.m, T * t.m, &yv);
-        if (!st) st = br_blr_forward(t.layer, t.scratch, xv, t.y, T);
-        if (!st) st = br_scale_acc2(ctx, t.y, t.c_pos, yv, t.c_neg, t.dy, T, t.m);
+        if (!st) st = br_blr_forward_residual(t.layer, t.scratch, xv, yv, (float)t.c, t.dy, T);
         if (!st) st = br_blr_backward(t.layer, t.scratch, xv, t.dy, NULL, T, (float)gs, 0);
         double loss = -1;
         if (!st && (s % every == 0 || s == steps - 1)) {

@@ -8,52 +8,92 @@
 #include "ops/check.h"
 #include "ops/op.h"
 
-/* The checks shared by both front-ends: the shapes, act and out, oscale. On success
- * *ldo holds the resolved output row stride and *plane_elems n·k (the f16 plane's
- * size, which also bounds the bitmap's). */
+/* The checks shared by both front-ends: the shapes, act, out and the epilogue's
+ * operands. On success g->ldo and g->lda hold the resolved strides and
+ * *plane_elems n·k (the f16 plane's size, which also bounds the bitmap's). */
 static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, const br_buf *out,
-                            br_gemm g, size_t *ldo, size_t *plane_elems) {
-    BR_TRY(br_check_dim(ctx, fn, "m", g.m));
-    BR_TRY(br_check_dim(ctx, fn, "n", g.n));
-    BR_TRY(br_check_dim(ctx, fn, "k", g.k));
-    if (g.k % 32 != 0)
-        return br_fail(ctx, BR_E_SHAPE, "%s: k = %zu is not a multiple of 32", fn, g.k);
-    if (g.ocol > BR_MAX_ELEMS - g.n)
-        return br_fail(ctx, BR_E_OVERFLOW, "%s: ocol + n = %zu + %zu exceeds %zu", fn, g.ocol, g.n,
-                       (size_t)BR_MAX_ELEMS);
-    size_t stride = g.ldo ? g.ldo : g.n;
-    if (stride < g.ocol + g.n)
+                            br_gemm *g, size_t *plane_elems) {
+    BR_TRY(br_check_dim(ctx, fn, "m", g->m));
+    BR_TRY(br_check_dim(ctx, fn, "n", g->n));
+    BR_TRY(br_check_dim(ctx, fn, "k", g->k));
+    if (g->k % 32 != 0)
+        return br_fail(ctx, BR_E_SHAPE, "%s: k = %zu is not a multiple of 32", fn, g->k);
+    if (g->ocol > BR_MAX_ELEMS - g->n)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: ocol + n = %zu + %zu exceeds %zu", fn, g->ocol,
+                       g->n, (size_t)BR_MAX_ELEMS);
+    size_t stride = g->ldo ? g->ldo : g->n;
+    if (stride < g->ocol + g->n)
         return br_fail(ctx, BR_E_SHAPE, "%s: ldo = %zu is less than ocol + n = %zu + %zu", fn,
-                       stride, g.ocol, g.n);
+                       stride, g->ocol, g->n);
     if (stride > BR_MAX_ELEMS)
         return br_fail(ctx, BR_E_OVERFLOW, "%s: ldo = %zu exceeds %zu", fn, stride,
                        (size_t)BR_MAX_ELEMS);
-    /* out spans (m−1)·ldo + ocol + n floats: the last row ends at its block's end */
+    size_t lda = g->lda ? g->lda : g->k;
+    if (lda < g->k)
+        return br_fail(ctx, BR_E_SHAPE, "%s: lda = %zu is less than k = %zu", fn, lda, g->k);
+    if (lda > BR_MAX_ELEMS)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: lda = %zu exceeds %zu", fn, lda,
+                       (size_t)BR_MAX_ELEMS);
+    /* out (and c) span (m−1)·ldo + ocol + n floats: the last row ends at its block's end */
     size_t rows_before;
-    BR_TRY(br_check_mul(ctx, fn, "(m-1)·ldo", g.m - 1, stride, &rows_before));
-    if (rows_before > BR_MAX_ELEMS - (g.ocol + g.n))
+    BR_TRY(br_check_mul(ctx, fn, "(m-1)·ldo", g->m - 1, stride, &rows_before));
+    if (rows_before > BR_MAX_ELEMS - (g->ocol + g->n))
         return br_fail(ctx, BR_E_OVERFLOW, "%s: (m-1)·ldo + ocol + n = %zu + %zu exceeds %zu", fn,
-                       rows_before, g.ocol + g.n, (size_t)BR_MAX_ELEMS);
-    size_t act_need;
-    BR_TRY(br_check_mul(ctx, fn, "m·k", g.m, g.k, &act_need));
-    BR_TRY(br_check_mul(ctx, fn, "n·k", g.n, g.k, plane_elems));
-    BR_TRY(br_check_buf(ctx, fn, "act", act, BR_F16, act_need));
-    BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, rows_before + g.ocol + g.n));
-    BR_TRY(br_check_finite(ctx, fn, "oscale", g.oscale));
-    *ldo = stride;
+                       rows_before, g->ocol + g->n, (size_t)BR_MAX_ELEMS);
+    /* act spans (m−1)·lda + k elements: rows past m are never read */
+    size_t act_before;
+    BR_TRY(br_check_mul(ctx, fn, "(m-1)·lda", g->m - 1, lda, &act_before));
+    if (act_before > BR_MAX_ELEMS - g->k)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: (m-1)·lda + k = %zu + %zu exceeds %zu", fn,
+                       act_before, g->k, (size_t)BR_MAX_ELEMS);
+    BR_TRY(br_check_mul(ctx, fn, "n·k", g->n, g->k, plane_elems));
+    size_t out_need = rows_before + g->ocol + g->n;
+    BR_TRY(br_check_buf(ctx, fn, "act", act, BR_F16, act_before + g->k));
+    BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, out_need));
+    BR_TRY(br_check_finite(ctx, fn, "oscale", g->oscale));
+    BR_TRY(br_check_opt_buf(ctx, fn, "colscale", g->colscale, BR_F32, g->n));
+    BR_TRY(br_check_apart(ctx, fn, "colscale", g->colscale, g->n, "out", out, out_need));
+    if (g->c) {
+        BR_TRY(br_check_buf(ctx, fn, "c", g->c, BR_F32, out_need));
+        BR_TRY(br_check_finite(ctx, fn, "beta", g->beta));
+        /* in place (c is out, element for element) or apart: a shifted overlap would
+         * read elements another tile has already written */
+        if (!(g->c->mem == out->mem && g->c->offset == out->offset) &&
+            br_bufs_overlap(g->c, out_need, out, out_need))
+            return br_fail(ctx, BR_E_ARG,
+                           "%s: c overlaps out without being out itself (offsets %zu and %zu)", fn,
+                           g->c->offset, out->offset);
+    } else {
+        g->beta = 0.0f;
+    }
+    g->ldo = stride;
+    g->lda = lda;
     return BR_OK;
+}
+
+/* Workspace a backend may use for a split-K run (deterministic: partials summed in a
+ * fixed order): reserved for a long k (the token axis of the layer's M_U and N_V)
+ * with few outputs (≤ 4M, about one wave of output tiles on a large GPU, where
+ * splitting k is what fills the machine). Up to 8 partial blocks of (m + 255) rows
+ * (tokens padded to any tile) × n rounded up to 4 floats, at most 64 MiB. */
+static size_t split_ws_bytes(const br_gemm *g) {
+    if (g->k < 2048 || g->m * g->n > ((size_t)4 << 20)) return 0;
+    size_t block = (g->m + 255) * ((g->n + 3) / 4 * 4) * sizeof(float);
+    size_t splits = ((size_t)64 << 20) / block;
+    if (splits > 8) splits = 8;
+    return splits >= 2 ? splits * block : 0;
 }
 
 br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g) {
     static const char fn[] = "br_mm";
     BR_TRY(br_check_ctx(ctx));
-    size_t ldo, plane_elems;
-    BR_TRY(check_gemm(ctx, fn, act, out, g, &ldo, &plane_elems));
+    size_t plane_elems;
+    BR_TRY(check_gemm(ctx, fn, act, out, &g, &plane_elems));
     BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
-    g.ldo = ldo;
     br_op op = {.kind = BR_OP_MM};
-    op.u.mm = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g};
-    return br_submit(ctx, &op, 0);
+    size_t ws = split_ws_bytes(&g);
+    op.u.mm = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws};
+    return br_submit(ctx, &op, ws);
 }
 
 /* The context's f16 expand plane, grown to at least `count` elements. An outgrown
@@ -87,8 +127,8 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
                      br_buf *out, br_gemm g) {
     static const char fn[] = "br_mm_bits";
     BR_TRY(br_check_ctx(ctx));
-    size_t ldo, plane_elems, bits_need;
-    BR_TRY(check_gemm(ctx, fn, act, out, g, &ldo, &plane_elems));
+    size_t plane_elems, bits_need;
+    BR_TRY(check_gemm(ctx, fn, act, out, &g, &plane_elems));
     if (layout == BR_BITS_ROWS) { /* bits u32 [n][k/32] */
         BR_TRY(br_check_mul(ctx, fn, "n·(k/32)", g.n, g.k / 32, &bits_need));
     } else if (layout == BR_BITS_COLS) { /* bits u32 [k][ceil(n/32)] */
@@ -98,12 +138,13 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
                        (int)layout);
     }
     BR_TRY(br_check_buf(ctx, fn, "bits", bits, BR_U32, bits_need));
-    g.ldo = ldo;
 
     if (ctx->opt_bits_gemm && ctx->be->ops[BR_OP_MM_BITS]) {
         br_op op = {.kind = BR_OP_MM_BITS};
-        op.u.mm = (br_mm_args){.act = act, .plane = bits, .out = out, .g = g, .layout = layout};
-        return br_submit(ctx, &op, 0);
+        size_t ws = split_ws_bytes(&g);
+        op.u.mm = (br_mm_args){
+            .act = act, .plane = bits, .out = out, .g = g, .layout = layout, .ws_bytes = ws};
+        return br_submit(ctx, &op, ws);
     }
 
     /* Expand then mm: the ±1 plane [n][k] is the bitmap itself (ROWS: rows n, r = k)
@@ -118,6 +159,7 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
         ex.u.expand = (br_expand_args){.bits = bits, .rows = g.k, .r = g.n, .plane_t = plane};
     BR_TRY(br_submit(ctx, &ex, 0));
     br_op op = {.kind = BR_OP_MM};
-    op.u.mm = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g};
-    return br_submit(ctx, &op, 0);
+    size_t ws = split_ws_bytes(&g);
+    op.u.mm = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws};
+    return br_submit(ctx, &op, ws);
 }

@@ -38,6 +38,9 @@ typedef enum br_op_kind {
     BR_OP_CVT_PAD,   /* sign_ops.c: staging into wider rows, pad columns zero */
     BR_OP_STEP_CTRL, /* sign_ops.c: gradient norms → step schedule, refusal */
     BR_OP_SIGN_STEP, /* sign_ops.c: latent Adam / exact-flip scores, budgeted flips */
+    BR_OP_EXPAND_SCALED, /* layer_ops.c: sign bitmap → scaled f16 plane, transposed */
+    BR_OP_SIGN_ROWDOT,   /* layer_ops.c: sign gradients and Σ_k s·M per row */
+    BR_OP_CVT_BOTH,      /* layer_ops.c: cvt_pad and cvt_t from one read */
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT
 } br_op_kind;
@@ -62,8 +65,9 @@ typedef struct br_copy_args {
 typedef struct br_mm_args {
     const br_buf *act, *plane;
     br_buf *out;
-    br_gemm g; /* g.ldo already resolved (never 0) */
+    br_gemm g; /* g.ldo, g.lda already resolved (never 0); g.beta 0 without g.c */
     br_bits_layout layout;
+    size_t ws_bytes; /* workspace reserved for a split-K reduction (0: none) */
 } br_mm_args;
 
 typedef struct br_cvt_args {
@@ -204,6 +208,33 @@ typedef struct br_sign_step_args {
     float curv2;            /* 2 · curvature */
 } br_sign_step_args;
 
+/* The reformulated layer's ops (ops/layer_ops.h documents them). */
+typedef struct br_expand_scaled_args {
+    const br_buf *bits;     /* u32 [rows][r/32] */
+    const br_buf *rowscale; /* f32 [rows] */
+    br_buf *plane_t;        /* f16 [r][ld] */
+    size_t rows, r, ld;
+    float scale;
+} br_expand_scaled_args;
+
+typedef struct br_sign_rowdot_args {
+    const br_buf *mat;      /* f32 [rows][ldm], columns col0..col0+r−1 */
+    const br_buf *bits;     /* u32 [rows][r/32]; may be NULL without dsum */
+    const br_buf *rowscale; /* f32 [rows]; may be NULL without grad */
+    br_buf *grad;           /* f32 [rows][r] or NULL */
+    br_buf *dsum;           /* f32 [rows] or NULL */
+    size_t rows, r, ldm, col0;
+    int accumulate; /* grad += instead of = */
+} br_sign_rowdot_args;
+
+typedef struct br_cvt_both_args {
+    const br_buf *src, *col; /* f32 [m][k]; col f32 [k] or NULL */
+    br_buf *dst;             /* f16 [br_pad_rows(m)][ld] or NULL */
+    br_buf *dst_t;           /* f16 [br_pad_rows(k)][br_pad_tokens(m)] or NULL */
+    size_t m, k, ld;
+    float scale;
+} br_cvt_both_args;
+
 typedef struct br_op {
     br_op_kind kind;
     char tag[32];
@@ -228,6 +259,9 @@ typedef struct br_op {
         br_cvt_pad_args cvt_pad;
         br_step_ctrl_args step_ctrl;
         br_sign_step_args sign_step;
+        br_expand_scaled_args expand_scaled;
+        br_sign_rowdot_args sign_rowdot;
+        br_cvt_both_args cvt_both;
     } u;
 } br_op;
 

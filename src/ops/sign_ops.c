@@ -54,12 +54,12 @@ br_status br_step_ctrl(br_ctx *ctx, const br_step_ctrl_args *a) {
 size_t br_sign_step_workspace(size_t rows, size_t r) {
     size_t chunks = (rows + BR_SIGN_CHUNK - 1) / BR_SIGN_CHUNK;
     size_t words = rows * r               /* keys */
-                   + BR_SIGN_BLOCKS * 256 /* histograms */
-                   + BR_SIGN_BLOCKS       /* per-block counts */
+                   + BR_SIGN_BLOCKS * 256 /* per-block digit histograms */
                    + 16                   /* selection state */
-                   + rows                 /* factored: row sums */
                    + chunks * r           /* factored: column chunk partials */
-                   + 16;                  /* factored: mean */
+                   + 16                   /* factored: mean; Σ normsrc² */
+                   + BR_SIGN_GRID         /* per-block counts */
+                   + 16;                  /* arrival tickets */
     return words * 4;
 }
 
@@ -73,7 +73,7 @@ br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *a) {
     size_t n, chunks = (a->rows + BR_SIGN_CHUNK - 1) / BR_SIGN_CHUNK, cr;
     BR_TRY(br_check_mul(ctx, fn, "rows·r", a->rows, a->r, &n));
     BR_TRY(br_check_mul(ctx, fn, "chunks·r", chunks, a->r, &cr));
-    if (n + cr + a->rows + BR_SIGN_BLOCKS * 300 > BR_MAX_ELEMS)
+    if (n + cr + BR_SIGN_GRID + BR_SIGN_BLOCKS * 300 > BR_MAX_ELEMS)
         return br_fail(ctx, BR_E_OVERFLOW, "%s: rows·r = %zu leaves no room for the workspace", fn,
                        n);
     BR_TRY(br_check_buf(ctx, fn, "grad", a->grad, BR_F32, n));

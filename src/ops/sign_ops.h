@@ -51,9 +51,11 @@ br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *args);
 /* Workspace bytes a sign step of rows × r entries uses on a device. */
 size_t br_sign_step_workspace(size_t rows, size_t r);
 
-/* Blocks of the CUDA selection kernels (fixed so the workspace is known up front),
- * rows per column-sum chunk of the factored moment, lanes of the fixed-order sums. */
+/* Blocks of the CUDA selection passes and most blocks of the per-entry kernels
+ * (fixed so the workspace is known up front), rows per column-sum chunk of the
+ * factored moment, lanes of the fixed-order sums. */
 #define BR_SIGN_BLOCKS 256
+#define BR_SIGN_GRID 8192
 #define BR_SIGN_CHUNK 64
 #define BR_SIGN_LANES 256
 

@@ -33,6 +33,9 @@ static const char *const op_names[BR_OP_COUNT] = {
     [BR_OP_CVT_PAD] = "cvt_pad",
     [BR_OP_STEP_CTRL] = "step_ctrl",
     [BR_OP_SIGN_STEP] = "sign_step",
+    [BR_OP_EXPAND_SCALED] = "expand_scaled",
+    [BR_OP_SIGN_ROWDOT] = "sign_rowdot",
+    [BR_OP_CVT_BOTH] = "cvt_both",
 };
 
 const char *br_op_name(br_op_kind kind) {

@@ -1,10 +1,14 @@
-/* The CPU GEMMs (R-MM): out[i][ocol + j] = oscale · Σ_kk act[i][kk] · plane[j][kk].
+/* The CPU GEMMs (R-MM):
+ *   out[i][ocol + j] = (oscale · Σ_kk act[i][kk] · plane[j][kk]) · colscale[j] + beta · c[i][ocol +
+ * j]
  *
- * Both ops bring their operands to f32 — act [m][k] as is, the plane transposed to
- * bt [k][n] (from f16, or ±1 from the bitmap) — and end in one f32 product: OpenBLAS's
- * sgemm where the build has CBLAS, otherwise a cache-blocked loop that adds the terms
- * of each output in k order. f16 values are exact in f32, so the only rounding is
- * the f32 accumulation (and the final multiply by oscale). */
+ * Both ops bring their operands to f32 — act [m][k] (rows lda apart) compacted, the
+ * plane transposed to bt [k][n] (from f16, or ±1 from the bitmap) — and end in one
+ * f32 product into a scratch block: OpenBLAS's sgemm where the build has CBLAS,
+ * otherwise a cache-blocked loop that adds the terms of each output in k order. f16
+ * values are exact in f32, so the only rounding is the f32 accumulation; then the
+ * epilogue, one rounding per product and per add. The scratch block lets c be out
+ * itself (each element of c is read before its output is written). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,24 +72,17 @@ static void bits_to_bt(const uint32_t *bits, br_bits_layout layout, float *bt, s
 }
 
 #ifdef BR_HAVE_CBLAS
-/* out[i][ocol + j] = oscale · Σ a[i][kk]·bt[kk][j] through OpenBLAS: sgemm writes the
- * m×n block in place (beta = 0: out is not read), then the block is scaled. */
-static void product(const float *a, const float *bt, float *out, size_t m, size_t n, size_t k,
-                    size_t ldo, float oscale) {
+/* sums[i][j] = Σ a[i][kk]·bt[kk][j] through OpenBLAS (beta = 0: sums is not read). */
+static void product(const float *a, const float *bt, float *sums, size_t m, size_t n, size_t k) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)k,
-                bt, (int)n, 0.0f, out, (int)ldo);
-    if (oscale == 1.0f) return;
-    for (size_t i = 0; i < m; i++)
-        for (size_t j = 0; j < n; j++)
-            out[i * ldo + j] *= oscale;
+                bt, (int)n, 0.0f, sums, (int)n);
 }
 #else
 /* The same product without BLAS. A block of ROWS rows × COLS columns accumulates in
  * a local tile while kk runs 0..k−1 in order (each step adds one term to every
- * output of the tile: a vectorizable axpy over a row of bt), then is scaled and
- * stored. Blocks are independent, so the result does not depend on threading. */
-static void product(const float *a, const float *bt, float *out, size_t m, size_t n, size_t k,
-                    size_t ldo, float oscale) {
+ * output of the tile: a vectorizable axpy over a row of bt), then is stored. Blocks
+ * are independent, so the result does not depend on threading. */
+static void product(const float *a, const float *bt, float *sums, size_t m, size_t n, size_t k) {
     enum { ROWS = 8, COLS = 256 };
     size_t row_blocks = (m + ROWS - 1) / ROWS;
     OMP("omp parallel for schedule(static) if (m * n * k > (size_t)1 << 20)")
@@ -106,29 +103,50 @@ static void product(const float *a, const float *bt, float *out, size_t m, size_
                         c[j] += av * brow[j];
                 }
             }
-            for (size_t r = 0; r < rows; r++) {
-                float *o = out + (i0 + r) * ldo + j0;
-                for (size_t j = 0; j < cols; j++)
-                    o[j] = oscale * acc[r][j];
-            }
+            for (size_t r = 0; r < rows; r++)
+                memcpy(sums + (i0 + r) * n + j0, acc[r], cols * sizeof(float));
         }
     }
 }
 #endif
 
-/* Shared tail of both ops: act to f32, then the product into out's block. bt [k][n]
- * is the caller's (freed here). */
+/* out's block from the sums [m][n]: (oscale·sum)·colscale[j] + beta·c, each product
+ * rounded to f32 (the build does not contract a*b + c). */
+static void epilogue(const br_gemm *g, const float *sums, float *out, const float *colscale,
+                     const float *c) {
+    for (size_t i = 0; i < g->m; i++) {
+        const float *srow = sums + i * g->n;
+        float *orow = out + i * g->ldo + g->ocol;
+        const float *crow = c ? c + i * g->ldo + g->ocol : NULL;
+        for (size_t j = 0; j < g->n; j++) {
+            float v = g->oscale * srow[j];
+            if (colscale) v = v * colscale[j];
+            if (crow) v = v + g->beta * crow[j];
+            orow[j] = v;
+        }
+    }
+}
+
+/* Shared tail of both ops: act to f32, the product, the epilogue. bt [k][n] is the
+ * caller's (freed here). */
 static br_status run_gemm(br_ctx *ctx, const char *name, const br_mm_args *a, float *bt) {
     const br_gemm *g = &a->g;
     float *act = malloc(g->m * g->k * sizeof *act);
-    if (!act) {
-        free(bt);
-        return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory for the f32 act (%zu bytes)", name,
-                       g->m * g->k * sizeof *act);
+    float *sums = malloc(g->m * g->n * sizeof *sums);
+    if (!act || !sums) {
+        free(act), free(sums), free(bt);
+        return br_fail(ctx, BR_E_NOMEM,
+                       "%s: out of host memory for the f32 act and sums (%zu bytes)", name,
+                       (g->m * g->k + g->m * g->n) * sizeof(float));
     }
-    f16_to_f32_rows(br_ptr(a->act), act, g->m * g->k);
-    product(act, bt, (float *)br_ptr(a->out) + g->ocol, g->m, g->n, g->k, g->ldo, g->oscale);
+    const uint16_t *src = br_ptr(a->act);
+    for (size_t i = 0; i < g->m; i++)
+        f16_to_f32_rows(src + i * g->lda, act + i * g->k, g->k);
+    product(act, bt, sums, g->m, g->n, g->k);
+    epilogue(g, sums, br_ptr(a->out), g->colscale ? br_ptr(g->colscale) : NULL,
+             g->c ? br_ptr(g->c) : NULL);
     free(act);
+    free(sums);
     free(bt);
     return BR_OK;
 }

@@ -4,13 +4,20 @@
  *   wgmma     Hopper (sm_90a code on a 9.0 device): gemm_wgmma.cuh, per plane kind
  *             in cuda_gemm_wgmma_{f16,rows,cols}.cu
  *   mma.sync  every other GPU of compute capability ≥ 8.0: cuda_gemm_mma.cu
- *   simple    operands that are not 16-byte aligned (views that start mid-vector)
+ *   simple    operands that are not 16-byte aligned (views that start mid-vector,
+ *             act strides lda % 8 ≠ 0)
  *
  * BR_OPT_GEMM_KERNEL chooses the family (0 auto, 1 mma.sync, 2 wgmma or
- * BR_E_UNSUPPORTED); on wgmma the tile and the bitmap's A source follow the shape
- * (pick_wgmma). Nothing here allocates or synchronizes: ops are captured into CUDA
+ * BR_E_UNSUPPORTED); on wgmma the tile, the bitmap's A source and a split-K factor
+ * follow the shape (pick_wgmma). A split-K run writes its partials to the backend
+ * workspace the front-end reserved (br_submit's ws_bytes: grown before a graph is
+ * captured, never inside) and reduce_splits_kernel adds them in a fixed order and
+ * applies the epilogue. Nothing here synchronizes: ops are captured into CUDA
  * graphs; TMA descriptors are encoded on the host per call and passed by value. */
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
+
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/gemm_wgmma.cuh"
 
@@ -48,7 +55,43 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 
 bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
+/* One thread per 4 consecutive outputs of a row (a float4 of every split: the
+ * workspace rows are 16-byte multiples); the splits are added in order 0, 1, … */
+__global__ void __launch_bounds__(256) reduce_splits_kernel(const Problem p, int splits, int mpad) {
+    const long long ldw = (p.n + 3) / 4 * 4, quads = ldw / 4;
+    const long long items = (long long)p.m * quads;
+    const size_t split_stride = (size_t)mpad * (size_t)ldw;
+    for (long long it = blockIdx.x * (long long)blockDim.x + threadIdx.x; it < items;
+         it += (long long)gridDim.x * blockDim.x) {
+        const long long i = it / quads, j0 = (it % quads) * 4;
+        const float *w = p.ws + i * ldw + j0;
+        float4 sum = *reinterpret_cast<const float4 *>(w);
+        for (int sp = 1; sp < splits; sp++) {
+            const float4 v = *reinterpret_cast<const float4 *>(w + sp * split_stride);
+            sum.x = __fadd_rn(sum.x, v.x), sum.y = __fadd_rn(sum.y, v.y);
+            sum.z = __fadd_rn(sum.z, v.z), sum.w = __fadd_rn(sum.w, v.w);
+        }
+        const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const long long j = j0 + e;
+            if (j >= p.n) break;
+            const long long idx = i * p.ldo + j;
+            p.out[idx] = epilogue_value(vals[e], p.oscale, p.colscale != nullptr,
+                                        p.colscale ? p.colscale[j] : 1.0f, p.c, idx, p.beta);
+        }
+    }
+}
+
 } // namespace
+
+br_status launch_reduce_splits(br_ctx *ctx, const Problem &p, int splits, int mpad) {
+    br_cuda *s = br_cuda_state(ctx);
+    const size_t items = (size_t)p.m * (size_t)((p.n + 3) / 4);
+    reduce_splits_kernel<<<br_cuda_blocks(ctx, items, 256), 256, 0, s->stream>>>(p, splits, mpad);
+    BR_CUDA_LAUNCHED(ctx, "reduce_splits_kernel");
+    return BR_OK;
+}
 
 br_status encode_tmap_2d(br_ctx *ctx, CUtensorMap *map, CUtensorMapDataType type, const void *base,
                          uint64_t inner, uint64_t rows, uint64_t row_bytes, uint32_t box_inner,
@@ -77,7 +120,20 @@ const char *tile_name(WgmmaTile tile) {
     case TILE_256x112: return "256x112";
     case TILE_128x256: return "128x256";
     case TILE_128x128: return "128x128";
+    case TILE_128x192: return "128x192";
+    case TILE_256x96: return "256x96";
     default: return "auto";
+    }
+}
+
+int tile_tokens(WgmmaTile tile) {
+    switch (tile) {
+    case TILE_256x112: return 112;
+    case TILE_256x128:
+    case TILE_128x128: return 128;
+    case TILE_128x192: return 192;
+    case TILE_256x96: return 96;
+    default: return 256;
     }
 }
 
@@ -90,36 +146,76 @@ const char *asource_name(WgmmaASource src) {
     }
 }
 
-/* The tile with the least estimated time: ⌈tiles / SMs⌉ waves of a tile's area over
- * the tile's relative speed (measured on the H200 with bench_gemm, 2026-11-29); ties
- * go to the earlier candidate. Bitmaps expand into A-fragment registers, 2 sets. */
-void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src) {
+/* The (tile, split) with the least estimated time, ties to the earlier candidate:
+ *   waves · (a unit's k blocks · 64 · 2·BJ·BT flops at the tile's relative speed of
+ *   an SM's share of 600 TFLOP/s + 0.5 µs of pipeline fill and store)
+ *   + with splits > 1: the partials read back at 3 TB/s + 2 µs for the second kernel,
+ * waves = ⌈tiles · splits / SMs⌉. The speeds were measured on the H200 with
+ * bench_gemm (2026-11-29; 128x192 and 256x96 estimated from their shared-memory
+ * traffic per flop). Splits 2..8 where the workspace holds the partials and every
+ * unit keeps ≥ 4 k blocks. Bitmaps expand into A-fragment registers, 2 sets. */
+void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src, int *splits,
+                bool legacy) {
     struct Cand {
         WgmmaTile tile;
         int bj, bt;
         double speed;
     };
-    static const Cand dense[] = {{TILE_128x256, 128, 256, 1.0},
-                                 {TILE_256x128, 256, 128, 1.0},
-                                 {TILE_256x112, 256, 112, 1.0},
-                                 {TILE_128x128, 128, 128, 0.8}};
-    static const Cand bits[] = {{TILE_128x256, 128, 256, 1.0},
-                                {TILE_256x128, 256, 128, 0.78},
-                                {TILE_256x112, 256, 112, 0.75},
-                                {TILE_128x128, 128, 128, 0.67}};
+    static const Cand dense[] = {{TILE_128x256, 128, 256, 1.0},  {TILE_256x128, 256, 128, 1.0},
+                                 {TILE_256x112, 256, 112, 1.0},  {TILE_128x128, 128, 128, 0.8},
+                                 {TILE_128x192, 128, 192, 0.97}, {TILE_256x96, 256, 96, 0.95}};
+    static const Cand bits[] = {{TILE_128x256, 128, 256, 1.0},  {TILE_256x128, 256, 128, 0.78},
+                                {TILE_256x112, 256, 112, 0.75}, {TILE_128x128, 128, 128, 0.67},
+                                {TILE_128x192, 128, 192, 0.95}, {TILE_256x96, 256, 96, 0.72}};
+    static_assert(sizeof dense / sizeof dense[0] == TILE_COUNT, "one candidate per tile");
     const Cand *cand = p.kind == PLANE_F16 ? dense : bits;
     const long long sms = sm_count > 0 ? sm_count : 1;
+    const double sm_flops = 600e12 / 132, bandwidth = 3e12;
+    const int nkb = (p.k + 63) / 64;
     WgmmaTile best = cand[0].tile;
+    int best_splits = 1;
     double best_cost = 0;
-    for (int i = 0; i < 4; i++) {
-        const long long tiles = (long long)((p.n + cand[i].bj - 1) / cand[i].bj) *
-                                ((p.m + cand[i].bt - 1) / cand[i].bt);
-        const double cost =
-            (double)((tiles + sms - 1) / sms) * cand[i].bj * cand[i].bt / cand[i].speed;
-        if (i == 0 || cost < best_cost) best = cand[i].tile, best_cost = cost;
+    for (int i = 0; i < (legacy ? 4 : TILE_COUNT); i++) {
+        const long long tiles_t = (p.m + cand[i].bt - 1) / cand[i].bt;
+        const long long tiles = (long long)((p.n + cand[i].bj - 1) / cand[i].bj) * tiles_t;
+        for (int sp = 1; sp <= (splits && !legacy ? 8 : 1); sp++) {
+            const int unit_kb = (nkb + sp - 1) / sp;
+            if (sp > 1 &&
+                (unit_kb < 4 || split_ws_bytes(sp, (int)(tiles_t * cand[i].bt), p.n) > p.ws_bytes))
+                break;
+            const double unit_s =
+                2.0 * cand[i].bj * cand[i].bt * 64.0 * unit_kb / (sm_flops * cand[i].speed) +
+                0.5e-6;
+            double cost = (double)((tiles * sp + sms - 1) / sms) * unit_s;
+            if (sp > 1) cost += (double)sp * p.m * ((p.n + 3) / 4 * 4) * 4 / bandwidth + 2e-6;
+            if ((i == 0 && sp == 1) || cost < best_cost)
+                best = cand[i].tile, best_splits = sp, best_cost = cost;
+        }
     }
     *tile = best;
     *src = p.kind == PLANE_F16 ? A_SMEM : A_REG2;
+    if (splits) *splits = best_splits;
+}
+
+/* Test and benchmark hooks, read on every call: BITRANK_GEMM_TILE=<tile>[/<A source>]
+ * (e.g. 128x192/reg4) forces the wgmma tile, BITRANK_GEMM_SPLITK=<s> the split-K
+ * factor (within the workspace the op reserved; 1 = none). Unset: the picker decides. */
+void env_overrides(WgmmaTile *tile, WgmmaASource *src, int *splits) {
+    if (const char *e = getenv("BITRANK_GEMM_TILE")) {
+        for (int t = 0; t < TILE_COUNT; t++) {
+            const char *name = tile_name((WgmmaTile)t);
+            const size_t len = strlen(name);
+            if (strncmp(e, name, len) != 0 || (e[len] != '\0' && e[len] != '/')) continue;
+            *tile = (WgmmaTile)t;
+            if (e[len] == '/')
+                for (WgmmaASource a : {A_SMEM, A_REG2, A_REG4})
+                    if (!strcmp(e + len + 1, asource_name(a))) *src = a;
+        }
+    }
+    if (const char *e = getenv("BITRANK_GEMM_SPLITK")) {
+        const int v = atoi(e);
+        if (v >= 1 && v <= 64) *splits = v;
+    }
 }
 
 br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family, WgmmaTile tile,
@@ -130,11 +226,18 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
     p.act = static_cast<const uint16_t *>(br_ptr(args.act));
     p.plane = br_ptr(args.plane);
     p.out = static_cast<float *>(br_ptr(args.out)) + args.g.ocol;
+    p.colscale = args.g.colscale ? static_cast<const float *>(br_ptr(args.g.colscale)) : nullptr;
+    p.c = args.g.c ? static_cast<const float *>(br_ptr(args.g.c)) + args.g.ocol : nullptr;
     p.ldo = (long long)args.g.ldo;
+    p.lda = (long long)args.g.lda;
     p.m = (int)args.g.m, p.n = (int)args.g.n, p.k = (int)args.g.k;
     p.words = kind == PLANE_ROWS ? p.k / 32 : kind == PLANE_COLS ? (p.n + 31) / 32 : 0;
     p.kind = kind;
     p.oscale = args.g.oscale;
+    p.beta = args.g.c ? args.g.beta : 0.0f;
+    p.splits = 1;
+    p.ws = nullptr;
+    p.ws_bytes = 0;
 
     if (family == FAMILY_AUTO)
         family = ctx->opt_gemm_kernel == 1   ? FAMILY_MMA
@@ -146,17 +249,35 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
                        "%s: the wgmma kernels (BR_OPT_GEMM_KERNEL = 2) need a compute capability "
                        "9.0 GPU and sm_90a code; cuda:%d is sm_%d and this build %s sm_90a code",
                        name, s->device, s->cc, br_cuda_built_wgmma() ? "has" : "has no");
-    /* 16-byte loads (cp.async, TMA) need 16-byte aligned operand rows; rows are k·2
-     * bytes apart (k % 32 == 0), so the base decides */
-    if (family == FAMILY_SIMPLE || !aligned16(p.act) || (kind == PLANE_F16 && !aligned16(p.plane)))
+    /* 16-byte loads (cp.async, TMA) need 16-byte aligned operand rows: the base and
+     * the act row stride (plane rows are k·2 bytes apart, k % 32 == 0) */
+    if (family == FAMILY_SIMPLE || !aligned16(p.act) || p.lda % 8 != 0 ||
+        (kind == PLANE_F16 && !aligned16(p.plane)))
         return launch_simple(ctx, p);
     if (family == FAMILY_MMA) return launch_mma(ctx, p);
+    p.ws_bytes = args.ws_bytes;
+    int splits = 1;
     if (tile == TILE_AUTO || src == A_AUTO) {
         WgmmaTile t;
         WgmmaASource a;
-        pick_wgmma(p, s->sm_count, &t, &a);
+        pick_wgmma(p, s->sm_count, &t, &a, tile == TILE_AUTO ? &splits : nullptr);
         if (tile == TILE_AUTO) tile = t;
         if (src == A_AUTO) src = a;
+    }
+    env_overrides(&tile, &src, &splits);
+    /* a split runs where the op reserved room for its partials (else none) */
+    const int nkb = (p.k + 63) / 64;
+    if (splits > nkb) splits = nkb;
+    if (splits > 1 && tile >= 0 && tile < TILE_COUNT) {
+        const int bt = tile_tokens(tile);
+        const size_t need = split_ws_bytes(splits, (p.m + bt - 1) / bt * bt, p.n);
+        if (need <= args.ws_bytes) {
+            void *ws = nullptr;
+            BR_TRY(br_cuda_workspace(ctx, need, &ws));
+            p.ws = static_cast<float *>(ws);
+            p.ws_bytes = need;
+            p.splits = splits;
+        }
     }
     switch (kind) {
     case PLANE_F16: return launch_wgmma_f16(ctx, p, tile, src);

@@ -2,9 +2,10 @@
  * f32 accumulators, a 4-stage cp.async pipeline, and one operand loader per plane
  * kind (f16 plane, bitmap rows, bitmap cols; bits become ±1 fragment registers in
  * the kernel, never an f16 plane in memory). Also the plain fallback for operands a
- * 16-byte load cannot reach (views that start mid-vector).
+ * 16-byte load cannot reach (views that start mid-vector, odd act strides).
  *
- *   out[i][j] = oscale · Σ_kk act[i][kk] · plane[j][kk]   i < m (tokens), j < n
+ *   out[i][j] = (oscale · Σ_kk act[i][kk] · plane[j][kk]) · colscale[j] + beta · c[i][j]
+ *   i < m (tokens), j < n
  *
  * A CTA computes a 128 (tokens) × 128 (plane rows) tile with 8 warps in a 2 × 4
  * grid, 64 × 32 per warp; the k loop runs in steps of 32 (k is a multiple of 32,
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemm_kernel(const MmaArgs a) 
         for (int i = 0; i < 2; i++) {
             const int e = tid + i * kThreads, row = e >> 2, ch = e & 3;
             const int gr = t0 + row;
-            const uint16_t *src = p.act + (size_t)(gr < p.m ? gr : 0) * p.k + kb * kBK + ch * 8;
+            const uint16_t *src = p.act + (size_t)(gr < p.m ? gr : 0) * p.lda + kb * kBK + ch * 8;
             cp_async16(act_s + s * Cfg::kActBytes + tile_off(row, ch), src, gr < p.m ? 16 : 0);
         }
         const uint32_t dst = plane_s + s * Cfg::kPlaneBytes;
@@ -172,6 +173,15 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemm_kernel(const MmaArgs a) 
 
     /* acc[mt][nt]: {0,1} row g, columns 2t, 2t+1; {2,3} row g+8 */
     const float os = p.oscale;
+    const bool has_cs = p.colscale != nullptr;
+    float cs[4][2]; /* colscale of this thread's columns */
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int col = j0 + warp_n * 32 + nt * 8 + 2 * t + e;
+            cs[nt][e] = has_cs && col < p.n ? p.colscale[col] : 1.0f;
+        }
 #pragma unroll
     for (int mt = 0; mt < 4; mt++)
 #pragma unroll
@@ -182,7 +192,12 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemm_kernel(const MmaArgs a) 
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
                 const int col = j0 + warp_n * 32 + nt * 8 + 2 * t;
-                const float v0 = acc[mt][nt][2 * half] * os, v1 = acc[mt][nt][2 * half + 1] * os;
+                const long long idx = (long long)row * p.ldo + col;
+                const float *c0 = col < p.n ? p.c : nullptr, *c1 = col + 1 < p.n ? p.c : nullptr;
+                const float v0 =
+                    epilogue_value(acc[mt][nt][2 * half], os, has_cs, cs[nt][0], c0, idx, p.beta);
+                const float v1 = epilogue_value(acc[mt][nt][2 * half + 1], os, has_cs, cs[nt][1],
+                                                c1, idx + 1, p.beta);
                 if (a.vec2 && col + 1 < p.n) {
                     *reinterpret_cast<float2 *>(orow + col) = make_float2(v0, v1);
                 } else {
@@ -201,7 +216,7 @@ template <int kKind> __global__ void __launch_bounds__(128) simple_gemm_kernel(c
     const uint16_t *plane16 = static_cast<const uint16_t *>(p.plane);
     const uint32_t *bits = static_cast<const uint32_t *>(p.plane);
     for (int i = blockIdx.y; i < p.m; i += gridDim.y) {
-        const uint16_t *arow = p.act + (size_t)i * p.k;
+        const uint16_t *arow = p.act + (size_t)i * p.lda;
         float acc = 0.0f;
         for (int kk = 0; kk < p.k; kk++) {
             float b;
@@ -213,7 +228,9 @@ template <int kKind> __global__ void __launch_bounds__(128) simple_gemm_kernel(c
                 b = (bits[(size_t)kk * p.words + j / 32] >> (j % 32)) & 1u ? 1.0f : -1.0f;
             acc += __half2float(__ushort_as_half(arow[kk])) * b;
         }
-        p.out[(long long)i * p.ldo + j] = acc * p.oscale;
+        const long long idx = (long long)i * p.ldo + j;
+        p.out[idx] = epilogue_value(acc, p.oscale, p.colscale != nullptr,
+                                    p.colscale ? p.colscale[j] : 1.0f, p.c, idx, p.beta);
     }
 }
 

@@ -93,6 +93,10 @@ br_status br_cuda_sumsq_cat(br_ctx *ctx, const br_op *op);
 br_status br_cuda_cvt_pad(br_ctx *ctx, const br_op *op);
 br_status br_cuda_step_ctrl(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op);
+/* cuda_layer_ops.cu */
+br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op);
+br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op);
+br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op);
 /* cuda_gemm.cu (dispatch to the mma.sync and wgmma kernels) */
 br_status br_cuda_mm(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op);

@@ -2,19 +2,23 @@
  * ops/sign_ops.h). Bit-identical to the CPU backend (cpu_sign.c): the same f32
  * operations in the same order (this file is compiled with --fmad=false; divisions
  * and square roots are the IEEE ones), every sum in the fixed lane-then-tree order
- * the CPU reproduces, and no atomics in any result: counts and histograms are
- * integers (shared-memory integer atomics give the same count in any order).
+ * the CPU reproduces, and no float atomics: the only atomics add integers (counts,
+ * digit histograms, arrival tickets), whose sums do not depend on the order.
  *
  * A sign step is a short kernel sequence on the stream:
- *   [exact + norm source] norm_kernel      Σ normsrc² (double, 256 lanes, tree)
- *   [factored]            rowsq_kernel     vr per row (one warp per row)
- *                         colchunk_kernel  column chunk partials of g²
- *                         colfin_kernel    vc per column, mean of vr
+ *   [exact + norm source] norm_kernel        Σ normsrc² (double, 256 lanes, tree)
+ *   [factored]            factored_sums      vr per row (one warp per row) and the
+ *                                            column chunk partials of g², one launch
+ *                         colfin_kernel      vc per column, mean of vr
  *   update_kernel         latents and moments, or exact scores; selection keys (no
- *                         budget: the flips themselves, by warp ballots)
- *   [budget < entries]    select_init, 8 × (hist_kernel, digit_kernel), apply_kernel
- *                         (flip the selected bits by warp ballots, count per block)
- *   finish_kernel         flips[slot]
+ *                         binding budget: the flips themselves, by warp ballots);
+ *                         up to GRID_MAX blocks, one entry per thread per round
+ *   [no budget]           finish_kernel      flips[slot] from the per-block counts
+ *   [budget < entries]    select_init, 8 × hist_kernel (per-block histograms; the
+ *                         last block of each pass adds them and picks the digit; the
+ *                         selection stops early once the digit's bin holds exactly
+ *                         the keys still needed), apply_kernel
+ *                         (flips by warp ballots; its last block stores flips[slot])
  * Every kernel returns at once when the schedule's skip flag is set. */
 #include "backend/cuda/cuda_internal.h"
 #include "ops/sign_ops.h"
@@ -110,15 +114,20 @@ extern "C" br_status br_cuda_step_ctrl(br_ctx *ctx, const br_op *op) {
 
 /* ---------------------------------------------------------------- sign_step */
 
+/* Most blocks of the per-entry kernels (update, apply): one count per block. */
+#define GRID_MAX BR_SIGN_GRID
+/* Selection passes: 8-bit digits of the 64-bit keys, from the top. */
+#define PASSES 8
+
 /* The workspace, in 4-byte words (br_sign_step_workspace sizes it). */
 typedef struct sign_ws {
     uint32_t *key;           /* [n] score bits of the candidates, 0 elsewhere */
-    uint32_t *hist;          /* [BLOCKS][256] */
-    uint32_t *blockcnt;      /* [BLOCKS] candidates, then flips, per block */
+    uint32_t *hist;          /* [BLOCKS][256] digit histograms of a pass, per block */
     unsigned long long *sel; /* [8]: thr, prefix, mask, need, done */
-    float *rowsum;           /* [rows] (unused: vr is updated in place) */
     float *chunk;            /* [chunks][r] */
     float *scalar;           /* [16]: [0] Σ normsrc² (f32), [1] mean of vr */
+    uint32_t *cnt;           /* [GRID_MAX] candidates or flips per block */
+    uint32_t *ticket;        /* [16]: [pass] blocks done with a pass, [PASSES] with apply */
 } sign_ws;
 
 enum { SEL_THR = 0, SEL_PREFIX, SEL_MASK, SEL_NEED, SEL_DONE };
@@ -145,6 +154,33 @@ static __device__ __forceinline__ unsigned long long sel_key(uint32_t kb, unsign
     return kb ? (unsigned long long)kb << 32 | (unsigned long long)(0xFFFFFFFFu - e) : 0ull;
 }
 
+/* Sum of one int per thread over the block (integers: any order gives the same). */
+static __device__ unsigned block_sum(unsigned x) {
+    __shared__ unsigned s[THREADS];
+    s[threadIdx.x] = x;
+    __syncthreads();
+    for (unsigned off = THREADS / 2; off >= 1; off >>= 1) {
+        if (threadIdx.x < off) s[threadIdx.x] += s[threadIdx.x + off];
+        __syncthreads();
+    }
+    unsigned total = s[0];
+    __syncthreads();
+    return total;
+}
+
+/* Whether this block is the last of the grid to get here (ticket counts arrivals;
+ * zeroed by select_init). Every write of the block before the call is visible to
+ * the last block after it. */
+static __device__ bool last_block(uint32_t *ticket) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
 /* Σ normsrc² in double: lane l sums j = l, l+256, ...; then a halving tree. */
 __global__ void norm_kernel(sign_job j) {
     if (skipped(j)) return;
@@ -164,38 +200,62 @@ __global__ void norm_kernel(sign_job j) {
     if (l == 0) j.ws.scalar[0] = (float)p[0];
 }
 
-/* Factored moment, rows: one warp per row; lane l sums k = l, l+32, ... then the
- * warp's halving tree; vr[i] = β2·vr[i] + (1−β2)·(Σ/r). */
-__global__ void rowsq_kernel(sign_job j) {
-    if (skipped(j)) return;
-    float gm = j.sched[2];
-    unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    for (unsigned i = blockIdx.x * warps + threadIdx.x / 32; i < j.rows; i += gridDim.x * warps) {
-        float p = 0.0f;
-        for (unsigned k = lane; k < j.r; k += 32) {
-            float g = __fmul_rn(j.grad[(size_t)i * j.r + k], gm);
-            p = __fadd_rn(p, __fmul_rn(g, g));
-        }
-        for (unsigned off = 16; off >= 1; off >>= 1)
-            p = __fadd_rn(p, __shfl_down_sync(FULL_MASK, p, off));
-        if (lane == 0) {
-            float mean = __fdiv_rn(p, (float)j.r);
-            j.v[i] = __fadd_rn(__fmul_rn(j.beta2, j.v[i]), __fmul_rn(j.omb2, mean));
-        }
-    }
-}
+/* Loads a lane issues before it sums any of them (the order of the sums is kept). */
+#define SUM_BATCH 8
 
-/* Factored moment, columns: chunk c of BR_SIGN_CHUNK rows summed in row order. */
-__global__ void colchunk_kernel(sign_job j) {
+/* Factored moment, both sums of g² in one launch (they read the same gradients and
+ * write different outputs). Blocks [0, row_blocks): one warp per row; lane l sums
+ * k = l, l+32, ... then the warp's halving tree; vr[i] = β2·vr[i] + (1−β2)·(Σ/r).
+ * The other blocks: one thread per (chunk c, column k), the chunk's BR_SIGN_CHUNK
+ * rows summed in row order into chunk[c][k]. */
+__global__ void factored_sums_kernel(sign_job j, unsigned row_blocks) {
     if (skipped(j)) return;
     float gm = j.sched[2];
-    BR_GRID_STRIDE(q, j.chunks * j.r) {
+    if (blockIdx.x < row_blocks) {
+        unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32;
+        for (unsigned i = blockIdx.x * warps + threadIdx.x / 32; i < j.rows;
+             i += row_blocks * warps) {
+            const float *row = j.grad + (size_t)i * j.r;
+            float p = 0.0f;
+            for (unsigned k0 = lane; k0 < j.r; k0 += 32 * SUM_BATCH) {
+                float x[SUM_BATCH];
+#pragma unroll
+                for (unsigned u = 0; u < SUM_BATCH; u++)
+                    x[u] = k0 + 32 * u < j.r ? row[k0 + 32 * u] : 0.0f;
+#pragma unroll
+                for (unsigned u = 0; u < SUM_BATCH; u++) {
+                    if (k0 + 32 * u < j.r) {
+                        float g = __fmul_rn(x[u], gm);
+                        p = __fadd_rn(p, __fmul_rn(g, g));
+                    }
+                }
+            }
+            for (unsigned off = 16; off >= 1; off >>= 1)
+                p = __fadd_rn(p, __shfl_down_sync(FULL_MASK, p, off));
+            if (lane == 0) {
+                float mean = __fdiv_rn(p, (float)j.r);
+                j.v[i] = __fadd_rn(__fmul_rn(j.beta2, j.v[i]), __fmul_rn(j.omb2, mean));
+            }
+        }
+        return;
+    }
+    unsigned b = blockIdx.x - row_blocks, nb = gridDim.x - row_blocks;
+    for (unsigned q = b * blockDim.x + threadIdx.x; q < j.chunks * j.r; q += nb * blockDim.x) {
         unsigned c = q / j.r, k = q % j.r;
         unsigned i0 = c * BR_SIGN_CHUNK, i1 = min(i0 + BR_SIGN_CHUNK, j.rows);
         float p = 0.0f;
-        for (unsigned i = i0; i < i1; i++) {
-            float g = __fmul_rn(j.grad[(size_t)i * j.r + k], gm);
-            p = __fadd_rn(p, __fmul_rn(g, g));
+        for (unsigned base = i0; base < i1; base += SUM_BATCH) {
+            float x[SUM_BATCH];
+#pragma unroll
+            for (unsigned u = 0; u < SUM_BATCH; u++)
+                x[u] = base + u < i1 ? j.grad[(size_t)(base + u) * j.r + k] : 0.0f;
+#pragma unroll
+            for (unsigned u = 0; u < SUM_BATCH; u++) {
+                if (base + u < i1) {
+                    float g = __fmul_rn(x[u], gm);
+                    p = __fadd_rn(p, __fmul_rn(g, g));
+                }
+            }
         }
         j.ws.chunk[q] = p;
     }
@@ -227,22 +287,10 @@ __global__ void colfin_kernel(sign_job j) {
     if (l == 0) j.ws.scalar[1] = __fdiv_rn(p[0], (float)j.rows);
 }
 
-/* Sum of one int per thread over the block (fixed tree). */
-static __device__ unsigned block_sum(unsigned x) {
-    __shared__ unsigned s[THREADS];
-    s[threadIdx.x] = x;
-    __syncthreads();
-    for (unsigned off = THREADS / 2; off >= 1; off >>= 1) {
-        if (threadIdx.x < off) s[threadIdx.x] += s[threadIdx.x + off];
-        __syncthreads();
-    }
-    unsigned total = s[0];
-    __syncthreads();
-    return total;
-}
-
 /* Per entry: the latent update (or the exact score) and the selection key; with no
- * budget (direct) the flips themselves. Per block: candidates (flips if direct). */
+ * budget (direct) the flips themselves. Per block: candidates (flips if direct)
+ * into cnt[block]. A grid of up to GRID_MAX blocks, one entry per thread per
+ * round: every load of an entry is independent of the others in flight. */
 __global__ void update_kernel(sign_job j) {
     if (skipped(j)) return;
     float lr = j.sched[0], gm = j.sched[2], bc1 = j.sched[4], bc2 = j.sched[5];
@@ -293,15 +341,19 @@ __global__ void update_kernel(sign_job j) {
         }
     }
     unsigned total = block_sum(count);
-    if (threadIdx.x == 0) j.ws.blockcnt[blockIdx.x] = total;
+    if (threadIdx.x == 0) j.ws.cnt[blockIdx.x] = total;
 }
 
-/* One thread: every candidate is taken, or the radix selection starts. */
-__global__ void select_init_kernel(sign_job j) {
-    if (skipped(j) || threadIdx.x) return;
-    unsigned long long total = 0;
-    for (unsigned b = 0; b < BLOCKS; b++)
-        total += j.ws.blockcnt[b];
+/* One block: the candidates counted, the tickets zeroed, and every candidate taken
+ * or the radix selection started. */
+__global__ void select_init_kernel(sign_job j, unsigned nblocks) {
+    if (skipped(j)) return;
+    unsigned part = 0;
+    for (unsigned b = threadIdx.x; b < nblocks; b += blockDim.x)
+        part += j.ws.cnt[b];
+    if (threadIdx.x < 16) j.ws.ticket[threadIdx.x] = 0;
+    unsigned long long total = block_sum(part);
+    if (threadIdx.x) return;
     unsigned long long *sel = j.ws.sel;
     sel[SEL_PREFIX] = 0;
     sel[SEL_MASK] = 0;
@@ -317,13 +369,19 @@ __global__ void select_init_kernel(sign_job j) {
     }
 }
 
-/* Histogram of digit (key >> shift) & 255 over the keys matching the prefix. */
-__global__ void hist_kernel(sign_job j, unsigned shift) {
+/* One selection pass: each of the BLOCKS blocks counts digit (key >> shift) & 255
+ * of the keys matching the prefix into its own histogram (shared-memory integer
+ * atomics); the last block to finish adds the BLOCKS histograms bin by bin and
+ * picks the digit of the K-th highest key. When the digit's bin holds exactly the
+ * keys still needed, every key at or above prefix·0… is selected: the selection
+ * is done early (the same keys the remaining passes would find). */
+__global__ void hist_kernel(sign_job j, unsigned shift, unsigned pass) {
     if (skipped(j)) return;
-    const unsigned long long *sel = j.ws.sel;
+    unsigned long long *sel = j.ws.sel;
     if (sel[SEL_DONE]) return;
     __shared__ unsigned h[256];
-    h[threadIdx.x] = 0;
+    unsigned b = threadIdx.x;
+    h[b] = 0;
     __syncthreads();
     unsigned long long prefix = sel[SEL_PREFIX], mask = sel[SEL_MASK];
     BR_GRID_STRIDE(e, j.n) {
@@ -331,34 +389,31 @@ __global__ void hist_kernel(sign_job j, unsigned shift) {
         if (key && (key & mask) == prefix) atomicAdd(&h[(unsigned)(key >> shift) & 255u], 1u);
     }
     __syncthreads();
-    j.ws.hist[blockIdx.x * 256 + threadIdx.x] = h[threadIdx.x];
-}
-
-/* One block: the digit of the K-th highest key at this shift. */
-__global__ void digit_kernel(sign_job j, unsigned shift) {
-    if (skipped(j)) return;
-    unsigned long long *sel = j.ws.sel;
-    if (sel[SEL_DONE]) return;
-    __shared__ unsigned h[256];
-    unsigned b = threadIdx.x, total = 0;
-    for (unsigned blk = 0; blk < BLOCKS; blk++)
-        total += j.ws.hist[blk * 256 + b];
+    j.ws.hist[blockIdx.x * 256 + b] = h[b];
+    if (!last_block(&j.ws.ticket[pass])) return;
+    unsigned total = 0; /* bin b of every block (thread b alone reads and writes h[b]) */
+#pragma unroll 8
+    for (unsigned blk = 0; blk < gridDim.x; blk++)
+        total += __ldcg(&j.ws.hist[blk * 256 + b]);
     h[b] = total;
     __syncthreads();
-    if (b == 0) {
-        unsigned long long need = sel[SEL_NEED];
-        int d = 255;
-        for (; d > 0 && h[d] < need; d--)
-            need -= h[d];
-        sel[SEL_NEED] = need;
-        sel[SEL_PREFIX] |= (unsigned long long)d << shift;
-        sel[SEL_MASK] |= 255ull << shift;
-        if (shift == 0) sel[SEL_THR] = sel[SEL_PREFIX];
+    if (b) return;
+    unsigned long long need = sel[SEL_NEED];
+    int d = 255;
+    for (; d > 0 && h[d] < need; d--)
+        need -= h[d];
+    sel[SEL_NEED] = need;
+    sel[SEL_PREFIX] = prefix | (unsigned long long)d << shift;
+    sel[SEL_MASK] = mask | 255ull << shift;
+    if (shift == 0 || h[d] == need) {
+        sel[SEL_THR] = sel[SEL_PREFIX];
+        sel[SEL_DONE] = 1;
     }
 }
 
 /* Flip the selected entries: one warp per 32 entries (one bitmap word; r % 32 == 0
- * and n % 32 == 0 keep the warps whole), flips counted per block. */
+ * and n % 32 == 0 keep the warps whole), flips counted per block; the last block
+ * adds the counts and stores flips[slot]. */
 __global__ void apply_kernel(sign_job j) {
     if (skipped(j)) return;
     unsigned long long thr = j.ws.sel[SEL_THR];
@@ -373,15 +428,30 @@ __global__ void apply_kernel(sign_job j) {
         }
     }
     unsigned total = block_sum(count);
-    if (threadIdx.x == 0) j.ws.blockcnt[blockIdx.x] = total;
+    if (threadIdx.x == 0) j.ws.cnt[blockIdx.x] = total;
+    if (!last_block(&j.ws.ticket[PASSES])) return;
+    unsigned part = 0;
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
+        part += __ldcg(&j.ws.cnt[b]);
+    unsigned flips = block_sum(part);
+    if (threadIdx.x == 0) j.flips[j.slot] = flips;
 }
 
-__global__ void finish_kernel(sign_job j) {
-    if (skipped(j) || threadIdx.x) return;
-    unsigned total = 0;
-    for (unsigned b = 0; b < BLOCKS; b++)
-        total += j.ws.blockcnt[b];
-    j.flips[j.slot] = total;
+/* Direct steps: flips[slot] = the flips counted per block by the update. */
+__global__ void finish_kernel(sign_job j, unsigned nblocks) {
+    if (skipped(j)) return;
+    unsigned part = 0;
+    for (unsigned b = threadIdx.x; b < nblocks; b += blockDim.x)
+        part += j.ws.cnt[b];
+    unsigned total = block_sum(part);
+    if (threadIdx.x == 0) j.flips[j.slot] = total;
+}
+
+/* Blocks of THREADS for a per-entry kernel over n entries: one entry per thread
+ * where GRID_MAX blocks allow it. */
+static unsigned entry_blocks(size_t n) {
+    size_t b = (n + THREADS - 1) / THREADS;
+    return (unsigned)(b < GRID_MAX ? b : GRID_MAX);
 }
 
 extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
@@ -395,11 +465,11 @@ extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
     memset(&j, 0, sizeof j);
     j.ws.key = w;
     j.ws.hist = w + n;
-    j.ws.blockcnt = j.ws.hist + BLOCKS * 256;
-    j.ws.sel = (unsigned long long *)(j.ws.blockcnt + BLOCKS); /* even word offset: 8-aligned */
-    j.ws.rowsum = (float *)(j.ws.blockcnt + BLOCKS + 16);
-    j.ws.chunk = j.ws.rowsum + a->rows;
+    j.ws.sel = (unsigned long long *)(j.ws.hist + BLOCKS * 256); /* even offset: 8-aligned */
+    j.ws.chunk = (float *)(j.ws.hist + BLOCKS * 256 + 16);
     j.ws.scalar = j.ws.chunk + chunks * a->r;
+    j.ws.cnt = (uint32_t *)(j.ws.scalar + 16);
+    j.ws.ticket = j.ws.cnt + GRID_MAX;
     j.grad = (const float *)br_ptr(a->grad);
     j.bits = (uint32_t *)br_ptr(a->bits);
     j.lat = (float *)br_ptr(a->latent);
@@ -437,30 +507,30 @@ extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
         BR_CUDA_LAUNCHED(ctx, "norm_kernel");
     }
     if (j.factored) {
-        rowsq_kernel<<<br_cuda_blocks(ctx, (size_t)a->rows * 32, THREADS), THREADS, 0, st>>>(j);
-        BR_CUDA_LAUNCHED(ctx, "rowsq_kernel");
-        colchunk_kernel<<<br_cuda_blocks(ctx, chunks * a->r, THREADS), THREADS, 0, st>>>(j);
-        BR_CUDA_LAUNCHED(ctx, "colchunk_kernel");
+        unsigned row_blocks = br_cuda_blocks(ctx, (size_t)a->rows * 32, THREADS);
+        unsigned col_blocks = br_cuda_blocks(ctx, chunks * a->r, THREADS);
+        factored_sums_kernel<<<row_blocks + col_blocks, THREADS, 0, st>>>(j, row_blocks);
+        BR_CUDA_LAUNCHED(ctx, "factored_sums_kernel");
         colfin_kernel<<<1, BR_SIGN_LANES, 0, st>>>(j);
         BR_CUDA_LAUNCHED(ctx, "colfin_kernel");
     }
     /* without a binding budget the update kernel flips directly */
     j.direct = a->budget >= n;
-    update_kernel<<<BLOCKS, THREADS, 0, st>>>(j);
+    unsigned blocks = entry_blocks(n);
+    update_kernel<<<blocks, THREADS, 0, st>>>(j);
     BR_CUDA_LAUNCHED(ctx, "update_kernel");
-    if (!j.direct) {
-        select_init_kernel<<<1, 32, 0, st>>>(j);
-        BR_CUDA_LAUNCHED(ctx, "select_init_kernel");
-        for (int shift = 56; shift >= 0; shift -= 8) {
-            hist_kernel<<<BLOCKS, 256, 0, st>>>(j, (unsigned)shift);
-            BR_CUDA_LAUNCHED(ctx, "hist_kernel");
-            digit_kernel<<<1, 256, 0, st>>>(j, (unsigned)shift);
-            BR_CUDA_LAUNCHED(ctx, "digit_kernel");
-        }
-        apply_kernel<<<BLOCKS, THREADS, 0, st>>>(j);
-        BR_CUDA_LAUNCHED(ctx, "apply_kernel");
+    if (j.direct) {
+        finish_kernel<<<1, THREADS, 0, st>>>(j, blocks);
+        BR_CUDA_LAUNCHED(ctx, "finish_kernel");
+        return BR_OK;
     }
-    finish_kernel<<<1, 32, 0, st>>>(j);
-    BR_CUDA_LAUNCHED(ctx, "finish_kernel");
+    select_init_kernel<<<1, THREADS, 0, st>>>(j, blocks);
+    BR_CUDA_LAUNCHED(ctx, "select_init_kernel");
+    for (unsigned pass = 0; pass < PASSES; pass++) {
+        hist_kernel<<<BLOCKS, 256, 0, st>>>(j, 56 - 8 * pass, pass);
+        BR_CUDA_LAUNCHED(ctx, "hist_kernel");
+    }
+    apply_kernel<<<blocks, THREADS, 0, st>>>(j);
+    BR_CUDA_LAUNCHED(ctx, "apply_kernel");
     return BR_OK;
 }

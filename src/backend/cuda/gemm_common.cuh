@@ -18,18 +18,41 @@ enum PlaneKind {
     PLANE_COLS = 2, /* bitmap u32 [k][ceil(n/32)] */
 };
 
-/* One GEMM, out[i][j] = oscale · Σ_kk act[i][kk] · plane[j][kk] for i < m, j < n,
- * with every pointer resolved to device memory. */
+/* One GEMM, out[i][j] = (oscale · Σ_kk act[i][kk] · plane[j][kk]) · colscale[j]
+ * + beta · c[i][j] for i < m, j < n, with every pointer resolved to device memory. */
 struct Problem {
-    const uint16_t *act; /* f16 [≥ m][k] */
-    const void *plane;   /* per PlaneKind */
-    float *out;          /* element [0][ocol] of the output; row stride ldo */
-    long long ldo;
+    const uint16_t *act;   /* f16, row i at i·lda, k elements each */
+    const void *plane;     /* per PlaneKind */
+    float *out;            /* element [0][ocol] of the output; row stride ldo */
+    const float *colscale; /* [n] or NULL */
+    const float *c;        /* element [0][ocol] of c (row stride ldo) or NULL; may be out */
+    long long ldo, lda;
     int m, n, k;
     int words; /* u32 words per bitmap row: k/32 (ROWS) or ceil(n/32) (COLS) */
     PlaneKind kind;
-    float oscale;
+    float oscale, beta;
+    int splits; /* split-K factor the wgmma kernels use (1: none) */
+    float *ws;  /* split-K partials (ws_bytes of them) or NULL */
+    size_t ws_bytes;
 };
+
+/* Workspace bytes of a split-K run: `splits` partial blocks of mpad (tokens padded to
+ * the tile) rows of n floats rounded up to 4 (16-byte rows for TMA stores). */
+inline size_t split_ws_bytes(int splits, int mpad, int n) {
+    return (size_t)splits * (size_t)mpad * (size_t)((n + 3) / 4 * 4) * sizeof(float);
+}
+
+/* The epilogue of one output: (acc·oscale)·cs + beta·c, each product rounded (no
+ * contraction). cs is colscale[j] (ignored without colscale); c_ij is read only with
+ * c. A thread reads c[i][j] before it writes out[i][j] and no other thread touches
+ * that element, so c may be out itself. */
+__device__ __forceinline__ float epilogue_value(float acc, float oscale, bool has_cs, float cs,
+                                                const float *c, long long idx, float beta) {
+    float v = __fmul_rn(acc, oscale);
+    if (has_cs) v = __fmul_rn(v, cs);
+    if (c) v = __fadd_rn(v, __fmul_rn(beta, c[idx]));
+    return v;
+}
 
 /* Kernel families and the Hopper tile shapes (see gemm_wgmma.cuh). */
 enum Family { FAMILY_AUTO = 0, FAMILY_MMA = 1, FAMILY_WGMMA = 2, FAMILY_SIMPLE = 3 };
@@ -39,7 +62,9 @@ enum WgmmaTile {
     TILE_256x112 = 1, /* 256 × 112: fills the last wave where 128 leaves it nearly empty */
     TILE_128x256 = 2, /* 128 × 256 */
     TILE_128x128 = 3, /* 128 × 128: more CTAs for narrow planes */
-    TILE_COUNT = 4,
+    TILE_128x192 = 4, /* 128 × 192: 4096 tokens × 768 plane rows fill 132 SMs in one wave */
+    TILE_256x96 = 5,  /* 256 × 96: the same area, fewer plane-row tiles */
+    TILE_COUNT = 6,
 };
 
 /* Where the Hopper bitmap kernels take the ±1 plane (wgmma's A operand) from. */
@@ -57,16 +82,25 @@ br_status launch_simple(br_ctx *ctx, const Problem &p);
 br_status launch_wgmma_f16(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
 br_status launch_wgmma_rows(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
 br_status launch_wgmma_cols(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
+/* out[i][j] = epilogue(Σ_s ws[s·mpad + i][j], s = 0, 1, … in order) for a split-K run
+ * (cuda_gemm.cu). */
+br_status launch_reduce_splits(br_ctx *ctx, const Problem &p, int splits, int mpad);
 
 /* The whole dispatch (cuda_gemm.cu): family, tile and A source as given (AUTO: the
  * context's option, then the device and the shape decide). The benchmark calls it
  * directly to time each variant. */
 br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family,
               WgmmaTile tile = TILE_AUTO, WgmmaASource src = A_AUTO);
-/* The tile and A source AUTO picks for a problem on `sm_count` multiprocessors. */
-void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src);
+/* The tile, A source and split-K factor AUTO picks for a problem on `sm_count`
+ * multiprocessors: splits > 1 only where p.ws_bytes holds the partials (splits NULL:
+ * never). legacy: only the first four tiles, no split (what the picker chose before
+ * 2026-11-29's skinny-shape work; the benchmark's "before"). */
+void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src,
+                int *splits = nullptr, bool legacy = false);
 /* Name of a tile ("256x128") and of an A source ("smem", "reg2"). */
 const char *tile_name(WgmmaTile tile);
+/* Tokens (act rows) per CTA tile: the "128" of "256x128". */
+int tile_tokens(WgmmaTile tile);
 const char *asource_name(WgmmaASource src);
 
 /* ---------------------------------------------------------------- device helpers */

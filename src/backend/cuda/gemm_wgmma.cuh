@@ -24,11 +24,22 @@
  * (ROWS) and 5–10 % (COLS): the single producer warp per SM quarter does not keep
  * the consumers fed.
  *
- * Epilogue: accumulators × oscale go through shared memory in [tokens][32 plane rows]
- * f32 boxes (128-byte swizzled, bank-conflict free) and leave by TMA stores, which
- * clip at m and n; when the output block is not 16-byte aligned, or n·4 bytes is
- * not (TMA clips the inner dimension at 16-byte granularity), each thread stores its
- * values directly instead.
+ * Epilogue: each accumulator becomes (acc·oscale)·colscale[j] (+ beta·c[i][j]) and
+ * goes through shared memory in [tokens][32 plane rows] f32 boxes (128-byte
+ * swizzled, bank-conflict free) to leave by TMA stores, which clip at m and n. With
+ * c, TMA first loads c's boxes into those same boxes (the tile's first ones while
+ * its main loop runs) and each thread reads c where it then writes: no c in
+ * registers (none spill beside 128 accumulators), no load latency per element.
+ * When the output block is not 16-byte aligned, or n·4 bytes is not (TMA clips the
+ * inner dimension at 16-byte granularity), or c is not, each thread stores its
+ * values directly instead (reading c per element).
+ *
+ * Split-K (a.splits > 1): the work units are tiles × splits, unit u the tile
+ * u % tiles over k blocks [split·nkb_unit, (split+1)·nkb_unit) with split =
+ * u / tiles. A unit stores its raw sums (no epilogue) to the workspace, split s at
+ * rows s·mpad.. of an f32 [splits·mpad][ldw] matrix; reduce_splits_kernel then adds
+ * the splits in order 0, 1, … and applies the epilogue: the result does not depend
+ * on which CTA ran which unit when.
  *
  * Shapes: any m, n ≥ 1; k a multiple of 32 (a k tail of 32 is zero-filled by TMA and
  * predicated for bits). Rows past m or n are zero-filled by TMA or never loaded. */
@@ -53,11 +64,14 @@ br_status encode_tmap_2d(br_ctx *ctx, CUtensorMap *map, CUtensorMapDataType type
                          uint32_t box_rows);
 
 struct WgmmaArgs {
-    const uint32_t *bits; /* the bitmap (ROWS, COLS) */
-    float *out;           /* element [0][ocol] */
-    long long ldo;
+    const uint32_t *bits;      /* the bitmap (ROWS, COLS) */
+    float *out;                /* element [0][ocol], or the split-K workspace */
+    long long ldo;             /* row stride of out (the workspace's: ldw) */
+    const float *colscale, *c; /* the epilogue's (NULL: absent; unused with splits) */
+    float beta;
     int m, n, k, words;
-    int tiles_j, tiles; /* tile grid: tiles_j along n, tiles in all */
+    int tiles_j, tiles;         /* tile grid: tiles_j along n, tiles in all */
+    int splits, nkb_unit, mpad; /* split-K: units = tiles · splits (1: no split) */
     float oscale;
     int tma_store; /* the output block allows TMA stores (see above) */
 };
@@ -73,8 +87,9 @@ template <int kKind, int kWgM, int kBT, int kASets> struct WgmmaCfg {
     static constexpr int kPlaneBytes = kSmemA                ? kBJ * kBK * 2
                                        : kKind == PLANE_ROWS ? kBJ * 2 * 4
                                                              : kBK * kColsRowWords * 4;
-    static constexpr int kEpiRows = kBT < 128 ? kBT : 128; /* tokens per epilogue box */
-    static constexpr int kEpiRounds = (kBT + 127) / 128;   /* boxes along the tokens */
+    /* tokens per epilogue box (a divisor of kBT, ≤ 128) and boxes along the tokens */
+    static constexpr int kEpiRows = kBT <= 128 ? kBT : kBT % 128 == 0 ? 128 : kBT / 2;
+    static constexpr int kEpiRounds = kBT / kEpiRows;
     static constexpr int kEpiBufBytes = kEpiRows * 32 * 4;
     /* [tokens][32 rows] boxes a consumer fills per round: 2 (all its warps at once),
      * or 1 where f16 plane stages leave no room */
@@ -82,13 +97,15 @@ template <int kKind, int kWgM, int kBT, int kASets> struct WgmmaCfg {
     static constexpr int kPlaneOff = kStages * kActBytes;
     static constexpr int kEpiOff = (kPlaneOff + kStages * kPlaneBytes + 1023) / 1024 * 1024;
     static constexpr int kBarOff = kEpiOff + 2 * kEpiBoxes * kEpiBufBytes;
-    static constexpr int kSmem = kBarOff + 2 * kStages * 8 + 1024; /* + base alignment slack */
+    /* + one c-load barrier per consumer, + base alignment slack */
+    static constexpr int kSmem = kBarOff + 2 * kStages * 8 + 2 * 8 + 1024;
     /* full barrier: the TMA thread's arrive (+ tx bytes), plus one arrive per
      * expanding producer warp, or one cp.async arrive per copying lane */
     static constexpr int kFullArrivals = kKind == PLANE_F16 ? 1 : kExpand ? 1 + 4 : 1 + 32;
     static constexpr int kTxBytes = kActBytes + (kKind == PLANE_F16 ? kPlaneBytes : 0);
     static_assert(kWgM * kBT <= 256, "128 accumulator registers per thread at most");
     static_assert(kBT % 8 == 0 && kBT <= 256, "wgmma n");
+    static_assert(kBT % kEpiRows == 0 && kEpiRows <= 128 && kEpiRows % 8 == 0, "epilogue boxes");
     static_assert(kASets == 0 || (kKind != PLANE_F16 && kASets >= 2 &&
                                   4 * kWgM % (kASets > 0 ? kASets : 1) == 0),
                   "fragment sets must divide a stage's steps");
@@ -170,6 +187,11 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 }
 __device__ __forceinline__ void sts32(uint32_t addr, float v) {
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ float ldsf(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
 }
 __device__ __forceinline__ void sts128(uint32_t addr, uint32_t x, uint32_t y, uint32_t z,
                                        uint32_t w) {
@@ -281,7 +303,8 @@ template <int kKind, int kWgM, int kBT, int kASets>
 __global__ void __launch_bounds__(384, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tm_act,
                       const __grid_constant__ CUtensorMap tm_plane,
-                      const __grid_constant__ CUtensorMap tm_out, const WgmmaArgs a) {
+                      const __grid_constant__ CUtensorMap tm_out,
+                      const __grid_constant__ CUtensorMap tm_c, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets>;
     constexpr int S = Cfg::kStages;
@@ -289,15 +312,19 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t act_s = base, plane_s = base + Cfg::kPlaneOff, epi_s = base + Cfg::kEpiOff;
     const uint32_t full = base + Cfg::kBarOff, empty = full + 8 * S; /* barrier s at +8·s */
+    const uint32_t cbar = empty + 8 * S; /* + 8·consumer: c boxes landed */
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
-    const int nkb = (a.k + Cfg::kBK - 1) / Cfg::kBK;
+    const int nkb = a.nkb_unit; /* k blocks per work unit (all of k without split) */
+    const int units = a.tiles * a.splits;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(full + 8 * s, Cfg::kFullArrivals);
             mbar_init(empty + 8 * s, 8); /* one arrive per consumer warp */
         }
+        mbar_init(cbar, 1);
+        mbar_init(cbar + 8, 1);
         mbar_init_fence();
     }
     __syncthreads();
@@ -315,16 +342,17 @@ __global__ void __launch_bounds__(384, 1)
             tma_prefetch(&tm_act);
             if (kKind == PLANE_F16) tma_prefetch(&tm_plane);
         }
-        /* the grid never exceeds the tile count: every CTA has ≥ 1 tile */
-        const int steps = (a.tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * nkb;
-        auto plane_row0 = [&](int it) {
-            return ((blockIdx.x + (it / nkb) * gridDim.x) % a.tiles_j) * Cfg::kBJ;
-        };
+        /* the grid never exceeds the unit count: every CTA has ≥ 1 unit */
+        const int steps = (units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * nkb;
+        auto unit_of = [&](int it) { return (int)blockIdx.x + (it / nkb) * (int)gridDim.x; };
+        auto plane_row0 = [&](int it) { return (unit_of(it) % a.tiles % a.tiles_j) * Cfg::kBJ; };
+        /* the k block of step it: its unit's split offset plus the step within */
+        auto kblock = [&](int it) { return unit_of(it) / a.tiles * nkb + it % nkb; };
         int s = 0;
         uint32_t phase = 0;
         /* One stage: wait until it is free, then fill it (cur: the expand mode's bits) */
         auto fill = [&](int it, const StageBits<kWgM> &cur) {
-            const int tile = blockIdx.x + (it / nkb) * gridDim.x, kb = it % nkb;
+            const int tile = unit_of(it) % a.tiles, kb = kblock(it);
             const int j0 = (tile % a.tiles_j) * Cfg::kBJ, t0 = (tile / a.tiles_j) * kBT;
             mbar_wait(empty + 8 * s, phase ^ 1);
             const uint32_t bar = full + 8 * s, pdst = plane_s + s * Cfg::kPlaneBytes;
@@ -370,7 +398,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int i = 0; i < R - 1; i++)
                 if (i < steps)
-                    ring[i] = load_stage_bits<kKind, kWgM>(a, plane_row0(i), i % nkb, tid);
+                    ring[i] = load_stage_bits<kKind, kWgM>(a, plane_row0(i), kblock(i), tid);
             for (int it0 = 0; it0 < steps; it0 += R) {
 #pragma unroll
                 for (int u = 0; u < R; u++) {
@@ -378,7 +406,7 @@ __global__ void __launch_bounds__(384, 1)
                     if (it >= steps) break;
                     if (it + R - 1 < steps)
                         ring[(u + R - 1) % R] = load_stage_bits<kKind, kWgM>(
-                            a, plane_row0(it + R - 1), (it + R - 1) % nkb, tid);
+                            a, plane_row0(it + R - 1), kblock(it + R - 1), tid);
                     fill(it, ring[u]);
                 }
             }
@@ -398,18 +426,37 @@ __global__ void __launch_bounds__(384, 1)
         regs_claim<232>();
     const int cw = wg - 1; /* which half of the CTA's plane rows */
     const int g = lane / 4, t = lane % 4;
-    const float os = a.oscale;
     float acc[kWgM][kBT / 2];
     int s = 0;
     uint32_t phase = 0;
 
-    for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
+    /* c through the epilogue boxes (TMA stores with c, no split): tid 0 loads a
+     * round's c boxes by TMA into the boxes the round then fills, the first round's
+     * at the start of the tile (its load overlaps the main loop) */
+    constexpr int kB = Cfg::kEpiBoxes;
+    const bool c_tma = a.tma_store && a.c != nullptr && a.splits == 1;
+    const uint32_t my_cbar = cbar + 8 * cw;
+    uint32_t cphase = 0;
+    auto load_c = [&](int j0_, int t0_, int mi, int r, int b0) {
+        const int jc = j0_ + (cw * kWgM + mi) * 64, tc = t0_ + r * Cfg::kEpiRows;
+        mbar_arrive_expect_tx(my_cbar, kB * Cfg::kEpiBufBytes);
+        for (int b = b0; b < b0 + kB; b++) /* boxes past m or n are zero-filled */
+            tma_load(epi_s + (cw * kB + b - b0) * Cfg::kEpiBufBytes, &tm_c, my_cbar, jc + 32 * b,
+                     tc);
+    };
+
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        const int tile = unit % a.tiles, split = unit / a.tiles;
         const int j0 = (tile % a.tiles_j) * Cfg::kBJ, t0 = (tile / a.tiles_j) * kBT;
 #pragma unroll
         for (int mi = 0; mi < kWgM; mi++)
 #pragma unroll
             for (int r = 0; r < kBT / 2; r++)
                 acc[mi][r] = 0.0f;
+        if (c_tma && tid == 0) {
+            bulk_wait_read(); /* the last tile's stores have read the boxes */
+            load_c(j0, t0, 0, 0, 0);
+        }
 
         /* A stage is released once the wgmmas reading it are known complete: wgmma
          * groups stay in flight across steps and k blocks. */
@@ -483,45 +530,83 @@ __global__ void __launch_bounds__(384, 1)
 
         /* acc[mi][4c + 2h + e] = outᵀ[row g + 8h of warp's 16][token 8c + 2t + e] */
         const int jw = j0 + (cw * kWgM) * 64 + warp * 16 + g; /* + 64·mi + 8h */
+        /* split-K: raw sums to this split's rows of the workspace, no epilogue */
+        const bool raw = a.splits > 1;
+        const int row_off = raw ? split * a.mpad : 0;
+        const float os = raw ? 1.0f : a.oscale;
+        const bool has_cs = !raw && a.colscale != nullptr;
+        const float *cin = raw ? nullptr : a.c;
+        float cs[kWgM][2];
+#pragma unroll
+        for (int mi = 0; mi < kWgM; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int j = jw + 64 * mi + 8 * h;
+                cs[mi][h] = has_cs && j < a.n ? a.colscale[j] : 1.0f;
+            }
+        /* (acc·oscale)·colscale: all of the epilogue but c's term */
+        auto scaled = [&](int mi, int h, float v) {
+            const float x = __fmul_rn(v, os);
+            return has_cs ? __fmul_rn(x, cs[mi][h]) : x;
+        };
         if (a.tma_store) {
             /* warp w fills box w/2 (rows 32·(w/2) .. of its 64-row slice), column
-             * 16·(w&1) + g (+ 8 for the row g+8 values) of it */
-            constexpr int kB = Cfg::kEpiBoxes;
+             * 16·(w&1) + g (+ 8 for the row g+8 values) of it; with c the box holds
+             * c first (TMA), and each thread adds beta·c at the place it writes */
+            constexpr int kC = Cfg::kEpiRows / 8; /* 8-token groups per box */
             const int col = 16 * (warp & 1) + g, box = warp / 2;
+            const float beta = a.beta;
 #pragma unroll
             for (int mi = 0; mi < kWgM; mi++)
 #pragma unroll
                 for (int r = 0; r < Cfg::kEpiRounds; r++)
 #pragma unroll
                     for (int b0 = 0; b0 < 2; b0 += kB) {
-                        if (tid == 0) bulk_wait_read(); /* the boxes are free again */
-                        named_barrier(1 + cw, 128);
+                        const bool first = mi == 0 && r == 0 && b0 == 0;
+                        if (tid == 0 && !(first && c_tma)) { /* first: at the tile start */
+                            bulk_wait_read();                /* the boxes are free again */
+                            if (c_tma) load_c(j0, t0, mi, r, b0);
+                        }
+                        if (c_tma) {
+                            mbar_wait(my_cbar, cphase);
+                            cphase ^= 1;
+                        } else {
+                            named_barrier(1 + cw, 128);
+                        }
                         if (box >= b0 && box < b0 + kB) {
                             const uint32_t buf = epi_s + (cw * kB + box - b0) * Cfg::kEpiBufBytes;
 #pragma unroll
-                            for (int c = 0; c < Cfg::kEpiRows / 8; c++)
+                            for (int c = 0; c < kC; c++)
 #pragma unroll
                                 for (int e = 0; e < 2; e++) {
-                                    const int row = 8 * c + 2 * t + e, cc = r * 16 + c, x = row & 7;
+                                    const int row = 8 * c + 2 * t + e, cc = r * kC + c, x = row & 7;
                                     const uint32_t line = buf + row * 128 + (col & 3) * 4;
-                                    sts32(line + (((col >> 2) ^ x) << 4), acc[mi][4 * cc + e] * os);
-                                    sts32(line + ((((col + 8) >> 2) ^ x) << 4),
-                                          acc[mi][4 * cc + 2 + e] * os);
+                                    const uint32_t a0 = line + (((col >> 2) ^ x) << 4);
+                                    const uint32_t a1 = line + ((((col + 8) >> 2) ^ x) << 4);
+                                    float v0 = scaled(mi, 0, acc[mi][4 * cc + e]);
+                                    float v1 = scaled(mi, 1, acc[mi][4 * cc + 2 + e]);
+                                    if (c_tma) {
+                                        v0 = __fadd_rn(v0, __fmul_rn(beta, ldsf(a0)));
+                                        v1 = __fadd_rn(v1, __fmul_rn(beta, ldsf(a1)));
+                                    }
+                                    sts32(a0, v0);
+                                    sts32(a1, v1);
                                 }
                         }
                         fence_proxy_async();
                         named_barrier(1 + cw, 128);
                         if (tid == 0) {
-                            const int jc = j0 + (cw * kWgM + mi) * 64, tc = t0 + r * 128;
+                            const int jc = j0 + (cw * kWgM + mi) * 64, tc = t0 + r * Cfg::kEpiRows;
                             for (int b = b0; b < b0 + kB; b++)
-                                if (jc + 32 * b < a.n && tc < a.m)
+                                if (jc + 32 * b < a.n && tc < (raw ? a.mpad : a.m))
                                     tma_store(&tm_out,
                                               epi_s + (cw * kB + b - b0) * Cfg::kEpiBufBytes,
-                                              jc + 32 * b, tc);
+                                              jc + 32 * b, row_off + tc);
                             bulk_commit();
                         }
                     }
         } else {
+            float *obase = a.out + (long long)row_off * a.ldo;
 #pragma unroll
             for (int mi = 0; mi < kWgM; mi++)
 #pragma unroll
@@ -533,8 +618,11 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
                             const int i = t0 + 8 * c + 2 * t + e;
-                            if (i < a.m)
-                                a.out[(long long)i * a.ldo + j] = acc[mi][4 * c + 2 * h + e] * os;
+                            if (i >= a.m) continue;
+                            const long long idx = (long long)i * a.ldo + j;
+                            float v = scaled(mi, h, acc[mi][4 * c + 2 * h + e]);
+                            if (cin) v = __fadd_rn(v, __fmul_rn(a.beta, cin[idx]));
+                            obase[idx] = v;
                         }
                 }
         }
@@ -557,30 +645,61 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
                                               Cfg::kSmem));
         attr_set.fetch_or(dev_bit);
     }
-    CUtensorMap tm_act, tm_plane, tm_out;
+    CUtensorMap tm_act, tm_plane, tm_out, tm_c;
     memset(&tm_plane, 0, sizeof tm_plane);
     memset(&tm_out, 0, sizeof tm_out);
+    memset(&tm_c, 0, sizeof tm_c);
     BR_TRY(encode_tmap_2d(ctx, &tm_act, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.act, (uint64_t)p.k,
-                          (uint64_t)p.m, (uint64_t)p.k * 2, Cfg::kBK, kBT));
+                          (uint64_t)p.m, (uint64_t)p.lda * 2, Cfg::kBK, kBT));
     if (kKind == PLANE_F16)
         BR_TRY(encode_tmap_2d(ctx, &tm_plane, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.plane,
                               (uint64_t)p.k, (uint64_t)p.n, (uint64_t)p.k * 2, Cfg::kBK, Cfg::kBJ));
     WgmmaArgs a;
     a.bits = kKind == PLANE_F16 ? nullptr : static_cast<const uint32_t *>(p.plane);
-    a.out = p.out;
-    a.ldo = p.ldo;
+    a.colscale = p.colscale;
+    a.c = p.c;
+    a.beta = p.beta;
     a.m = p.m, a.n = p.n, a.k = p.k, a.words = p.words;
     a.tiles_j = (p.n + Cfg::kBJ - 1) / Cfg::kBJ;
-    a.tiles = a.tiles_j * ((p.m + kBT - 1) / kBT);
+    const int tiles_t = (p.m + kBT - 1) / kBT;
+    a.tiles = a.tiles_j * tiles_t;
     a.oscale = p.oscale;
-    /* TMA stores clip the inner dimension at 16 bytes: n·4 must be a multiple */
-    a.tma_store = (uintptr_t)p.out % 16 == 0 && p.ldo % 4 == 0 && p.n % 4 == 0;
-    if (a.tma_store)
-        BR_TRY(encode_tmap_2d(ctx, &tm_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.out, (uint64_t)p.n,
-                              (uint64_t)p.m, (uint64_t)p.ldo * 4, 32, Cfg::kEpiRows));
-    const int grid = a.tiles < s->sm_count ? a.tiles : s->sm_count;
-    kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, a);
+    const int nkb = (p.k + Cfg::kBK - 1) / Cfg::kBK;
+    /* k blocks past the end (splits not dividing nkb) read zero-filled act: adding 0 */
+    a.splits = p.splits > 1 ? p.splits : 1;
+    a.nkb_unit = (nkb + a.splits - 1) / a.splits;
+    a.mpad = tiles_t * kBT;
+    const long long ldw = (p.n + 3) / 4 * 4; /* workspace rows: 16-byte multiples */
+    if (a.splits > 1) {
+        const size_t need = split_ws_bytes(a.splits, a.mpad, p.n);
+        if (!p.ws || need > p.ws_bytes)
+            return br_fail(ctx, BR_E_STATE, "mm: split-K needs %zu bytes of workspace, has %zu",
+                           need, p.ws ? p.ws_bytes : (size_t)0);
+        /* raw sums: split s at rows s·mpad.. of [splits·mpad][ldw] (ldw·4 % 16 == 0) */
+        a.out = p.ws;
+        a.ldo = ldw;
+        a.tma_store = 1;
+        BR_TRY(encode_tmap_2d(ctx, &tm_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.ws, (uint64_t)ldw,
+                              (uint64_t)a.splits * a.mpad, (uint64_t)ldw * 4, 32, Cfg::kEpiRows));
+    } else {
+        a.out = p.out;
+        a.ldo = p.ldo;
+        /* TMA stores clip the inner dimension at 16 bytes: n·4 must be a multiple */
+        a.tma_store = (uintptr_t)p.out % 16 == 0 && p.ldo % 4 == 0 && p.n % 4 == 0 &&
+                      (uintptr_t)p.c % 16 == 0; /* c's rows are read as float4 */
+        if (a.tma_store)
+            BR_TRY(encode_tmap_2d(ctx, &tm_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.out,
+                                  (uint64_t)p.n, (uint64_t)p.m, (uint64_t)p.ldo * 4, 32,
+                                  Cfg::kEpiRows));
+        if (a.tma_store && p.c) /* c's boxes land where the epilogue writes out's */
+            BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.c, (uint64_t)p.n,
+                                  (uint64_t)p.m, (uint64_t)p.ldo * 4, 32, Cfg::kEpiRows));
+    }
+    const int units = a.tiles * a.splits;
+    const int grid = units < s->sm_count ? units : s->sm_count;
+    kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, tm_c, a);
     BR_CUDA_LAUNCHED(ctx, "wgmma_gemm_kernel");
+    if (a.splits > 1) return launch_reduce_splits(ctx, p, a.splits, a.mpad);
     return BR_OK;
 }
 
@@ -605,6 +724,8 @@ br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, Wgmma
     case TILE_256x112: return launch_wgmma_asets<kKind, 2, 112>(ctx, p, src);
     case TILE_128x256: return launch_wgmma_asets<kKind, 1, 256>(ctx, p, src);
     case TILE_128x128: return launch_wgmma_asets<kKind, 1, 128>(ctx, p, src);
+    case TILE_128x192: return launch_wgmma_asets<kKind, 1, 192>(ctx, p, src);
+    case TILE_256x96: return launch_wgmma_asets<kKind, 2, 96>(ctx, p, src);
     default: break;
     }
     return br_fail(ctx, BR_E_ARG, "mm: unknown wgmma tile %d", (int)tile);

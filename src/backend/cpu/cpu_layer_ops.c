@@ -1,0 +1,116 @@
+/* The reformulated layer's ops on the CPU: expand_scaled, sign_rowdot, cvt_both.
+ * The reference semantics of ops/layer_ops.h: each element on its own, and the one
+ * sum (sign_rowdot's Σ_k s·M) in the 32-lane-then-tree order of a CUDA warp, so the
+ * results are the same on any number of threads and bit-identical to the kernels. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_ops.h"
+
+/* ---------------------------------------------------------------- expand_scaled */
+
+br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
+    const br_expand_scaled_args *a = &op->u.expand_scaled;
+    const uint32_t *bits = br_ptr(a->bits);      /* [rows][r/32] */
+    const float *rowscale = br_ptr(a->rowscale); /* [rows] */
+    uint16_t *plane_t = br_ptr(a->plane_t);      /* [r][ld] */
+    size_t rows = a->rows, r = a->r, ld = a->ld, words = r / 32;
+    ctx->stats.launches++;
+    uint16_t *mag = malloc(rows * sizeof *mag);
+    if (!mag) return br_fail(ctx, BR_E_NOMEM, "expand_scaled: out of host memory (%zu rows)", rows);
+    for (size_t i = 0; i < rows; i++)
+        mag[i] = br_half_from_float(rowscale[i] * a->scale);
+    OMP("omp parallel for schedule(static) if (rows * r >= PARALLEL_MIN_ELEMS)")
+    for (size_t k = 0; k < r; k++) {
+        uint16_t *out = plane_t + k * ld;
+        for (size_t i = 0; i < rows; i++) {
+            uint32_t bit = bits[i * words + k / 32] >> (k % 32) & 1u;
+            out[i] = bit ? mag[i] : (uint16_t)(mag[i] ^ 0x8000u); /* −x: the sign bit */
+        }
+        memset(out + rows, 0, (ld - rows) * sizeof *out);
+    }
+    free(mag);
+    return BR_OK;
+}
+
+/* ---------------------------------------------------------------- sign_rowdot */
+
+/* Σ_k s(k)·m[k] over one row of r (a multiple of 32): lane l sums k ≡ l (mod 32)
+ * in increasing k from +0, then the halving tree of layer_ops.h. */
+static float row_sign_dot(const float *m, const uint32_t *bits, size_t r) {
+    float lane[32];
+    for (int l = 0; l < 32; l++)
+        lane[l] = 0.0f;
+    for (size_t k = 0; k < r; k++) {
+        float x = m[k];
+        lane[k % 32] = lane[k % 32] + (bits[k / 32] >> (k % 32) & 1u ? x : -x);
+    }
+    for (int s = 16; s >= 1; s >>= 1)
+        for (int t = 0; t < s; t++)
+            lane[t] = lane[t] + lane[t + s];
+    return lane[0];
+}
+
+br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op) {
+    const br_sign_rowdot_args *a = &op->u.sign_rowdot;
+    const float *mat = br_ptr(a->mat); /* [rows][ldm] */
+    const uint32_t *bits = a->bits ? br_ptr(a->bits) : NULL;
+    const float *rowscale = a->rowscale ? br_ptr(a->rowscale) : NULL;
+    float *grad = a->grad ? br_ptr(a->grad) : NULL; /* [rows][r] */
+    float *dsum = a->dsum ? br_ptr(a->dsum) : NULL; /* [rows] */
+    size_t rows = a->rows, r = a->r, words = r / 32;
+    ctx->stats.launches++;
+    OMP("omp parallel for schedule(static) if (rows * r >= PARALLEL_MIN_ELEMS)")
+    for (size_t i = 0; i < rows; i++) {
+        const float *m = mat + i * a->ldm + a->col0;
+        if (grad) {
+            float h = rowscale[i], *g = grad + i * r;
+            for (size_t k = 0; k < r; k++) {
+                float p = h * m[k];
+                g[k] = a->accumulate ? g[k] + p : p;
+            }
+        }
+        if (dsum) dsum[i] = dsum[i] + row_sign_dot(m, bits + i * words, r);
+    }
+    return BR_OK;
+}
+
+/* ---------------------------------------------------------------- cvt_both */
+
+/* Columns of src handled together: the 32 values a token contributes to them share
+ * cache lines, and the transposed rows they fill are written token by token. */
+#define COL_BLOCK 32
+
+br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op) {
+    const br_cvt_both_args *a = &op->u.cvt_both;
+    const float *src = br_ptr(a->src);                    /* [m][k] */
+    const float *col = a->col ? br_ptr(a->col) : NULL;    /* [k] */
+    uint16_t *dst = a->dst ? br_ptr(a->dst) : NULL;       /* [br_pad_rows(m)][ld] */
+    uint16_t *dst_t = a->dst_t ? br_ptr(a->dst_t) : NULL; /* [br_pad_rows(k)][tpad] */
+    size_t m = a->m, k = a->k, ld = a->ld, tpad = br_pad_tokens(m), kpad = br_pad_rows(k);
+    size_t nblocks = (k + COL_BLOCK - 1) / COL_BLOCK;
+    ctx->stats.launches++;
+    OMP("omp parallel for schedule(static) if (m * k >= PARALLEL_MIN_ELEMS)")
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t c0 = b * COL_BLOCK, c1 = c0 + COL_BLOCK < k ? c0 + COL_BLOCK : k;
+        for (size_t t = 0; t < m; t++) {
+            const float *s = src + t * k;
+            for (size_t c = c0; c < c1; c++) {
+                /* f16((x·col)·scale), each product rounded, as br_cvt_pad and br_cvt_t */
+                uint16_t h = br_half_from_float((col ? s[c] * col[c] : s[c]) * a->scale);
+                if (dst) dst[t * ld + c] = h;
+                if (dst_t) dst_t[c * tpad + t] = h;
+            }
+        }
+        if (dst_t)
+            for (size_t c = c0; c < c1; c++)
+                memset(dst_t + c * tpad + m, 0, (tpad - m) * sizeof *dst_t);
+    }
+    if (dst) {
+        for (size_t t = 0; t < m; t++)
+            memset(dst + t * ld + k, 0, (ld - k) * sizeof *dst);
+        memset(dst + m * ld, 0, (br_pad_rows(m) - m) * ld * sizeof *dst);
+    }
+    if (dst_t) memset(dst_t + k * tpad, 0, (kpad - k) * tpad * sizeof *dst_t);
+    return BR_OK;
+}

@@ -1,0 +1,293 @@
+/* The reformulated layer's ops on CUDA: expand_scaled, sign_rowdot, cvt_both
+ * (semantics in ops/layer_ops.h). Bit-identical to the CPU backend
+ * (cpu_layer_ops.c): products and sums are the rounding intrinsics (__fmul_rn,
+ * __fadd_rn; this file is also compiled with --fmad=false), f16 conversions are
+ * br_dev_f16_bits, and sign_rowdot's sum runs in the documented warp order. Each
+ * kernel has a vector path (16-byte loads and stores) taken when the shapes and
+ * the addresses of the views allow it, and a scalar path with the same values. */
+#include "backend/cuda/cuda_internal.h"
+#include "ops/layer_ops.h"
+
+#define THREADS 256
+#define FULL_MASK 0xffffffffu
+#define F16_SIGN 0x8000u
+
+/* ---------------------------------------------------------------- expand_scaled */
+
+/* Plane columns (bitmap rows i) per tile; a tile is one bitmap word w (plane rows
+ * 32w..32w+31) by ES_COLS columns. */
+#define ES_COLS 128
+
+/* plane_t[k][i] (f16 [r][ld]) = ±f16(rowscale[i]·scale), +0 past rows. Per tile,
+ * threads 0..127 load the tile's bitmap words and magnitudes into shared memory;
+ * then each thread writes 8 consecutive columns of one plane row (one 16-byte
+ * store with VEC: ld % 8 == 0 and plane_t 16-byte aligned), 16 threads covering
+ * 256 contiguous bytes. Grid-stride over tiles, column tiles fastest. */
+template <bool VEC>
+__global__ void expand_scaled_kernel(const uint32_t *bits, const float *rowscale, float scale,
+                                     uint16_t *plane_t, unsigned rows, unsigned words,
+                                     unsigned ld) {
+    __shared__ __align__(16) uint32_t sbits[ES_COLS];
+    __shared__ __align__(16) uint16_t smag[ES_COLS];
+    unsigned itiles = (ld + ES_COLS - 1) / ES_COLS, tiles = itiles * words;
+    for (unsigned tl = blockIdx.x; tl < tiles; tl += gridDim.x) {
+        unsigned i0 = (tl % itiles) * ES_COLS, w = tl / itiles;
+        if (threadIdx.x < ES_COLS) {
+            unsigned i = i0 + threadIdx.x;
+            uint32_t b = 0;
+            uint16_t mag = 0;
+            if (i < rows) {
+                b = bits[(size_t)i * words + w];
+                mag = br_dev_f16_bits(__fmul_rn(rowscale[i], scale));
+            }
+            sbits[threadIdx.x] = b;
+            smag[threadIdx.x] = mag;
+        }
+        __syncthreads();
+        for (unsigned q = threadIdx.x; q < 32 * (ES_COLS / 8); q += blockDim.x) {
+            unsigned kk = q / (ES_COLS / 8), g = q % (ES_COLS / 8), i = i0 + 8 * g;
+            if (i >= ld) continue;
+            uint4 b0 = reinterpret_cast<const uint4 *>(sbits)[2 * g];
+            uint4 b1 = reinterpret_cast<const uint4 *>(sbits)[2 * g + 1];
+            uint4 mg = reinterpret_cast<const uint4 *>(smag)[g];
+            uint32_t bw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+            uint32_t mw[4] = {mg.x, mg.y, mg.z, mg.w};
+            uint32_t h[8];
+#pragma unroll
+            for (unsigned u = 0; u < 8; u++) {
+                uint32_t mag = mw[u / 2] >> (16 * (u % 2)) & 0xffffu;
+                h[u] = i + u < rows ? (bw[u] >> kk & 1u ? mag : mag ^ F16_SIGN) : 0u;
+            }
+            uint16_t *out = plane_t + (size_t)(32 * w + kk) * ld + i;
+            if (VEC) {
+                *reinterpret_cast<uint4 *>(out) = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16,
+                                                             h[4] | h[5] << 16, h[6] | h[7] << 16);
+            } else {
+#pragma unroll
+                for (unsigned u = 0; u < 8; u++)
+                    out[u] = (uint16_t)h[u];
+            }
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
+    const br_expand_scaled_args *a = &op->u.expand_scaled;
+    br_cuda *s = br_cuda_state(ctx);
+    unsigned rows = (unsigned)a->rows, words = (unsigned)(a->r / 32), ld = (unsigned)a->ld;
+    uint16_t *plane_t = (uint16_t *)br_ptr(a->plane_t);
+    const uint32_t *bits = (const uint32_t *)br_ptr(a->bits);
+    const float *rowscale = (const float *)br_ptr(a->rowscale);
+    size_t tiles = (size_t)((ld + ES_COLS - 1) / ES_COLS) * words;
+    unsigned blocks = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
+    if (br_aligned(16, plane_t)) /* ld % 8 == 0: every row of the plane is aligned too */
+        expand_scaled_kernel<true>
+            <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane_t, rows, words, ld);
+    else
+        expand_scaled_kernel<false>
+            <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane_t, rows, words, ld);
+    BR_CUDA_LAUNCHED(ctx, "expand_scaled_kernel");
+    return BR_OK;
+}
+
+/* ---------------------------------------------------------------- sign_rowdot */
+
+/* Bitmap words (32 columns each) a lane loads before it uses any of them. */
+#define RD_BATCH 4
+
+/* One warp per row i: lane l takes columns k = l, l+32, ... (coalesced 128-byte
+ * loads of M, stores of grad); grad[i][k] = fl(h·M) (+ grad); the signed sum runs
+ * in the lane order of layer_ops.h, then the shuffle tree (lane t adds lane t + s
+ * for s = 16..1) and dsum[i] += lane 0's total. m points at column col0 of row 0. */
+__global__ void sign_rowdot_kernel(const float *m, size_t ldm, const uint32_t *bits,
+                                   const float *rowscale, float *grad, float *dsum, unsigned rows,
+                                   unsigned r, int accumulate) {
+    unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32, words = r / 32;
+    for (unsigned i = blockIdx.x * warps + threadIdx.x / 32; i < rows; i += gridDim.x * warps) {
+        const float *row = m + (size_t)i * ldm;
+        float h = grad ? rowscale[i] : 0.0f, acc = 0.0f;
+        for (unsigned w0 = 0; w0 < words; w0 += RD_BATCH) {
+            float x[RD_BATCH];
+            uint32_t b[RD_BATCH];
+#pragma unroll
+            for (unsigned u = 0; u < RD_BATCH; u++) {
+                if (w0 + u < words) {
+                    x[u] = row[32 * (w0 + u) + lane];
+                    b[u] = dsum ? bits[(size_t)i * words + w0 + u] : 0u;
+                }
+            }
+#pragma unroll
+            for (unsigned u = 0; u < RD_BATCH; u++) {
+                if (w0 + u < words) {
+                    if (grad) {
+                        size_t e = (size_t)i * r + 32 * (w0 + u) + lane;
+                        float p = __fmul_rn(h, x[u]);
+                        grad[e] = accumulate ? __fadd_rn(grad[e], p) : p;
+                    }
+                    if (dsum) acc = __fadd_rn(acc, b[u] >> lane & 1u ? x[u] : -x[u]);
+                }
+            }
+        }
+        if (dsum) {
+            for (unsigned s = 16; s >= 1; s >>= 1)
+                acc = __fadd_rn(acc, __shfl_down_sync(FULL_MASK, acc, s));
+            if (lane == 0) dsum[i] = __fadd_rn(dsum[i], acc);
+        }
+    }
+}
+
+extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
+    const br_sign_rowdot_args *a = &op->u.sign_rowdot;
+    br_cuda *s = br_cuda_state(ctx);
+    sign_rowdot_kernel<<<br_cuda_blocks(ctx, a->rows * 32, THREADS), THREADS, 0, s->stream>>>(
+        (const float *)br_ptr(a->mat) + a->col0, a->ldm, (const uint32_t *)br_ptr(a->bits),
+        (const float *)br_ptr(a->rowscale), (float *)br_ptr(a->grad), (float *)br_ptr(a->dsum),
+        (unsigned)a->rows, (unsigned)a->r, a->accumulate);
+    BR_CUDA_LAUNCHED(ctx, "sign_rowdot_kernel");
+    return BR_OK;
+}
+
+/* ---------------------------------------------------------------- cvt_both */
+
+/* Tokens and columns of a tile; its transposed bits go through shared memory. */
+#define CB_TILE 64
+/* Row stride of the shared tile in halves: 33 words, so the transposing writes
+ * (8 tokens × 4 column groups per warp) and the 4-byte reads of phase 2 (4 columns
+ * × 8 token groups per warp) hit 32 different banks. */
+#define CB_STRIDE 66
+/* 8-element items of a tile, per thread. */
+#define CB_ITEMS (CB_TILE * CB_TILE / 8 / THREADS)
+
+typedef struct cvt_both_job {
+    const float *src, *col; /* src f32 [m][k]; col f32 [k] or NULL */
+    uint16_t *dst;          /* f16 [mpad][ld] or NULL */
+    uint16_t *dst_t;        /* f16 [kpad][tpad] or NULL */
+    unsigned m, k, ld, mpad, kpad, tpad;
+    unsigned text, cext; /* tokens and columns the tiles cover */
+    float scale;
+} cvt_both_job;
+
+/* Phase 1 of a tile (t0, c0): item q of 512 is token tt, column group g (8 columns
+ * c0 + 8g ..): a warp takes 8 tokens × 4 groups, so it reads 128 contiguous bytes
+ * of 8 src rows and writes 64 contiguous bytes of 8 dst rows. The item's 8 staged
+ * values go to dst (one 16-byte store with VEC) and, transposed, to the tile.
+ * Phase 2 (dst_t): item q is tile column cc, token group g: 4 columns × 8 groups
+ * per warp, 128 contiguous bytes of 4 dst_t rows, one 16-byte store each.
+ * VEC: k % 8 == 0 and ld % 8 == 0 (a group is wholly inside or outside the data and
+ * dst's rows), src, dst, dst_t 16-byte aligned. Grid-stride over tiles. */
+template <bool VEC> __global__ void cvt_both_kernel(cvt_both_job j) {
+    __shared__ __align__(16) uint16_t tile[CB_TILE][CB_STRIDE]; /* [column][token] */
+    unsigned ctiles = (j.cext + CB_TILE - 1) / CB_TILE;
+    unsigned tiles = ctiles * ((j.text + CB_TILE - 1) / CB_TILE);
+    for (unsigned tl = blockIdx.x; tl < tiles; tl += gridDim.x) {
+        unsigned c0 = (tl % ctiles) * CB_TILE, t0 = (tl / ctiles) * CB_TILE;
+        float x[CB_ITEMS][8];
+        /* every load of the tile first: 16 floats in flight per thread */
+#pragma unroll
+        for (unsigned it = 0; it < CB_ITEMS; it++) {
+            unsigned q = threadIdx.x + it * THREADS;
+            unsigned g = q % 4 + 4 * (q / 32 % 2), tt = q / 4 % 8 + 8 * (q / 64);
+            unsigned t = t0 + tt, c = c0 + 8 * g;
+            const float *s = j.src + (size_t)t * j.k + c;
+            if (VEC) {
+                float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
+                if (t < j.m && c < j.k) {
+                    lo = reinterpret_cast<const float4 *>(s)[0];
+                    hi = reinterpret_cast<const float4 *>(s)[1];
+                }
+                x[it][0] = lo.x, x[it][1] = lo.y, x[it][2] = lo.z, x[it][3] = lo.w;
+                x[it][4] = hi.x, x[it][5] = hi.y, x[it][6] = hi.z, x[it][7] = hi.w;
+            } else {
+#pragma unroll
+                for (unsigned u = 0; u < 8; u++)
+                    x[it][u] = t < j.m && c + u < j.k ? s[u] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (unsigned it = 0; it < CB_ITEMS; it++) {
+            unsigned q = threadIdx.x + it * THREADS;
+            unsigned g = q % 4 + 4 * (q / 32 % 2), tt = q / 4 % 8 + 8 * (q / 64);
+            unsigned t = t0 + tt, c = c0 + 8 * g;
+            uint32_t h[8];
+#pragma unroll
+            for (unsigned u = 0; u < 8; u++) {
+                h[u] = 0u;
+                if (t < j.m && c + u < j.k) {
+                    float v = j.col ? __fmul_rn(__fmul_rn(x[it][u], j.col[c + u]), j.scale)
+                                    : __fmul_rn(x[it][u], j.scale);
+                    h[u] = br_dev_f16_bits(v);
+                }
+            }
+            if (j.dst && t < j.mpad) {
+                uint16_t *d = j.dst + (size_t)t * j.ld + c;
+                if (VEC) {
+                    if (c < j.ld)
+                        *reinterpret_cast<uint4 *>(d) =
+                            make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16,
+                                       h[6] | h[7] << 16);
+                } else {
+#pragma unroll
+                    for (unsigned u = 0; u < 8; u++)
+                        if (c + u < j.ld) d[u] = (uint16_t)h[u];
+                }
+            }
+            if (j.dst_t) {
+#pragma unroll
+                for (unsigned u = 0; u < 8; u++)
+                    tile[8 * g + u][tt] = (uint16_t)h[u];
+            }
+        }
+        if (j.dst_t) { /* block-uniform */
+            __syncthreads();
+#pragma unroll
+            for (unsigned it = 0; it < CB_ITEMS; it++) {
+                unsigned q = threadIdx.x + it * THREADS;
+                unsigned g = q % 8, cc = q / 8, c = c0 + cc, t = t0 + 8 * g;
+                if (c >= j.kpad || t >= j.tpad) continue; /* tpad % 32 == 0: groups whole */
+                const uint32_t *srow = reinterpret_cast<const uint32_t *>(tile[cc]) + 4 * g;
+                uint4 v = make_uint4(srow[0], srow[1], srow[2], srow[3]);
+                uint16_t *d = j.dst_t + (size_t)c * j.tpad + t;
+                if (VEC) {
+                    *reinterpret_cast<uint4 *>(d) = v;
+                } else {
+                    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (unsigned u = 0; u < 8; u++)
+                        d[u] = (uint16_t)(w[u / 2] >> (16 * (u % 2)));
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+extern "C" br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op) {
+    const br_cvt_both_args *a = &op->u.cvt_both;
+    br_cuda *s = br_cuda_state(ctx);
+    cvt_both_job j;
+    memset(&j, 0, sizeof j);
+    j.src = (const float *)br_ptr(a->src);
+    j.col = (const float *)br_ptr(a->col);
+    j.dst = (uint16_t *)br_ptr(a->dst);
+    j.dst_t = (uint16_t *)br_ptr(a->dst_t);
+    j.m = (unsigned)a->m;
+    j.k = (unsigned)a->k;
+    j.ld = (unsigned)a->ld;
+    j.mpad = (unsigned)br_pad_rows(a->m);
+    j.kpad = (unsigned)br_pad_rows(a->k);
+    j.tpad = (unsigned)br_pad_tokens(a->m);
+    j.text = j.dst ? j.mpad : j.tpad; /* mpad ≥ tpad */
+    j.cext = j.dst ? j.ld : 0;
+    if (j.dst_t && j.kpad > j.cext) j.cext = j.kpad;
+    j.scale = a->scale;
+    size_t tiles = (size_t)((j.cext + CB_TILE - 1) / CB_TILE) * ((j.text + CB_TILE - 1) / CB_TILE);
+    unsigned blocks = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
+    int vec = j.k % 8 == 0 && j.ld % 8 == 0 && br_aligned(16, j.src, j.dst, j.dst_t);
+    if (vec)
+        cvt_both_kernel<true><<<blocks, THREADS, 0, s->stream>>>(j);
+    else
+        cvt_both_kernel<false><<<blocks, THREADS, 0, s->stream>>>(j);
+    BR_CUDA_LAUNCHED(ctx, "cvt_both_kernel");
+    return BR_OK;
+}

@@ -1,0 +1,58 @@
+/* Internal ops of the reformulated BLR layer (front-ends in layer_ops.c): the
+ * scaled, transposed sign plane of the dense GEMMs, the sign gradients with the
+ * scale gradient from one GEMM result, and staging with its transpose from one
+ * read. Not in the public header: src/blr is their user. Every op is bit-identical
+ * across backends; the order of every sum is written below. */
+#ifndef BR_OPS_LAYER_OPS_H
+#define BR_OPS_LAYER_OPS_H
+
+#include "ops/op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A sign bitmap as a scaled f16 plane, transposed:
+ *     plane_t[k][i] = +f16(rowscale[i]·scale) where bit (i, k) is 1,
+ *                     −f16(rowscale[i]·scale) where it is 0        (i < rows, k < r)
+ *     plane_t[k][i] = +0                                           (rows ≤ i < ld)
+ * The f32 product is rounded once to f16 (round to nearest even, subnormals kept);
+ * the sign is then applied exactly (the f16 sign bit flipped, NaN too). bits u32
+ * [rows][r/32] (bit k%32 of word k/32 of row i is entry (i, k)); rowscale f32
+ * [rows]; plane_t f16 [r][ld] (a view: path p writes rows p·r.. of a [P·r][ld]
+ * plane). r a multiple of 32, ld ≥ rows, ld a multiple of 8, scale finite. */
+br_status br_expand_scaled(br_ctx *ctx, const br_buf *bits, size_t rows, size_t r,
+                           const br_buf *rowscale, float scale, br_buf *plane_t, size_t ld);
+
+/* Sign gradients and the scale gradient of rows × r signs from one GEMM result M
+ * (columns col0..col0+r−1 of mat f32 [rows][ldm]), s(i, k) = ±1 from bits:
+ *     grad[i][k]  = fl(rowscale[i]·M[i][k])      (accumulate: grad[i][k] + that)
+ *     dsum[i]     = dsum[i] + total_i            (always accumulates)
+ *     total_i     = Σ_k s(i, k)·M[i][k], in this order (a CUDA warp's): 32 lanes,
+ *                   lane l sums k = l, l+32, l+64, ... in increasing k from +0
+ *                   (acc = acc + s·M, the sign flip exact); then the lanes combine
+ *                   by a halving tree, for s = 16, 8, 4, 2, 1: lane[t] = lane[t] +
+ *                   lane[t + s] for t < s; total_i = lane[0].
+ * bits u32 [rows][r/32], rowscale f32 [rows], grad f32 [rows][r], dsum f32 [rows].
+ * grad or dsum may be NULL, not both; bits may be NULL without dsum, rowscale
+ * without grad. r a multiple of 32, col0 + r ≤ ldm. grad and dsum must not share
+ * memory with mat, bits, rowscale or each other (BR_E_ARG). */
+br_status br_sign_rowdot(br_ctx *ctx, const br_buf *mat, size_t ldm, size_t col0,
+                         const br_buf *bits, const br_buf *rowscale, br_buf *grad, br_buf *dsum,
+                         size_t rows, size_t r, int accumulate);
+
+/* br_cvt_pad(src, col, dst, m, k, ld, scale) and br_cvt_t(src, col, dst_t, m, k,
+ * scale) from one read of src, every bit as the two separate ops write it:
+ *     dst[t][c]   = f16(fl(src[t][c]·col[c])·scale)  (without col f16(src·scale))
+ *                   for t < m, c < k; +0 for k ≤ c < ld and rows m..br_pad_rows(m)−1
+ *     dst_t[c][t] = the same value for c < k, t < m; +0 where t ≥ m or c ≥ k
+ * src f32 [m][k]; col f32 [k] or NULL; dst f16 [br_pad_rows(m)][ld] (ld ≥ k);
+ * dst_t f16 [br_pad_rows(k)][br_pad_tokens(m)]. Either output may be NULL, not
+ * both; they must not share memory (BR_E_ARG). */
+br_status br_cvt_both(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf *dst, br_buf *dst_t,
+                      size_t m, size_t k, size_t ld, float scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
