@@ -5,6 +5,9 @@
 #include "harness.h"
 
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ---------------------------------------------------------------- rank */
 
@@ -1362,10 +1365,117 @@ static void job_empty_weight(void) {
     br_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- threads */
+
+/* OpenBLAS's thread control where the program is linked with it (weak: NULL
+ * otherwise); called directly, it is not capped at the core count as
+ * OPENBLAS_NUM_THREADS is, so a 2-core machine can run 4 BLAS threads. */
+extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
+
+static void set_threads(int omp, int blas) {
+#ifdef _OPENMP
+    omp_set_num_threads(omp);
+#else
+    (void)omp;
+#endif
+    if (openblas_set_num_threads) openblas_set_num_threads(blas);
+}
+
+/* One layer compressed as br_compress_matrix does in a job: inputs drawn from a
+ * Gram (Cholesky), the activation-aware randomized Dual-SVID (eigendecomposition,
+ * QR, SVD, GEMMs), a few training steps. */
+static br_status compress_once(br_ctx *ctx, const float *w, size_t m, size_t n, const double *gram,
+                               size_t tokens, uint64_t seed, br_blr_host *L, br_layer_report *rep) {
+    br_compress_opts o;
+    br_compress_opts_default(&o);
+    o.rank = 32;
+    o.paths = 2;
+    o.steps = 4;
+    o.eval_every = 2;
+    o.tokens = tokens;
+    o.eval_tokens = 128;
+    o.seed = seed;
+    return br_compress_matrix(ctx, "threads", w, m, n, NULL, 0, gram, &o, L, rep);
+}
+
+/* Same bits for any thread count (a job resumed on a machine with another core
+ * count must give what the first would have): every output of a layer compressed
+ * with 1 OpenMP and 1 BLAS thread equals, byte for byte, that of 3 and 4. */
+static void same_bits_any_thread_count(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(17);
+    size_t m = 700 + (size_t)(br_rng_unit(&rng) * 40), n = 520 + (size_t)(br_rng_unit(&rng) * 40);
+    float *w = heavy_tailed_matrix(&rng, m, n, 0.6, 0.3);
+    /* Σ = FᵀF/k of inputs with heavy-tailed channel scales, F [k][n] */
+    size_t k = 2 * n;
+    double *scale = calloc(n, sizeof *scale), *gram = calloc(n * n, sizeof *gram);
+    for (size_t j = 0; j < n; j++)
+        scale[j] = exp(br_rng_normal(&rng));
+    float *f = inputs_with_scales(&rng, scale, k, n);
+    for (size_t t = 0; t < k; t++)
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < n; j++)
+                gram[i * n + j] += (double)f[t * n + i] * f[t * n + j] / (double)k;
+    uint64_t seed = br_rng_u64(&rng);
+    size_t tokens = 90 + (size_t)(br_rng_unit(&rng) * 40); /* a multiple of nothing */
+    int prev_omp = 1, prev_blas = openblas_get_num_threads ? openblas_get_num_threads() : 1;
+#ifdef _OPENMP
+    prev_omp = omp_get_max_threads();
+#endif
+    br_blr_host A, B;
+    br_layer_report ra, rb;
+    set_threads(1, 1);
+    br_status sa = compress_once(ctx, w, m, n, gram, tokens, seed, &A, &ra);
+    set_threads(3, 4);
+    br_status sb = compress_once(ctx, w, m, n, gram, tokens, seed, &B, &rb);
+    if (openblas_get_num_threads)
+        CHECK(openblas_get_num_threads() == 4, "the job left OpenBLAS at %d threads, not 4",
+              openblas_get_num_threads());
+    set_threads(prev_omp, prev_blas);
+    CHECK(sa == BR_OK && sb == BR_OK, "compress [%zu][%zu]: %s", m, n, br_ctx_error(ctx));
+    if (sa == BR_OK && sb == BR_OK) {
+        size_t words = A.r / 32, differ = 0;
+        for (size_t p = 0; p < A.paths; p++) {
+            const br_blr_path_host *a = &A.path[p], *b = &B.path[p];
+            differ += memcmp(a->bits_u, b->bits_u, m * words * sizeof *a->bits_u) != 0;
+            differ += memcmp(a->bits_v, b->bits_v, n * words * sizeof *a->bits_v) != 0;
+            differ += memcmp(a->h, b->h, m * sizeof *a->h) != 0;
+            differ += memcmp(a->l, b->l, A.r * sizeof *a->l) != 0;
+            differ += memcmp(a->g, b->g, n * sizeof *a->g) != 0;
+        }
+        fprintf(stderr, "  [%zu][%zu]: error %.6f -> %.6f (1 thread), %.6f -> %.6f (3 and 4)\n", m,
+                n, ra.err_init, ra.err_trained, rb.err_init, rb.err_trained);
+        CHECK(differ == 0, "%zu of the %zu arrays differ between 1 and 3/4 threads", differ,
+              5 * A.paths);
+        CHECK(memcmp(&ra.err_init, &rb.err_init, sizeof ra.err_init) == 0 &&
+                  memcmp(&ra.err_trained, &rb.err_trained, sizeof ra.err_trained) == 0,
+              "errors %.9g -> %.9g vs %.9g -> %.9g", ra.err_init, ra.err_trained, rb.err_init,
+              rb.err_trained);
+        CHECK(ra.n_loss >= 1 && ra.n_loss == rb.n_loss &&
+                  memcmp(ra.loss, rb.loss, ra.n_loss * sizeof *ra.loss) == 0,
+              "loss curves differ");
+    }
+    if (sa == BR_OK) {
+        free(ra.loss);
+        br_blr_host_free(&A);
+    }
+    if (sb == BR_OK) {
+        free(rb.loss);
+        br_blr_host_free(&B);
+    }
+    free(f);
+    free(scale);
+    free(gram);
+    free(w);
+    br_ctx_free(ctx);
+}
+
 T_RUN("compress", T_CASE(rank_formula), T_CASE(selection_patterns),
       T_CASE(svid_error_decreases_with_rank), T_CASE(svid_full_and_randomized),
       T_CASE(svid_device_reuse), T_CASE(svid_activation_aware),
       T_CASE(train_reduces_error_synthetic), T_CASE(train_reduces_error_embedded),
       T_CASE(matrix_bad_args), T_CASE(job_resume_and_atomic),
       T_CASE(job_resume_calibration_content), T_CASE(job_resume_damaged_checkpoint),
-      T_CASE(job_calibration_files), T_CASE(gram_lookup), T_CASE(job_empty_weight))
+      T_CASE(job_calibration_files), T_CASE(gram_lookup), T_CASE(job_empty_weight),
+      T_CASE(same_bits_any_thread_count))

@@ -157,7 +157,9 @@ static br_status from_gram(br_ctx *ctx, br_rng *rng, const double *gram, size_t 
 #ifdef BR_HAVE_LAPACK
     for (size_t j = 0; j < n; j++)
         chol[j * n + j] += 1e-6;
+    int threads = br_blas_serial_begin();
     full = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, chol, (lapack_int)n) == 0;
+    br_blas_serial_end(threads);
     if (!full)
         for (size_t i = 0; i < n * n; i++)
             chol[i] = gram[i] / mean;

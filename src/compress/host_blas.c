@@ -1,23 +1,179 @@
-/* Host matrix products: CBLAS, or loops with the same meaning. */
+/* Host matrix products: CBLAS, or loops with the same meaning; and the serial
+ * mode that keeps LAPACK's results independent of the thread count.
+ *
+ * Why not simply call a threaded BLAS: OpenBLAS's result depends on how many
+ * threads it runs. Measured with 0.3.21 (pthreads) on this repository's machine:
+ * sgemm/dgemm differ between 1 thread and 2, 3 or 4 for many shapes (those whose
+ * K is not a multiple of 32, e.g. K = 529, 700, 1000), and geqrf, orgqr, gesdd,
+ * syevd and potrf differ between 1 and 2 threads, syevd also between 2, 3 and 4.
+ * A job resumed on a machine with another core count, or run with another
+ * OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, then got other bits, where `--resume`
+ * promises the same.
+ *
+ * So OpenBLAS runs on one thread here, and we split each product ourselves into
+ * panels of C (split below) taken by an OpenMP team of as many threads as
+ * OpenBLAS would have run: the panels depend on the shape alone, each is one
+ * single-threaded GEMM of a fixed shape, and every element of C is computed in
+ * exactly one of them, so the bits depend neither on which thread runs which
+ * panel nor on how many threads there are, and the products still use the
+ * cores they used before.
+ *
+ * LAPACK cannot be split from outside: its calls run between
+ * br_blas_serial_begin/end, on one thread. That is the price of this guarantee:
+ * the demo's [1536][1536] eigendecomposition takes 0.64 s instead of 0.40 s on 2
+ * cores (QR and SVD at its sizes cost the same either way); the panels cost
+ * 3-25% on one thread (repacking), and match OpenBLAS's threads on two. In all,
+ * the demo's host initialization went from 1.7 s to 2.0 s with
+ * OMP_NUM_THREADS=2, and `bitrank demo --steps 0` takes the same time. */
 #include "compress/host_blas.h"
+
+#ifdef BR_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 #ifdef BR_HAVE_CBLAS
 #include <cblas.h>
+#include <pthread.h>
+
+/* OpenBLAS's thread control, declared here so that any cblas.h will do. */
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+int openblas_get_parallel(void); /* 0 sequential, 1 pthreads, 2 OpenMP */
+
+/* Serial sections may run on several threads at once (two jobs of one
+ * process): a pthreads OpenBLAS has one thread count for the whole process, so
+ * the first section to begin sets it to 1 and the last to end restores it. An
+ * OpenMP OpenBLAS reads the calling thread's OpenMP count, which each section
+ * sets and restores for its own thread. */
+static pthread_mutex_t serial_lock = PTHREAD_MUTEX_INITIALIZER;
+static int serial_depth, serial_saved;
+
+int br_blas_serial_begin(void) {
+#ifdef BR_HAVE_OPENMP
+    if (openblas_get_parallel() == 2) {
+        int prev = omp_get_max_threads();
+        if (prev != 1) openblas_set_num_threads(1);
+        return prev;
+    }
+#endif
+    pthread_mutex_lock(&serial_lock);
+    if (serial_depth++ == 0) {
+        serial_saved = openblas_get_num_threads();
+        if (serial_saved != 1) openblas_set_num_threads(1);
+    }
+    int prev = serial_saved;
+    pthread_mutex_unlock(&serial_lock);
+    return prev;
+}
+
+void br_blas_serial_end(int prev) {
+#ifdef BR_HAVE_OPENMP
+    if (openblas_get_parallel() == 2) {
+        if (prev != 1) openblas_set_num_threads(prev);
+        return;
+    }
+#endif
+    (void)prev;
+    pthread_mutex_lock(&serial_lock);
+    if (--serial_depth == 0 && serial_saved != 1) openblas_set_num_threads(serial_saved);
+    pthread_mutex_unlock(&serial_lock);
+}
+
+/* The panels of C [M][N]: along M when M ≥ N, else along N, at most
+ * MAX_PANELS of them and at least MIN_PANEL rows (or columns) each, the last one
+ * shorter. A function of the shape alone, never of the thread count: the panel
+ * fixes the arithmetic of every element in it. Each panel repacks the operand it
+ * shares with the others (OpenBLAS packs its operands), hence the bounds: with
+ * 16 panels that costs a few percent, and 16 panels keep 16 threads busy. */
+#define MIN_PANEL ((size_t)128)
+#define MAX_PANELS ((size_t)16)
+
+typedef struct {
+    int by_rows;
+    size_t len, size, count;
+} panels;
+
+static panels split(size_t M, size_t N) {
+    panels p = {.by_rows = M >= N};
+    p.len = p.by_rows ? M : N;
+    size_t size = ((p.len + MAX_PANELS - 1) / MAX_PANELS + 63) / 64 * 64;
+    p.size = size > MIN_PANEL ? size : MIN_PANEL;
+    p.count = (p.len + p.size - 1) / p.size;
+    return p;
+}
+
+/* Worth more than one thread: two panels or more, 2·10⁶ multiply-adds or more. */
+static int parallel_worth(size_t M, size_t N, size_t K, size_t count) {
+    return count > 1 && M * N * K >= (size_t)1 << 21;
+}
+
+/* Panel t: its first row (or column) and its extent. */
+static void panel_range(panels p, size_t t, size_t *first, size_t *extent) {
+    *first = t * p.size;
+    *extent = p.len - *first < p.size ? p.len - *first : p.size;
+}
 
 void br_sgemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A, size_t lda,
               const float *B, size_t ldb, float beta, float *C, size_t ldc) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    if (!M || !N) return;
+    const panels p = split(M, N);
+    const int parallel = parallel_worth(M, N, K, p.count);
+    /* as many threads as OpenBLAS would have run (OPENBLAS_NUM_THREADS, else
+     * OMP_NUM_THREADS, else the core count; an OpenMP OpenBLAS: OpenMP's count) */
+    const int prev = br_blas_serial_begin(), team = prev > 1 ? prev : 1;
+#ifdef BR_HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (parallel)
+#endif
+    for (size_t t = 0; t < p.count; t++) {
+        size_t f, e;
+        panel_range(p, t, &f, &e);
+        /* rows f.. of op(A) and C, or columns f.. of op(B) and C */
+        const float *a = p.by_rows ? (ta ? A + f : A + f * lda) : A;
+        const float *b = p.by_rows ? B : (tb ? B + f * ldb : B + f);
+        float *c = p.by_rows ? C + f * ldc : C + f;
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)(p.by_rows ? e : M), (int)(p.by_rows ? N : e), (int)K, alpha, a, (int)lda,
+                    b, (int)ldb, beta, c, (int)ldc);
+    }
+    br_blas_serial_end(prev);
+    (void)parallel;
+    (void)team;
 }
 
 void br_dgemm(int ta, int tb, size_t M, size_t N, size_t K, double alpha, const double *A,
               size_t lda, const double *B, size_t ldb, double beta, double *C, size_t ldc) {
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    if (!M || !N) return;
+    const panels p = split(M, N);
+    const int parallel = parallel_worth(M, N, K, p.count);
+    /* as many threads as OpenBLAS would have run (OPENBLAS_NUM_THREADS, else
+     * OMP_NUM_THREADS, else the core count; an OpenMP OpenBLAS: OpenMP's count) */
+    const int prev = br_blas_serial_begin(), team = prev > 1 ? prev : 1;
+#ifdef BR_HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (parallel)
+#endif
+    for (size_t t = 0; t < p.count; t++) {
+        size_t f, e;
+        panel_range(p, t, &f, &e);
+        const double *a = p.by_rows ? (ta ? A + f : A + f * lda) : A;
+        const double *b = p.by_rows ? B : (tb ? B + f * ldb : B + f);
+        double *c = p.by_rows ? C + f * ldc : C + f;
+        cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)(p.by_rows ? e : M), (int)(p.by_rows ? N : e), (int)K, alpha, a, (int)lda,
+                    b, (int)ldb, beta, c, (int)ldc);
+    }
+    br_blas_serial_end(prev);
+    (void)parallel;
+    (void)team;
 }
 
 #else
 
+/* Without OpenBLAS there is no thread pool to quiet (LAPACK, if any, runs on
+ * whatever BLAS it was linked with). */
+int br_blas_serial_begin(void) { return 1; }
+void br_blas_serial_end(int prev) { (void)prev; }
+
+/* Each element is one sum in k order, whichever thread computes it. */
 #define GEMM_LOOP(T, ACC)                                                                          \
     for (size_t i = 0; i < M; i++)                                                                 \
         for (size_t j = 0; j < N; j++) {                                                           \

@@ -1,9 +1,18 @@
 /* Host matrix products of the initialization (row-major f32 and f64): CBLAS
- * where the build has it, plain loops otherwise. */
+ * where the build has it, plain loops otherwise. Results are the same bits for
+ * any thread count (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS): host_blas.c says how. */
 #ifndef BR_COMPRESS_HOST_BLAS_H
 #define BR_COMPRESS_HOST_BLAS_H
 
 #include <stddef.h>
+
+/* LAPACK calls go between these two: OpenBLAS on one thread (its threaded
+ * routines sum in an order that depends on the thread count), then the thread
+ * count it had. begin returns the count it had, which end takes. Sections may
+ * overlap on several threads; BLAS calls of the process that are not ours run
+ * on one thread too while any section lasts. */
+int br_blas_serial_begin(void);
+void br_blas_serial_end(int prev);
 
 /* C[M][N] = alpha·op(A)·op(B) + beta·C; op(A) is [M][K], op(B) is [K][N]; ta/tb:
  * 0 = as stored, 1 = transposed (A stored [K][M], B stored [N][K]). */

@@ -36,11 +36,13 @@ size_t br_svid_oversample(size_t k) { return k / 4 > 16 ? k / 4 : 16; }
 static br_status orthonormalize(br_ctx *ctx, float *y, size_t rows, size_t cols) {
     float *tau = malloc(cols * sizeof *tau);
     if (!tau) return br_fail(ctx, BR_E_NOMEM, "Dual-SVID: out of host memory");
+    int threads = br_blas_serial_begin();
     lapack_int info = LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, (lapack_int)rows, (lapack_int)cols, y,
                                      (lapack_int)cols, tau);
     if (!info)
         info = LAPACKE_sorgqr(LAPACK_ROW_MAJOR, (lapack_int)rows, (lapack_int)cols,
                               (lapack_int)cols, y, (lapack_int)cols, tau);
+    br_blas_serial_end(threads);
     free(tau);
     if (info)
         return br_fail(ctx, BR_E_DEVICE, "Dual-SVID: QR of [%zu][%zu] failed (LAPACK info %d)",
@@ -61,9 +63,11 @@ static br_status svd_full(br_ctx *ctx, float *a, size_t rows, size_t cols, size_
                      rows, cols);
         goto done;
     }
+    int threads = br_blas_serial_begin();
     lapack_int info =
         LAPACKE_sgesdd(LAPACK_ROW_MAJOR, 'S', (lapack_int)rows, (lapack_int)cols, a,
                        (lapack_int)cols, ss, uu, (lapack_int)mn, vt, (lapack_int)cols);
+    br_blas_serial_end(threads);
     if (info) {
         st = br_fail(ctx, BR_E_DEVICE, "Dual-SVID: SVD of [%zu][%zu] did not converge (info %d)",
                      rows, cols, (int)info);
@@ -139,8 +143,10 @@ static br_status gram_roots(br_ctx *ctx, const double *gram, size_t n, float *ha
         goto done;
     }
     memcpy(q, gram, n * n * sizeof *q);
+    int threads = br_blas_serial_begin();
     lapack_int info =
         LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', (lapack_int)n, q, (lapack_int)n, lam);
+    br_blas_serial_end(threads);
     if (info) {
         st = br_fail(ctx, BR_E_DEVICE,
                      "Dual-SVID: eigendecomposition of the [%zu][%zu] Gram failed "
