@@ -520,6 +520,9 @@ static void host_transfers(void) {
 
 /* Every class of bad argument, each with a status and a message. */
 static void bad_arguments(void) {
+    /* host-side checks, covered by the plain run; under racecheck this case did not
+     * finish in 240 s on the H200 (2026-11-29) */
+    if (small_mode()) return;
     br_ctx *ctx = t_ctx(), *other = t_cpu_ctx();
     br_blr *l = NULL, *l2 = NULL;
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_new(ctx, 10, 10, 32, 1, 0, NULL));

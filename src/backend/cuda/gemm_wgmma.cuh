@@ -207,6 +207,16 @@ template <int kRegs> __device__ __forceinline__ void regs_claim() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+/* A consumer warp frees a stage it has finished with. Where the consumers read the
+ * stage only through wgmma (the f16 plane and the producer-expanded bitmap), lane 0
+ * arrives for its warp once wgmma_wait has retired those reads (8 arrivals). Where
+ * they also read the bitmap words with ld.shared (register A fragments), every
+ * thread arrives (256 arrivals): an mbarrier arrive releases only the arriving
+ * thread's own earlier accesses, and compute-sanitizer racecheck holds us to that. */
+template <bool kAllLanes>
+__device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
+    if (kAllLanes || lane == 0) mbar_arrive(empty_bar);
+}
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -321,7 +331,8 @@ __global__ void __launch_bounds__(384, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(full + 8 * s, Cfg::kFullArrivals);
-            mbar_init(empty + 8 * s, 8); /* one arrive per consumer warp */
+            /* consumers' arrivals: per warp, or per thread (release_stage) */
+            mbar_init(empty + 8 * s, Cfg::kSmemA ? 8 : 256);
         }
         mbar_init(cbar, 1);
         mbar_init(cbar + 8, 1);
@@ -478,7 +489,7 @@ __global__ void __launch_bounds__(384, 1)
                     }
                 wgmma_commit();
                 wgmma_wait<1>(); /* the previous k block's group is done */
-                if (held >= 0 && lane == 0) mbar_arrive(empty + 8 * held);
+                if (held >= 0) release_stage<false>(empty + 8 * held, lane);
             } else {
                 /* One wgmma per step (kk, mi), its A fragment built into one of
                  * kASets register sets: 4 registers per thread, rows j = g, g+8 of
@@ -493,7 +504,7 @@ __global__ void __launch_bounds__(384, 1)
                     uint32_t(&f)[4] = fr[q % kA];
                     wgmma_wait<kA - 1>();
                     /* all groups of the previous k block are done from here on */
-                    if (q == kA - 1 && held >= 0 && lane == 0) mbar_arrive(empty + 8 * held);
+                    if (q == kA - 1 && held >= 0) release_stage<true>(empty + 8 * held, lane);
                     if (kKind == PLANE_ROWS) {
                         const int jl = (cw * kWgM + mi) * 64 + warp * 16 + g;
                         const uint32_t wl = lds32(plane_tile + 8 * jl + 4 * (kk >> 1));
@@ -526,7 +537,7 @@ __global__ void __launch_bounds__(384, 1)
             if (++s == S) s = 0, phase ^= 1;
         }
         wgmma_wait<0>();
-        if (lane == 0) mbar_arrive(empty + 8 * held);
+        release_stage<!Cfg::kSmemA>(empty + 8 * held, lane);
 
         /* acc[mi][4c + 2h + e] = outᵀ[row g + 8h of warp's 16][token 8c + 2t + e] */
         const int jw = j0 + (cw * kWgM) * 64 + warp * 16 + g; /* + 64·mi + 8h */
