@@ -16,7 +16,7 @@
  * One JSON line per measurement on stdout.
  *
  * Floors printed beside the time (T tokens, P paths, R = P·r):
- *   flop  = 4·T·R·(m+n) [+ 2·T·R·n with --dx]: the GEMMs of the step,
+ *   flop  = 2·T·R·(2n + 3m) [+ 2·T·R·n with --dx]: the GEMMs of the step,
  *           A = x·W_Vᵀ [T][R] (2TnR, one GEMM for all paths), out = A'·S_Uᵀ per path
  *           (2TRm), B = dy·W_Uᵀ [T][R] (2TmR, one GEMM), M_U = dyᵀ·A' [m][R] (2mRT),
  *           N_V = xᵀ·B' [n][R] (2nRT) [, dx = B'·S_Vᵀ per path (2TRn)];
@@ -147,7 +147,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
         flips += info.flips[i];
 
     double R = (double)P * (double)r;
-    double flop = 4.0 * (double)T * R * (double)(m + n);
+    double flop = 2.0 * (double)T * R * (double)(2 * n + 3 * m);
     if (with_dx) flop += 2.0 * (double)T * R * (double)n;
     double per_sign = mode == BR_SIGN_LATENT ? (factored ? 16.0 : 24.0) : 0.0;
     double bytes = 4.0 * (double)T * (double)(n + m) +
