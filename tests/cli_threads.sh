@@ -6,7 +6,7 @@
 # machine). The layers have awkward sizes (OpenBLAS's threaded GEMM differs from
 # its serial one when K is not a multiple of 32) and input Grams given as factors
 # [k][n] (Σ = FᵀF on the host), so the job runs every host BLAS and LAPACK call:
-# the Gram's Cholesky factor, its eigendecomposition, QR, SVD, GEMMs.
+# the Gram's Cholesky factor and its inverse, QR, SVD, GEMMs.
 # usage: tests/cli_threads.sh path/to/bitrank
 set -u
 BITRANK=${1:?usage: cli_threads.sh path/to/bitrank}

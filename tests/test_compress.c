@@ -1383,8 +1383,8 @@ static void set_threads(int omp, int blas) {
 }
 
 /* One layer compressed as br_compress_matrix does in a job: inputs drawn from a
- * Gram (Cholesky), the activation-aware randomized Dual-SVID (eigendecomposition,
- * QR, SVD, GEMMs), a few training steps. */
+ * Gram (Cholesky), the activation-aware randomized Dual-SVID (the Gram's Cholesky
+ * factor and its inverse, QR, SVD, GEMMs), a few training steps. */
 static br_status compress_once(br_ctx *ctx, const float *w, size_t m, size_t n, const double *gram,
                                size_t tokens, uint64_t seed, br_blr_host *L, br_layer_report *rep) {
     br_compress_opts o;
@@ -1471,6 +1471,321 @@ static void same_bits_any_thread_count(void) {
     br_ctx_free(ctx);
 }
 
+/* Eigenvalues (a's diagonal on return; a [n][n] symmetric f64, destroyed) and
+ * eigenvectors (q's columns) by cyclic Jacobi rotations: the f64 reference of
+ * the activation-aware initialization, independent of LAPACK. */
+static void jacobi_eig(double *a, size_t n, double *q) {
+    for (size_t i = 0; i < n * n; i++)
+        q[i] = i % (n + 1) == 0;
+    for (int sweep = 0; sweep < 60; sweep++) {
+        double off = 0, all = 0;
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < n; j++) {
+                all += a[i * n + j] * a[i * n + j];
+                if (i != j) off += a[i * n + j] * a[i * n + j];
+            }
+        if (off <= 1e-30 * all) break;
+        for (size_t p = 0; p < n; p++)
+            for (size_t r = p + 1; r < n; r++) {
+                double apr = a[p * n + r];
+                if (apr == 0) continue;
+                /* the rotation J (J_pp = J_rr = c, J_pr = s, J_rp = −s) that
+                 * zeroes a_pr in Jᵀ·A·J */
+                double theta = (a[r * n + r] - a[p * n + p]) / (2 * apr);
+                double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1));
+                double c = 1 / sqrt(t * t + 1), sn = t * c;
+                for (size_t k = 0; k < n; k++) {
+                    double x = a[k * n + p], y = a[k * n + r];
+                    a[k * n + p] = c * x - sn * y;
+                    a[k * n + r] = sn * x + c * y;
+                }
+                for (size_t k = 0; k < n; k++) {
+                    double x = a[p * n + k], y = a[r * n + k];
+                    a[p * n + k] = c * x - sn * y;
+                    a[r * n + k] = sn * x + c * y;
+                }
+                for (size_t k = 0; k < n; k++) {
+                    double x = q[k * n + p], y = q[k * n + r];
+                    q[k * n + p] = c * x - sn * y;
+                    q[k * n + r] = sn * x + c * y;
+                }
+            }
+    }
+}
+
+/* ‖(W − Ŵ)·Σ^½‖_F = √trace((W − Ŵ)·Σ·(W − Ŵ)ᵀ) of W, Ŵ [m][n] f64. */
+static double gram_norm(const double *w, const double *w_hat, const double *gram, size_t m,
+                        size_t n) {
+    double acc = 0;
+    for (size_t i = 0; i < m; i++)
+        for (size_t a = 0; a < n; a++) {
+            double da = w[i * n + a] - (w_hat ? w_hat[i * n + a] : 0);
+            for (size_t b = 0; b < n; b++)
+                acc += da * gram[a * n + b] * (w[i * n + b] - (w_hat ? w_hat[i * n + b] : 0));
+        }
+    return sqrt(acc > 0 ? acc : 0);
+}
+
+/* The activation-aware initialization factors W·L (L the Cholesky factor of the
+ * damped Gram Σ_d = Σ + δ·I, δ = 1% of trace/n); the eigendecomposition's
+ * Σ_d^½ = L·Qᵀ gives the same best rank-k fit. Against an f64 reference built
+ * from Jacobi eigendecompositions (Σ_d^½, then the top right singular vectors of
+ * W·Σ_d^½): the kept factors' U'·V'ᵀ (the truncated fit, a full SVD at these
+ * sizes) is the reference's fit to rounding and has its error ‖(W − Ŵ)·Σ^½‖,
+ * for a full-rank Σ and one of fewer samples than inputs; the initialization is
+ * the same bits for 1 and 3 threads; an indefinite "Gram" fails naming its size. */
+static void svid_gram_factor_matches_eig(void) {
+    br_ctx *ctx = t_cpu_ctx();
+    br_rng rng = t_rng_for(18);
+    const size_t r = 32;
+    for (int deficient = 0; deficient < 2; deficient++) {
+        /* min(m, n) ≤ 80: a full SVD (rank 32 + 16 columns of a randomized one
+         * would not be); fewer samples than inputs but more than the rank */
+        size_t m = 60 + (size_t)(br_rng_unit(&rng) * 30), n = 55 + (size_t)(br_rng_unit(&rng) * 25);
+        size_t ntok = deficient ? 2 * n / 3 : 3 * n;
+        float *w = heavy_tailed_matrix(&rng, m, n, 0.6, 0.3);
+        double *wd = t_xmalloc(m * n * sizeof *wd), *gram = calloc(n * n, sizeof *gram),
+               *x = t_xmalloc(ntok * n * sizeof *x), *scale = t_xmalloc(n * sizeof *scale);
+        for (size_t e = 0; e < m * n; e++)
+            wd[e] = w[e];
+        for (size_t j = 0; j < n; j++)
+            scale[j] = exp(br_rng_normal(&rng));
+        for (size_t t = 0; t < ntok; t++)
+            for (size_t j = 0; j < n; j++)
+                x[t * n + j] = scale[j] * br_rng_normal(&rng);
+        for (size_t t = 0; t < ntok; t++)
+            for (size_t i = 0; i < n; i++)
+                for (size_t j = 0; j < n; j++)
+                    gram[i * n + j] += x[t * n + i] * x[t * n + j];
+        /* reference: Σ_d^½ and Σ_d^-½, M = W·Σ_d^½, P = V_k·V_kᵀ from MᵀM's top
+         * k eigenvectors, Ŵ = M·P·Σ_d^-½ */
+        double trace = 0;
+        for (size_t j = 0; j < n; j++)
+            trace += gram[j * n + j];
+        double *a = t_xmalloc(n * n * sizeof *a), *q = t_xmalloc(n * n * sizeof *q),
+               *root = calloc(n * n, sizeof *root), *root_inv = calloc(n * n, sizeof *root_inv),
+               *mm = calloc(m * n, sizeof *mm), *proj = calloc(n * n, sizeof *proj),
+               *mp = calloc(m * n, sizeof *mp), *ref = calloc(m * n, sizeof *ref),
+               *fit = calloc(m * n, sizeof *fit);
+        memcpy(a, gram, n * n * sizeof *a);
+        for (size_t j = 0; j < n; j++)
+            a[j * n + j] += 0.01 * trace / (double)n;
+        jacobi_eig(a, n, q);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < n; j++)
+                for (size_t c = 0; c < n; c++) {
+                    double lam = a[c * n + c];
+                    root[i * n + j] += q[i * n + c] * sqrt(lam) * q[j * n + c];
+                    root_inv[i * n + j] += q[i * n + c] / sqrt(lam) * q[j * n + c];
+                }
+        for (size_t i = 0; i < m; i++)
+            for (size_t c = 0; c < n; c++)
+                for (size_t j = 0; j < n; j++)
+                    mm[i * n + j] += wd[i * n + c] * root[c * n + j];
+        memset(a, 0, n * n * sizeof *a);
+        for (size_t i = 0; i < m; i++)
+            for (size_t u = 0; u < n; u++)
+                for (size_t v = 0; v < n; v++)
+                    a[u * n + v] += mm[i * n + u] * mm[i * n + v];
+        jacobi_eig(a, n, q);
+        /* the k largest eigenvalues (σ²) by selection; σ_k² and σ_(k+1)² for the gap */
+        int *taken = calloc(n, sizeof *taken);
+        double sk = 0, sk1 = 0;
+        for (size_t c = 0; c <= r; c++) {
+            size_t best = n;
+            for (size_t e = 0; e < n; e++)
+                if (!taken[e] && (best == n || a[e * n + e] > a[best * n + best])) best = e;
+            if (c == r) {
+                sk1 = a[best * n + best];
+                break;
+            }
+            taken[best] = 1;
+            sk = a[best * n + best];
+            for (size_t u = 0; u < n; u++)
+                for (size_t v = 0; v < n; v++)
+                    proj[u * n + v] += q[u * n + best] * q[v * n + best];
+        }
+        for (size_t i = 0; i < m; i++)
+            for (size_t c = 0; c < n; c++)
+                for (size_t j = 0; j < n; j++)
+                    mp[i * n + j] += mm[i * n + c] * proj[c * n + j];
+        for (size_t i = 0; i < m; i++)
+            for (size_t c = 0; c < n; c++)
+                for (size_t j = 0; j < n; j++)
+                    ref[i * n + j] += mp[i * n + c] * root_inv[c * n + j];
+        /* ours, on 1 and on 3 threads */
+        int prev_omp = 1, prev_blas = openblas_get_num_threads ? openblas_get_num_threads() : 1;
+#ifdef _OPENMP
+        prev_omp = omp_get_max_threads();
+#endif
+        br_blr_host L1, L3;
+        br_svid_factors f1, f3;
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &L1, m, n, r, 1));
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &L3, m, n, r, 1));
+        CHECK_OK(ctx, br_svid_factors_alloc(ctx, &f1, m, n, r, 1));
+        CHECK_OK(ctx, br_svid_factors_alloc(ctx, &f3, m, n, r, 1));
+        set_threads(1, 1);
+        br_status s1 = br_svid_init_host(ctx, w, gram, 21, &L1, &f1);
+        set_threads(3, 3);
+        br_status s3 = br_svid_init_host(ctx, w, gram, 21, &L3, &f3);
+        set_threads(prev_omp, prev_blas);
+        CHECK(s1 == BR_OK && s3 == BR_OK, "[%zu][%zu] Gram of %zu samples: %s", m, n, ntok,
+              br_ctx_error(ctx));
+        if (s1 == BR_OK && s3 == BR_OK) {
+            for (size_t i = 0; i < m; i++)
+                for (size_t c = 0; c < r; c++)
+                    for (size_t j = 0; j < n; j++)
+                        fit[i * n + j] += (double)f1.u[0][i * r + c] * f1.v[0][j * r + c];
+            double e_ref = gram_norm(wd, ref, gram, m, n), e_ours = gram_norm(wd, fit, gram, m, n),
+                   e_w = gram_norm(wd, NULL, gram, m, n);
+            double num = 0, den = 0;
+            for (size_t e = 0; e < m * n; e++) {
+                num += (fit[e] - ref[e]) * (fit[e] - ref[e]);
+                den += ref[e] * ref[e];
+            }
+            fprintf(stderr,
+                    "  [%zu][%zu], Σ of %zu samples: ‖(W − Ŵ)·Σ^½‖/‖W·Σ^½‖ %.6f Cholesky, "
+                    "%.6f f64 eigendecomposition; Ŵ differs by %.2g (σ_k²/σ_k+1² %.3f)\n",
+                    m, n, ntok, e_ours / e_w, e_ref / e_w, sqrt(num / den), sk / sk1);
+            CHECK(fabs(e_ours - e_ref) <= 1e-4 * e_ref, "error %.8g, reference %.8g", e_ours,
+                  e_ref);
+            CHECK(sqrt(num / den) < 1e-3, "the truncated fit differs from the reference by %.3g",
+                  sqrt(num / den));
+            size_t words = r / 32, differ = 0;
+            differ +=
+                memcmp(L1.path[0].bits_u, L3.path[0].bits_u, m * words * sizeof(uint32_t)) != 0;
+            differ +=
+                memcmp(L1.path[0].bits_v, L3.path[0].bits_v, n * words * sizeof(uint32_t)) != 0;
+            differ += memcmp(L1.path[0].h, L3.path[0].h, m * sizeof(float)) != 0;
+            differ += memcmp(L1.path[0].l, L3.path[0].l, r * sizeof(float)) != 0;
+            differ += memcmp(L1.path[0].g, L3.path[0].g, n * sizeof(float)) != 0;
+            differ += memcmp(f1.u[0], f3.u[0], m * r * sizeof(float)) != 0;
+            differ += memcmp(f1.v[0], f3.v[0], n * r * sizeof(float)) != 0;
+            CHECK(differ == 0, "%zu of 7 arrays differ between 1 and 3 threads", differ);
+        }
+        br_svid_factors_free(&f1);
+        br_svid_factors_free(&f3);
+        br_layer_host_free(&L1);
+        br_layer_host_free(&L3);
+        free(taken);
+        free(a);
+        free(q);
+        free(root);
+        free(root_inv);
+        free(mm);
+        free(proj);
+        free(mp);
+        free(ref);
+        free(fit);
+        free(x);
+        free(scale);
+        free(gram);
+        free(wd);
+        free(w);
+    }
+    /* same bits for 1 and 3 threads where the products and the triangular
+     * inverse run in several panels (n > 256; above, one panel did it all): a
+     * randomized SVD of two paths, Σ of fewer samples than inputs */
+    {
+        size_t m = 300 + (size_t)(br_rng_unit(&rng) * 40),
+               n = 280 + (size_t)(br_rng_unit(&rng) * 40);
+        size_t ntok = n / 2;
+        float *w = heavy_tailed_matrix(&rng, m, n, 0.6, 0.3);
+        float *x = t_rand(&rng, ntok * n, 1.0f);
+        for (size_t j = 0; j < n; j++) { /* heavy-tailed channel scales */
+            float scale = (float)exp(br_rng_normal(&rng));
+            for (size_t t = 0; t < ntok; t++)
+                x[t * n + j] *= scale;
+        }
+        double *gram = calloc(n * n, sizeof *gram);
+        for (size_t t = 0; t < ntok; t++)
+            for (size_t i = 0; i < n; i++)
+                for (size_t j = 0; j < n; j++)
+                    gram[i * n + j] += (double)x[t * n + i] * x[t * n + j];
+        int prev_omp = 1, prev_blas = openblas_get_num_threads ? openblas_get_num_threads() : 1;
+#ifdef _OPENMP
+        prev_omp = omp_get_max_threads();
+#endif
+        br_blr_host A, B;
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &A, m, n, r, 2));
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &B, m, n, r, 2));
+        set_threads(1, 1);
+        br_status sa = br_svid_init_host(ctx, w, gram, 22, &A, NULL);
+        set_threads(3, 3);
+        br_status sb = br_svid_init_host(ctx, w, gram, 22, &B, NULL);
+        set_threads(prev_omp, prev_blas);
+        CHECK(sa == BR_OK && sb == BR_OK, "[%zu][%zu]: %s", m, n, br_ctx_error(ctx));
+        size_t differ = 0;
+        for (size_t p = 0; p < 2 && sa == BR_OK && sb == BR_OK; p++) {
+            const br_blr_path_host *a = &A.path[p], *b = &B.path[p];
+            differ += memcmp(a->bits_u, b->bits_u, m * (r / 32) * sizeof *a->bits_u) != 0;
+            differ += memcmp(a->bits_v, b->bits_v, n * (r / 32) * sizeof *a->bits_v) != 0;
+            differ += memcmp(a->h, b->h, m * sizeof *a->h) != 0;
+            differ += memcmp(a->l, b->l, r * sizeof *a->l) != 0;
+            differ += memcmp(a->g, b->g, n * sizeof *a->g) != 0;
+        }
+        CHECK(differ == 0, "[%zu][%zu]: %zu of 10 arrays differ between 1 and 3 threads", m, n,
+              differ);
+        br_layer_host_free(&A);
+        br_layer_host_free(&B);
+        free(gram);
+        free(x);
+        free(w);
+    }
+    /* a symmetric matrix with a negative eigenvalue (−2: the block [1 3; 3 1]) is
+     * no Gram, and 1% of its mean diagonal does not make it one */
+    size_t m = 37, n = 41;
+    float *w = heavy_tailed_matrix(&rng, m, n, 0.6, 0.3);
+    double *bad = calloc(n * n, sizeof *bad);
+    for (size_t j = 0; j < n; j++)
+        bad[j * n + j] = 1;
+    bad[0 * n + 1] = bad[1 * n + 0] = 3;
+    br_blr_host L;
+    CHECK_OK(ctx, br_layer_host_alloc(ctx, &L, m, n, r, 1));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "[41][41] input Gram",
+                    br_svid_init_host(ctx, w, bad, 1, &L, NULL));
+    CHECK(strstr(br_ctx_error(ctx), "positive") != NULL, "message \"%s\"", br_ctx_error(ctx));
+    br_layer_host_free(&L);
+    /* the same "Gram" from a file in a job: the message names the layer too */
+    char dir[] = "/tmp/bitrank-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char in[128], gpath[128], out[128];
+    snprintf(in, sizeof in, "%s/in.safetensors", dir);
+    snprintf(gpath, sizeof gpath, "%s/g.safetensors", dir);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    float *badf = t_xmalloc(n * n * sizeof *badf);
+    for (size_t e = 0; e < n * n; e++)
+        badf[e] = (float)bad[e];
+    const uint64_t wshape[2] = {m, n}, gshape[2] = {n, n};
+    br_st_writer *wr = NULL;
+    CHECK_OK(ctx, br_st_writer_new(ctx, in, &wr));
+    CHECK_OK(ctx, br_st_writer_add(wr, "blk.0.attn.q.weight", BR_ST_F32, 2, wshape, w));
+    CHECK_OK(ctx, br_st_writer_finish(wr));
+    br_st_writer_free(wr);
+    CHECK_OK(ctx, br_st_writer_new(ctx, gpath, &wr));
+    CHECK_OK(ctx, br_st_writer_add(wr, "blk.0.attn.q.weight", BR_ST_F32, 2, gshape, badf));
+    CHECK_OK(ctx, br_st_writer_finish(wr));
+    br_st_writer_free(wr);
+    br_compress_opts o;
+    br_compress_opts_default(&o);
+    o.rank = 32;
+    o.steps = 0;
+    o.eval_tokens = 64;
+    o.gram = gpath;
+    br_compress_report *rep = NULL;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "[41][41] input Gram",
+                    br_compress_file(ctx, in, out, &o, NULL, 0, NULL, NULL, &rep));
+    CHECK(strstr(br_ctx_error(ctx), "blk.0.attn.q.weight") != NULL, "message \"%s\"",
+          br_ctx_error(ctx));
+    fprintf(stderr, "  an indefinite Gram in a job: %s\n", br_ctx_error(ctx));
+    br_compress_report_free(rep);
+    remove(in), remove(gpath), remove(out), rmdir(dir);
+    free(badf);
+    free(bad);
+    free(w);
+    br_ctx_free(ctx);
+}
+
 T_RUN("compress", T_CASE(rank_formula), T_CASE(selection_patterns),
       T_CASE(svid_error_decreases_with_rank), T_CASE(svid_full_and_randomized),
       T_CASE(svid_device_reuse), T_CASE(svid_activation_aware),
@@ -1478,4 +1793,4 @@ T_RUN("compress", T_CASE(rank_formula), T_CASE(selection_patterns),
       T_CASE(matrix_bad_args), T_CASE(job_resume_and_atomic),
       T_CASE(job_resume_calibration_content), T_CASE(job_resume_damaged_checkpoint),
       T_CASE(job_calibration_files), T_CASE(gram_lookup), T_CASE(job_empty_weight),
-      T_CASE(same_bits_any_thread_count))
+      T_CASE(same_bits_any_thread_count), T_CASE(svid_gram_factor_matches_eig))

@@ -4,6 +4,10 @@
 #include "core/internal.h"
 #include "harness.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* The contract's tolerance; f32 accumulation on the CPU lands near 1e-6. */
 #define MM_TOL 3e-3
 
@@ -479,7 +483,9 @@ static float rand_scale(br_rng *r) { /* ±[0.5, 2): a wrong or missing factor sh
     return br_rng_u64(r) & 1u ? v : -v;
 }
 
-static void epi_run(br_ctx *ctx, br_rng *r, const epi_spec *sp, const char *label) {
+/* epi_run, keeping a copy of out (count floats) in *kept where kept is not NULL. */
+static void epi_run_keep(br_ctx *ctx, br_rng *r, const epi_spec *sp, const char *label,
+                         float **kept, size_t *kept_count) {
     size_t m = sp->m, n = sp->n, k = sp->k;
     size_t lda = sp->lda ? sp->lda : k, stride = sp->ldo ? sp->ldo : n;
     size_t act_count = sp->act_off + (m - 1) * lda + k + 5;
@@ -562,6 +568,7 @@ static void epi_run(br_ctx *ctx, br_rng *r, const epi_spec *sp, const char *labe
              sp->beta);
     check_block(ctx, ob, count, ref, m, n, stride, sp->ocol, what);
     if (t_small()) fprintf(stderr, "  [%.1f s] %s\n", t_elapsed(), what);
+    if (kept) *kept = t_download_f32(ctx, ob, count), *kept_count = count;
     if (sp->cmode == 1) { /* c is only read */
         float *c_after = t_download_f32(ctx, cb, count);
         CHECK(t_bits_differ32(c_after, c_host, count) == 0, "%s: c was written", what);
@@ -571,6 +578,10 @@ static void epi_run(br_ctx *ctx, br_rng *r, const epi_spec *sp, const char *labe
     br_buf_free(ab), br_buf_free(act_parent), br_buf_free(pb), br_buf_free(csb);
     br_buf_free(ob);
     if (sp->cmode == 1) br_buf_free(cb);
+}
+
+static void epi_run(br_ctx *ctx, br_rng *r, const epi_spec *sp, const char *label) {
+    epi_run_keep(ctx, r, sp, label, NULL, NULL);
 }
 
 /* colscale alone, c alone, c = out with beta 1 and −0.5, everything with oscale ≠ 1,
@@ -745,6 +756,81 @@ static void mm_tiles_splitk(void) {
                        .cmode = kind == 2 ? 2 : 0,
                        .beta = 1.0f};
         epi_run(ctx, &r, &sp, "many tiles");
+    }
+    br_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- threads */
+
+/* OpenBLAS's thread control where the program is linked with it (weak: NULL
+ * otherwise); called directly, it is not capped at the core count as
+ * OPENBLAS_NUM_THREADS is, so a 2-core machine runs 3 BLAS threads. */
+extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
+
+static void set_threads(int omp, int blas) {
+#ifdef _OPENMP
+    omp_set_num_threads(omp);
+#else
+    (void)omp;
+#endif
+    if (openblas_set_num_threads) openblas_set_num_threads(blas);
+}
+
+/* The same GEMMs on 1 thread and on 3 (OpenMP and OpenBLAS) give the same bits.
+ * A threaded OpenBLAS sgemm does not: with the kernels OpenBLAS 0.3.21 picks on
+ * AMD Zen and Intel Haswell/Broadwell, its sums differ between 1 and 3 threads for
+ * every K; with its SkylakeX/Cooperlake kernels only for K an odd multiple of 16,
+ * which br_mm never has (OPENBLAS_CORETYPE=Haswell shows the first kind on any x86
+ * with AVX2). Shapes: panels of rows and of columns, ragged last panels, k an odd
+ * multiple of 32, the epilogue (colscale, c, c = out, lda, ldo, ocol); the first
+ * three large enough for the CPU backend's team, the last run on one thread. */
+static void mm_same_bits_any_thread_count(void) {
+    if (t_small()) return; /* nothing of the CUDA kernels' own */
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(13);
+    static const epi_spec cases[] = {
+        {.kind = 0,
+         .m = 300,
+         .n = 420,
+         .k = 544,
+         .oscale = 0.37f,
+         .colscale = 1,
+         .cmode = 2,
+         .beta = -0.5f},
+        {.kind = 1,
+         .m = 190,
+         .n = 520,
+         .k = 736,
+         .lda = 800,
+         .act_off = 5,
+         .ldo = 530,
+         .ocol = 7,
+         .oscale = 1.0f,
+         .cmode = 1,
+         .beta = 1.0f},
+        {.kind = 2, .m = 700, .n = 180, .k = 544, .oscale = -2.0f, .colscale = 1},
+        {.kind = 0, .m = 45, .n = 333, .k = 736, .oscale = 1.0f, .cmode = 2, .beta = 1.0f},
+    };
+    int prev_omp = 1, prev_blas = openblas_get_num_threads ? openblas_get_num_threads() : 1;
+#ifdef _OPENMP
+    prev_omp = omp_get_max_threads();
+#endif
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const epi_spec *sp = &cases[ci];
+        float *one = NULL, *three = NULL;
+        size_t count = 0;
+        br_rng r1 = r; /* the same inputs for both runs */
+        set_threads(1, 1);
+        epi_run_keep(ctx, &r1, sp, "1 thread", &one, &count);
+        set_threads(3, 3);
+        epi_run_keep(ctx, &r, sp, "3 threads", &three, &count);
+        set_threads(prev_omp, prev_blas);
+        size_t differ = t_bits_differ32(one, three, count);
+        CHECK(differ == 0,
+              "case %zu (m=%zu n=%zu k=%zu): %zu of %zu outputs differ between 1 and 3 threads", ci,
+              sp->m, sp->n, sp->k, differ, count);
+        free(one), free(three);
     }
     br_ctx_free(ctx);
 }
@@ -1041,4 +1127,4 @@ T_RUN("gemm", T_CASE(mm_shapes), T_CASE(mm_ldo_ocol), T_CASE(mm_oscale), T_CASE(
       T_CASE(mm_bits_layouts), T_CASE(mm_bits_expand_path), T_CASE(mm_bits_expand_graph),
       T_CASE(mm_bits_expand_eager_growth), T_CASE(mm_graph), T_CASE(mm_launch_counts),
       T_CASE(mm_bad_args), T_CASE(mm_epilogue), T_CASE(mm_epilogue_bad_args),
-      T_CASE(mm_tiles_splitk))
+      T_CASE(mm_tiles_splitk), T_CASE(mm_same_bits_any_thread_count))

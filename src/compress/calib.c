@@ -127,12 +127,16 @@ static void gaussian_inputs(br_rng *rng, const double *chan, float *x, size_t nt
             x[t * n + j] = (float)(chan[j] * br_rng_normal(rng));
 }
 
-/* Gaussian inputs whose covariance is the Gram's (normalized to a mean channel
- * variance of 1): x = z·Lᵀ with Σ' = L·Lᵀ (Cholesky, 1e-6 of the mean added to the
- * diagonal); per-channel standard deviations only where the build has no LAPACK.
- * z is drawn token by token (channel by channel within one) whatever the path. */
-static br_status from_gram(br_ctx *ctx, br_rng *rng, const double *gram, size_t n, float *x,
-                           size_t ntok) {
+/* The factor Gaussian inputs are shaped by: the Gram normalized to a mean channel
+ * variance of 1, Σ', with 1e-6 added to its diagonal, factored as Σ' = L·Lᵀ
+ * (Cholesky; *full = 1, *chol = L [n][n], its upper triangle 0), or, where the
+ * build has no LAPACK or Σ' is not positive definite, Σ' itself (*full = 0: its
+ * diagonal gives per-channel standard deviations). free() *chol. Made once per
+ * layer for its training and held-out inputs (n³/3, serial: seconds at n = 11008). */
+static br_status gram_sampler(br_ctx *ctx, const double *gram, size_t n, double **chol_out,
+                              int *full_out) {
+    *chol_out = NULL;
+    *full_out = 0;
     double mean = 0;
     for (size_t j = 0; j < n; j++)
         mean += gram[j * n + j];
@@ -140,17 +144,8 @@ static br_status from_gram(br_ctx *ctx, br_rng *rng, const double *gram, size_t 
     if (!(mean > 0) || !isfinite(mean))
         return br_fail(ctx, BR_E_FORMAT, "input Gram: its diagonal is not positive (mean %g)",
                        mean);
-    /* tokens per GEMM: Z and X chunks [chunk][n] f64 of at most 8 MiB each */
-    size_t chunk = ((size_t)1 << 20) / n;
-    chunk = chunk < 1 ? 1 : chunk > ntok ? (ntok ? ntok : 1) : chunk;
-    double *chol = malloc(n * n * sizeof *chol), *z = malloc(chunk * n * sizeof *z),
-           *xd = malloc(chunk * n * sizeof *xd);
-    if (!chol || !z || !xd) {
-        free(chol);
-        free(z);
-        free(xd);
-        return br_fail(ctx, BR_E_NOMEM, "input Gram [%zu][%zu]: out of host memory", n, n);
-    }
+    double *chol = malloc(n * n * sizeof *chol);
+    if (!chol) return br_fail(ctx, BR_E_NOMEM, "input Gram [%zu][%zu]: out of host memory", n, n);
     for (size_t i = 0; i < n * n; i++)
         chol[i] = gram[i] / mean;
     int full = 0;
@@ -168,6 +163,25 @@ static br_status from_gram(br_ctx *ctx, br_rng *rng, const double *gram, size_t 
             for (size_t j = i + 1; j < n; j++)
                 chol[i * n + j] = 0;
 #endif
+    *chol_out = chol;
+    *full_out = full;
+    return BR_OK;
+}
+
+/* ntok Gaussian inputs x [ntok][n] whose covariance is Σ' (gram_sampler's): x = z·Lᵀ,
+ * or per-channel standard deviations where it has no L (full = 0). z is drawn
+ * token by token (channel by channel within one) whatever the path. */
+static br_status from_gram(br_ctx *ctx, br_rng *rng, const double *chol, int full, size_t n,
+                           float *x, size_t ntok) {
+    /* tokens per GEMM: Z and X chunks [chunk][n] f64 of at most 8 MiB each */
+    size_t chunk = ((size_t)1 << 20) / n;
+    chunk = chunk < 1 ? 1 : chunk > ntok ? (ntok ? ntok : 1) : chunk;
+    double *z = malloc(chunk * n * sizeof *z), *xd = malloc(chunk * n * sizeof *xd);
+    if (!z || !xd) {
+        free(z);
+        free(xd);
+        return br_fail(ctx, BR_E_NOMEM, "input Gram [%zu][%zu]: out of host memory", n, n);
+    }
     for (size_t t0 = 0; t0 < ntok; t0 += chunk) {
         size_t rows = ntok - t0 < chunk ? ntok - t0 : chunk;
         for (size_t e = 0; e < rows * n; e++)
@@ -197,7 +211,6 @@ static br_status from_gram(br_ctx *ctx, br_rng *rng, const double *gram, size_t 
                 }
         }
     }
-    free(chol);
     free(z);
     free(xd);
     return BR_OK;
@@ -335,8 +348,12 @@ br_status br_calib_inputs(br_ctx *ctx, const br_calib_src *src, const char *name
     br_status st = BR_OK;
     if (gram) {
         out->kind = "gram";
-        st = from_gram(ctx, &rng, gram, n, out->x_train, ntrain_want);
-        if (!st) st = from_gram(ctx, &rng, gram, n, out->x_eval, neval_want);
+        double *chol = NULL;
+        int full = 0;
+        st = gram_sampler(ctx, gram, n, &chol, &full);
+        if (!st) st = from_gram(ctx, &rng, chol, full, n, out->x_train, ntrain_want);
+        if (!st) st = from_gram(ctx, &rng, chol, full, n, out->x_eval, neval_want);
+        free(chol);
     } else {
         out->kind = synthetic == BR_SYNTH_HEAVY ? "synthetic heavy-tailed" : "synthetic isotropic";
         for (size_t j = 0; j < n; j++)

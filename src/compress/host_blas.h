@@ -21,6 +21,11 @@ void br_sgemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const f
 void br_dgemm(int ta, int tb, size_t M, size_t N, size_t K, double alpha, const double *A,
               size_t lda, const double *B, size_t ldb, double beta, double *C, size_t ldc);
 
+/* X = L⁻¹ [n][n] of a lower triangular L [n][n] (row-major f64; its upper triangle
+ * is not read; X's is 0): triangular solves L·X = I over fixed panels of X's
+ * columns, the same bits for any thread count as the products above. */
+void br_dtrinv_lower(size_t n, const double *l, double *x);
+
 /* C[M][N] = A[M][K]·B[N][K]ᵀ + beta·C. */
 static inline void br_sgemm_nt(size_t M, size_t N, size_t K, const float *A, size_t lda,
                                const float *B, size_t ldb, float beta, float *C, size_t ldc) {

@@ -6,9 +6,10 @@
  *   S_U = sign(U'), S_V = sign(V')               (sign(0) = +1)
  *   |U'| ≈ h·ℓ_uᵀ, |V'| ≈ g·ℓ_vᵀ                 rank-1 fits (Perron vectors)
  *   ℓ = ℓ_u ⊙ ℓ_v                                so U'·V'ᵀ ≈ diag(h)·S_U·diag(ℓ)·S_Vᵀ·diag(g)
- * Activation-aware (an input Gram Σ = XᵀX is known): factor W·Σ^½ instead, which
- * ranks directions by their effect on the outputs ‖(W − Ŵ)·X‖, and map the V side
- * back: V' = Σ^-½·Ṽ·diag(√s).
+ * Activation-aware (an input Gram Σ = XᵀX is known): factor W·L instead, L the
+ * Cholesky factor of Σ (damped) = L·Lᵀ, which ranks directions by their effect
+ * on the outputs ‖(W − Ŵ)·X‖ = ‖(W − Ŵ)·L‖, and map the V side back:
+ * Ŵ = Ũ·diag(s)·Ṽᵀ·L⁻¹, so V' = L⁻ᵀ·Ṽ·diag(√s).
  *
  * The truncated SVD is randomized (a Gaussian range finder with two power
  * iterations, Halko–Martinsson–Tropp) when k is well below min(m, n), so a
@@ -131,54 +132,65 @@ done:
     return st;
 }
 
-/* Σ^½ and Σ^-½ [n][n] (f32) of a Gram matrix, eigenvalues damped by 1% of their
- * mean so a rank-deficient Σ (fewer tokens than channels) stays invertible. */
-static br_status gram_roots(br_ctx *ctx, const double *gram, size_t n, float *half,
-                            float *inv_half) {
-    double *q = malloc(n * n * sizeof *q), *lam = malloc(n * sizeof *lam),
-           *t = malloc(n * n * sizeof *t), *r = malloc(n * n * sizeof *r);
+/* A factor of the damped input Gram Σ_d = Σ + δ·I, δ = 1% of its mean eigenvalue
+ * (trace/n), so a rank-deficient Σ (fewer tokens than channels) stays invertible:
+ * its lower Cholesky factor L [n][n] (Σ_d = L·Lᵀ) and L⁻¹ [n][n], both f32.
+ * Any F with F·Fᵀ = Σ_d has the same best rank-k Ŵ in ‖(W − Ŵ)·F‖ (F = Σ_d^½·Q
+ * for an orthogonal Q). L and L⁻¹ cost n³/3 each where Σ_d^½ took an
+ * eigendecomposition (~10·n³, serial like every LAPACK call here: 4 minutes at
+ * n = 11008, where L takes seconds). */
+static br_status gram_factor(br_ctx *ctx, const double *gram, size_t n, float *factor,
+                             float *factor_inv) {
+    double *l = malloc(n * n * sizeof *l), *inv = malloc(n * n * sizeof *inv);
     br_status st = BR_OK;
-    if (!q || !lam || !t || !r) {
+    if (!l || !inv) {
         st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID: out of host memory for a [%zu][%zu] Gram", n, n);
         goto done;
     }
-    memcpy(q, gram, n * n * sizeof *q);
+    double trace = 0;
+    for (size_t j = 0; j < n; j++)
+        trace += gram[j * n + j];
+    if (!(trace > 0) || !isfinite(trace)) {
+        st = br_fail(ctx, BR_E_NONFINITE,
+                     "Dual-SVID: the [%zu][%zu] input Gram's trace is %g, not a positive number", n,
+                     n, trace);
+        goto done;
+    }
+    double damp = 0.01 * trace / (double)n;
+    memcpy(l, gram, n * n * sizeof *l);
+    for (size_t j = 0; j < n; j++)
+        l[j * n + j] += damp;
     int threads = br_blas_serial_begin();
-    lapack_int info =
-        LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', (lapack_int)n, q, (lapack_int)n, lam);
+    lapack_int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, l, (lapack_int)n);
     br_blas_serial_end(threads);
-    if (info) {
+    if (info > 0) {
+        st = br_fail(ctx, BR_E_ARG,
+                     "Dual-SVID: the [%zu][%zu] input Gram is not positive semi-definite: with "
+                     "%g added to its diagonal its Cholesky factorization fails at column %d",
+                     n, n, damp, (int)info - 1);
+        goto done;
+    }
+    if (info) { /* an argument LAPACK refused */
         st = br_fail(ctx, BR_E_DEVICE,
-                     "Dual-SVID: eigendecomposition of the [%zu][%zu] Gram failed "
-                     "(info %d)",
+                     "Dual-SVID: Cholesky factorization of the [%zu][%zu] input Gram failed "
+                     "(LAPACK info %d)",
                      n, n, (int)info);
         goto done;
     }
-    double mean = 0;
+    /* dpotrf leaves the upper triangle as it was: L is the lower one alone */
     for (size_t i = 0; i < n; i++)
-        mean += lam[i] > 0 ? lam[i] : 0;
-    mean /= (double)n;
-    if (!(mean > 0) || !isfinite(mean)) {
-        st = br_fail(ctx, BR_E_NONFINITE, "Dual-SVID: the Gram matrix has no positive eigenvalue");
-        goto done;
-    }
-    for (int pass = 0; pass < 2; pass++) {
-        /* Σ^(±½) = Q·diag(λ^(±½))·Qᵀ */
-        for (size_t i = 0; i < n; i++)
-            for (size_t c = 0; c < n; c++) {
-                double e = (lam[c] > 0 ? lam[c] : 0) + 0.01 * mean;
-                t[i * n + c] = q[i * n + c] * (pass ? 1.0 / sqrt(e) : sqrt(e));
-            }
-        br_dgemm(0, 1, n, n, n, 1.0, t, n, q, n, 0.0, r, n);
-        float *out = pass ? inv_half : half;
-        for (size_t i = 0; i < n * n; i++)
-            out[i] = (float)r[i];
+        for (size_t j = i + 1; j < n; j++)
+            l[i * n + j] = 0;
+    /* L's diagonal is positive: L⁻¹ exists (panels of triangular solves: all
+     * cores, the same bits for any count) */
+    br_dtrinv_lower(n, l, inv);
+    for (size_t i = 0; i < n * n; i++) {
+        factor[i] = (float)l[i];
+        factor_inv[i] = (float)inv[i];
     }
 done:
-    free(q);
-    free(lam);
-    free(t);
-    free(r);
+    free(l);
+    free(inv);
     return st;
 }
 
@@ -309,7 +321,7 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uin
           *s = malloc(k * sizeof *s);
     double *tmp = malloc((m > n ? m : n) * sizeof *tmp), *lu = malloc(k * sizeof *lu),
            *lv = malloc(k * sizeof *lv);
-    float *half = NULL, *inv_half = NULL;
+    float *factor = NULL, *factor_inv = NULL; /* L and L⁻¹ of the damped Gram [n][n] */
     double *v_weight = NULL;
     br_status st = BR_OK;
     if (!target || !work || !u || !v || !s || !tmp || !lu || !lv) {
@@ -317,14 +329,14 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uin
         goto done;
     }
     if (gram) {
-        half = malloc(n * n * sizeof *half);
-        inv_half = malloc(n * n * sizeof *inv_half);
-        if (!half || !inv_half) {
+        factor = malloc(n * n * sizeof *factor);
+        factor_inv = malloc(n * n * sizeof *factor_inv);
+        if (!factor || !factor_inv) {
             st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID of [%zu][%zu]: out of host memory", m, n);
             goto done;
         }
 #ifdef BR_HAVE_LAPACK
-        if ((st = gram_roots(ctx, gram, n, half, inv_half))) goto done;
+        if ((st = gram_factor(ctx, gram, n, factor, factor_inv))) goto done;
 #endif
         v_weight = malloc(n * sizeof *v_weight);
         if (!v_weight) {
@@ -350,7 +362,7 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uin
         }
         const float *a = target;
         if (gram) {
-            br_sgemm(0, 0, m, n, n, 1.0f, target, n, half, n, 0.0f, work, n); /* W·Σ^½ */
+            br_sgemm(0, 0, m, n, n, 1.0f, target, n, factor, n, 0.0f, work, n); /* W·L */
             a = work;
         }
         if ((st = svd(ctx, a, m, n, k, seed + 7919 * p, u, s, v, user))) goto done;
@@ -362,8 +374,8 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uin
                 v[j * k + c] *= root;
         }
         if (gram) {
-            /* V' = Σ^-½·Ṽ·diag(√s) */
-            br_sgemm(0, 0, n, k, n, 1.0f, inv_half, n, v, k, 0.0f, work, k);
+            /* V' = L⁻ᵀ·Ṽ·diag(√s) */
+            br_sgemm(1, 0, n, k, n, 1.0f, factor_inv, n, v, k, 0.0f, work, k);
             memcpy(v, work, n * k * sizeof *v);
         }
         binarize_path(u, v, v_weight, m, n, k, r, &rng, tmp, lu, lv, &L->path[p]);
@@ -381,8 +393,8 @@ done:
     free(tmp);
     free(lu);
     free(lv);
-    free(half);
-    free(inv_half);
+    free(factor);
+    free(factor_inv);
     free(v_weight);
     return st;
 }
