@@ -2,6 +2,7 @@
  * initialization, training, resume and atomic output. */
 #include "compress/calib.h"
 #include "compress/compress.h"
+#include "compress/host_chol.h"
 #include "harness.h"
 
 #include <unistd.h>
@@ -1786,6 +1787,110 @@ static void svid_gram_factor_matches_eig(void) {
     br_ctx_free(ctx);
 }
 
+/* The blocked Cholesky factorization of the activation-aware initialization
+ * (host_chol.c), against the definition: for random SPD matrices with
+ * heavy-tailed scales, one to several blocks of 256 and sizes that are multiples
+ * of nothing, L is lower triangular with a positive diagonal and L·Lᵀ = A to
+ * 1e-12 of √(a_ii·a_jj) (A's upper triangle, NaN, is not read); 3 threads (OpenMP
+ * and OpenBLAS) give the bits of 1; a matrix whose leading [c+1][c+1] block is
+ * indefinite fails at column c, in the factorization and in the initialization's
+ * message. */
+static void host_cholesky_blocked(void) {
+    br_rng rng = t_rng_for(19);
+    const size_t sizes[] = {1, 7, 255, 256, 257, 700, 1100};
+    int prev_omp = 1, prev_blas = openblas_get_num_threads ? openblas_get_num_threads() : 1;
+#ifdef _OPENMP
+    prev_omp = omp_get_max_threads();
+#endif
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        size_t n = sizes[s];
+        double *b = t_xmalloc(n * n * sizeof *b), *scale = t_xmalloc(n * sizeof *scale),
+               *a = t_xmalloc(n * n * sizeof *a), *l1 = t_xmalloc(n * n * sizeof *l1),
+               *l3 = t_xmalloc(n * n * sizeof *l3);
+        for (size_t e = 0; e < n * n; e++)
+            b[e] = br_rng_normal(&rng);
+        for (size_t i = 0; i < n; i++)
+            scale[i] = exp(0.5 * br_rng_normal(&rng));
+        /* A = diag(s)·(B·Bᵀ/n + 0.1·I)·diag(s), its upper triangle NaN */
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < n; j++) {
+                if (j > i) {
+                    a[i * n + j] = NAN;
+                    continue;
+                }
+                double dot = 0;
+                for (size_t k = 0; k < n; k++)
+                    dot += b[i * n + k] * b[j * n + k];
+                a[i * n + j] = scale[i] * (dot / (double)n + (i == j ? 0.1 : 0)) * scale[j];
+            }
+        memcpy(l1, a, n * n * sizeof *l1);
+        memcpy(l3, a, n * n * sizeof *l3);
+        set_threads(1, 1);
+        int info1 = br_dchol_lower(n, l1);
+        set_threads(3, 3);
+        int info3 = br_dchol_lower(n, l3);
+        set_threads(prev_omp, prev_blas);
+        CHECK(info1 == 0 && info3 == 0, "[%zu][%zu]: info %d (1 thread), %d (3)", n, n, info1,
+              info3);
+        size_t upper = 0, bad_diag = 0;
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) {
+            bad_diag += !(l1[i * n + i] > 0) || !isfinite(l1[i * n + i]);
+            for (size_t j = 0; j < n; j++) {
+                if (j > i) {
+                    upper += l1[i * n + j] != 0;
+                    continue;
+                }
+                double dot = 0;
+                for (size_t k = 0; k <= j; k++)
+                    dot += l1[i * n + k] * l1[j * n + k];
+                double err = fabs(dot - a[i * n + j]) / sqrt(a[i * n + i] * a[j * n + j]);
+                if (!(err <= worst)) worst = err; /* NaN sticks */
+            }
+        }
+        fprintf(stderr, "  [%zu][%zu]: max |L·Lᵀ − A|_ij/√(a_ii·a_jj) %.3g\n", n, n, worst);
+        CHECK(upper == 0, "[%zu][%zu]: %zu elements above the diagonal are not 0", n, n, upper);
+        CHECK(bad_diag == 0, "[%zu][%zu]: %zu diagonal elements not positive", n, n, bad_diag);
+        CHECK(worst <= 1e-12, "[%zu][%zu]: L·Lᵀ differs from A by %.3g", n, n, worst);
+        CHECK(memcmp(l1, l3, n * n * sizeof *l1) == 0, "[%zu][%zu]: 1 and 3 threads differ", n, n);
+        /* −a_cc on the diagonal: the leading [c][c] block is still definite, its
+         * Schur complement at c is negative; a random column and, past one
+         * block, the first of the second block */
+        size_t cols[2] = {(size_t)(br_rng_unit(&rng) * (double)n) % n, n > 256 ? 256 : 0};
+        for (int t = 0; t < 2; t++) {
+            size_t c = cols[t];
+            memcpy(l1, a, n * n * sizeof *l1);
+            l1[c * n + c] = -a[c * n + c];
+            int info = br_dchol_lower(n, l1);
+            CHECK(info == (int)c + 1, "[%zu][%zu] indefinite at column %zu: info %d, not %zu", n, n,
+                  c, info, c + 1);
+        }
+        free(b);
+        free(scale);
+        free(a);
+        free(l1);
+        free(l3);
+    }
+    /* through the initialization: its message names the column (here past the
+     * first block, where the damping, 1% of the mean diagonal, does not help) */
+    br_ctx *ctx = t_cpu_ctx();
+    size_t m = 40, n = 300, c = 270;
+    float *w = heavy_tailed_matrix(&rng, m, n, 0.6, 0.3);
+    double *gram = calloc(n * n, sizeof *gram);
+    for (size_t j = 0; j < n; j++)
+        gram[j * n + j] = 1;
+    for (size_t j = 0; j < n - 1; j++) /* a definite tridiagonal band */
+        gram[(j + 1) * n + j] = gram[j * n + j + 1] = 0.3;
+    gram[c * n + c] = -1;
+    br_blr_host L;
+    CHECK_OK(ctx, br_layer_host_alloc(ctx, &L, m, n, 32, 1));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "at column 270", br_svid_init_host(ctx, w, gram, 1, &L, NULL));
+    br_layer_host_free(&L);
+    free(gram);
+    free(w);
+    br_ctx_free(ctx);
+}
+
 T_RUN("compress", T_CASE(rank_formula), T_CASE(selection_patterns),
       T_CASE(svid_error_decreases_with_rank), T_CASE(svid_full_and_randomized),
       T_CASE(svid_device_reuse), T_CASE(svid_activation_aware),
@@ -1793,4 +1898,5 @@ T_RUN("compress", T_CASE(rank_formula), T_CASE(selection_patterns),
       T_CASE(matrix_bad_args), T_CASE(job_resume_and_atomic),
       T_CASE(job_resume_calibration_content), T_CASE(job_resume_damaged_checkpoint),
       T_CASE(job_calibration_files), T_CASE(gram_lookup), T_CASE(job_empty_weight),
-      T_CASE(same_bits_any_thread_count), T_CASE(svid_gram_factor_matches_eig))
+      T_CASE(same_bits_any_thread_count), T_CASE(svid_gram_factor_matches_eig),
+      T_CASE(host_cholesky_blocked))

@@ -6,6 +6,7 @@
 
 #include "compress/calib.h"
 #include "compress/host_blas.h"
+#include "core/blas_threads.h"
 #include "core/rng.h"
 
 #ifdef BR_HAVE_LAPACK

@@ -1,5 +1,5 @@
-/* Host matrix products: CBLAS, or loops with the same meaning; and the serial
- * mode that keeps LAPACK's results independent of the thread count.
+/* Host matrix products: CBLAS, or loops with the same meaning, with results
+ * independent of the thread count.
  *
  * Why not simply call a threaded BLAS: OpenBLAS's result depends on how many
  * threads it runs. Measured with 0.3.21 (pthreads) on this repository's machine:
@@ -10,9 +10,10 @@
  * OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, then got other bits, where `--resume`
  * promises the same.
  *
- * So OpenBLAS runs on one thread here, and we split each product ourselves into
- * panels of C (split below) taken by an OpenMP team of as many threads as
- * OpenBLAS would have run: the panels depend on the shape alone, each is one
+ * So OpenBLAS runs on one thread here (core/blas_threads.h), and we split each
+ * product ourselves into panels of C (core/gemm_panels.h) taken by an OpenMP
+ * team of as many threads as OpenBLAS would have run: the panels depend on the
+ * shape alone, each is one
  * single-threaded GEMM of a fixed shape, and every element of C is computed in
  * exactly one of them, so the bits depend neither on which thread runs which
  * panel nor on how many threads there are, and the products still use the
@@ -28,6 +29,8 @@
  * the demo's host initialization went from 1.7 s to 2.0 s with
  * OMP_NUM_THREADS=2, and `bitrank demo --steps 0` takes the same time. */
 #include "compress/host_blas.h"
+#include "core/blas_threads.h"
+#include "core/gemm_panels.h"
 
 #ifdef BR_HAVE_OPENMP
 #include <omp.h>
@@ -35,91 +38,15 @@
 
 #ifdef BR_HAVE_CBLAS
 #include <cblas.h>
-#include <pthread.h>
-
-/* OpenBLAS's thread control, declared here so that any cblas.h will do. */
-void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
-int openblas_get_parallel(void); /* 0 sequential, 1 pthreads, 2 OpenMP */
-
-/* Serial sections may run on several threads at once (two jobs of one
- * process): a pthreads OpenBLAS has one thread count for the whole process, so
- * the first section to begin sets it to 1 and the last to end restores it. An
- * OpenMP OpenBLAS reads the calling thread's OpenMP count, which each section
- * sets and restores for its own thread. */
-static pthread_mutex_t serial_lock = PTHREAD_MUTEX_INITIALIZER;
-static int serial_depth, serial_saved;
-
-int br_blas_serial_begin(void) {
-#ifdef BR_HAVE_OPENMP
-    if (openblas_get_parallel() == 2) {
-        int prev = omp_get_max_threads();
-        if (prev != 1) openblas_set_num_threads(1);
-        return prev;
-    }
-#endif
-    pthread_mutex_lock(&serial_lock);
-    if (serial_depth++ == 0) {
-        serial_saved = openblas_get_num_threads();
-        if (serial_saved != 1) openblas_set_num_threads(1);
-    }
-    int prev = serial_saved;
-    pthread_mutex_unlock(&serial_lock);
-    return prev;
-}
-
-void br_blas_serial_end(int prev) {
-#ifdef BR_HAVE_OPENMP
-    if (openblas_get_parallel() == 2) {
-        if (prev != 1) openblas_set_num_threads(prev);
-        return;
-    }
-#endif
-    (void)prev;
-    pthread_mutex_lock(&serial_lock);
-    if (--serial_depth == 0 && serial_saved != 1) openblas_set_num_threads(serial_saved);
-    pthread_mutex_unlock(&serial_lock);
-}
-
-/* The panels of C [M][N]: along M when M ≥ N, else along N, at most
- * MAX_PANELS of them and at least MIN_PANEL rows (or columns) each, the last one
- * shorter. A function of the shape alone, never of the thread count: the panel
- * fixes the arithmetic of every element in it. Each panel repacks the operand it
- * shares with the others (OpenBLAS packs its operands), hence the bounds: with
- * 16 panels that costs a few percent, and 16 panels keep 16 threads busy. */
-#define MIN_PANEL ((size_t)128)
-#define MAX_PANELS ((size_t)16)
-
-typedef struct {
-    int by_rows;
-    size_t len, size, count;
-} panels;
-
-static panels split(size_t M, size_t N) {
-    panels p = {.by_rows = M >= N};
-    p.len = p.by_rows ? M : N;
-    size_t size = ((p.len + MAX_PANELS - 1) / MAX_PANELS + 63) / 64 * 64;
-    p.size = size > MIN_PANEL ? size : MIN_PANEL;
-    p.count = (p.len + p.size - 1) / p.size;
-    return p;
-}
 
 /* Worth more than one thread: two panels or more, 2·10⁶ multiply-adds or more. */
-static int parallel_worth(size_t M, size_t N, size_t K, size_t count) {
-    return count > 1 && M * N * K >= (size_t)1 << 21;
-}
-
-/* Panel t: its first row (or column) and its extent. */
-static void panel_range(panels p, size_t t, size_t *first, size_t *extent) {
-    *first = t * p.size;
-    *extent = p.len - *first < p.size ? p.len - *first : p.size;
-}
+#define PARALLEL_MIN_MADDS ((size_t)1 << 21)
 
 void br_sgemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A, size_t lda,
               const float *B, size_t ldb, float beta, float *C, size_t ldc) {
     if (!M || !N) return;
-    const panels p = split(M, N);
-    const int parallel = parallel_worth(M, N, K, p.count);
+    const br_panels p = br_panels_of(M, N);
+    const int parallel = br_panels_parallel(p, M, N, K, PARALLEL_MIN_MADDS);
     /* as many threads as OpenBLAS would have run (OPENBLAS_NUM_THREADS, else
      * OMP_NUM_THREADS, else the core count; an OpenMP OpenBLAS: OpenMP's count) */
     const int prev = br_blas_serial_begin(), team = prev > 1 ? prev : 1;
@@ -128,7 +55,7 @@ void br_sgemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const f
 #endif
     for (size_t t = 0; t < p.count; t++) {
         size_t f, e;
-        panel_range(p, t, &f, &e);
+        br_panel_range(p, t, &f, &e);
         /* rows f.. of op(A) and C, or columns f.. of op(B) and C */
         const float *a = p.by_rows ? (ta ? A + f : A + f * lda) : A;
         const float *b = p.by_rows ? B : (tb ? B + f * ldb : B + f);
@@ -145,8 +72,8 @@ void br_sgemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const f
 void br_dgemm(int ta, int tb, size_t M, size_t N, size_t K, double alpha, const double *A,
               size_t lda, const double *B, size_t ldb, double beta, double *C, size_t ldc) {
     if (!M || !N) return;
-    const panels p = split(M, N);
-    const int parallel = parallel_worth(M, N, K, p.count);
+    const br_panels p = br_panels_of(M, N);
+    const int parallel = br_panels_parallel(p, M, N, K, PARALLEL_MIN_MADDS);
     /* as many threads as OpenBLAS would have run (OPENBLAS_NUM_THREADS, else
      * OMP_NUM_THREADS, else the core count; an OpenMP OpenBLAS: OpenMP's count) */
     const int prev = br_blas_serial_begin(), team = prev > 1 ? prev : 1;
@@ -155,7 +82,7 @@ void br_dgemm(int ta, int tb, size_t M, size_t N, size_t K, double alpha, const 
 #endif
     for (size_t t = 0; t < p.count; t++) {
         size_t f, e;
-        panel_range(p, t, &f, &e);
+        br_panel_range(p, t, &f, &e);
         const double *a = p.by_rows ? (ta ? A + f : A + f * lda) : A;
         const double *b = p.by_rows ? B : (tb ? B + f * ldb : B + f);
         double *c = p.by_rows ? C + f * ldc : C + f;
@@ -176,16 +103,18 @@ void br_dgemm(int ta, int tb, size_t M, size_t N, size_t K, double alpha, const 
 
 void br_dtrinv_lower(size_t n, const double *l, double *x) {
     if (!n) return;
-    size_t count = (n + INV_PANEL - 1) / INV_PANEL;
+    const br_panels p = {
+        .by_rows = 0, .len = n, .size = INV_PANEL, .count = (n + INV_PANEL - 1) / INV_PANEL};
     for (size_t i = 0; i < n * n; i++)
         x[i] = i % (n + 1) == 0 ? 1.0 : 0.0;
-    const int parallel = parallel_worth(n, n, n / 3, count);
+    const int parallel = br_panels_parallel(p, n, n, n / 3, PARALLEL_MIN_MADDS);
     const int prev = br_blas_serial_begin(), team = prev > 1 ? prev : 1;
 #ifdef BR_HAVE_OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (parallel)
 #endif
-    for (size_t t = 0; t < count; t++) {
-        size_t f = t * INV_PANEL, e = n - f < INV_PANEL ? n - f : INV_PANEL;
+    for (size_t t = 0; t < p.count; t++) {
+        size_t f, e;
+        br_panel_range(p, t, &f, &e);
         cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)(n - f),
                     (int)e, 1.0, l + f * n + f, (int)n, x + f * n + f, (int)n);
     }
@@ -195,11 +124,6 @@ void br_dtrinv_lower(size_t n, const double *l, double *x) {
 }
 
 #else
-
-/* Without OpenBLAS there is no thread pool to quiet (LAPACK, if any, runs on
- * whatever BLAS it was linked with). */
-int br_blas_serial_begin(void) { return 1; }
-void br_blas_serial_end(int prev) { (void)prev; }
 
 /* Each element is one sum in k order, whichever thread computes it. */
 #define GEMM_LOOP(T, ACC)                                                                          \

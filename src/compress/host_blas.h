@@ -6,14 +6,6 @@
 
 #include <stddef.h>
 
-/* LAPACK calls go between these two: OpenBLAS on one thread (its threaded
- * routines sum in an order that depends on the thread count), then the thread
- * count it had. begin returns the count it had, which end takes. Sections may
- * overlap on several threads; BLAS calls of the process that are not ours run
- * on one thread too while any section lasts. */
-int br_blas_serial_begin(void);
-void br_blas_serial_end(int prev);
-
 /* C[M][N] = alpha·op(A)·op(B) + beta·C; op(A) is [M][K], op(B) is [K][N]; ta/tb:
  * 0 = as stored, 1 = transposed (A stored [K][M], B stored [N][K]). */
 void br_sgemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A, size_t lda,

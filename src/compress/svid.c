@@ -20,6 +20,8 @@
 
 #include "compress/compress.h"
 #include "compress/host_blas.h"
+#include "compress/host_chol.h"
+#include "core/blas_threads.h"
 #include "core/rng.h"
 
 #ifdef BR_HAVE_LAPACK
@@ -160,9 +162,7 @@ static br_status gram_factor(br_ctx *ctx, const double *gram, size_t n, float *f
     memcpy(l, gram, n * n * sizeof *l);
     for (size_t j = 0; j < n; j++)
         l[j * n + j] += damp;
-    int threads = br_blas_serial_begin();
-    lapack_int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)n, l, (lapack_int)n);
-    br_blas_serial_end(threads);
+    lapack_int info = br_dchol_lower(n, l); /* blocked: all cores, the same bits for any count */
     if (info > 0) {
         st = br_fail(ctx, BR_E_ARG,
                      "Dual-SVID: the [%zu][%zu] input Gram is not positive semi-definite: with "

@@ -10,7 +10,7 @@
  * at least BR_PANEL_MIN rows (or columns) and a multiple of 64, the last one
  * shorter. Each panel repacks the operand it shares with the others (BLAS packs
  * its operands), hence the bounds: with 16 panels that costs a few percent, and
- * 16 panels keep 16 threads busy. (Same scheme as compress/host_blas.c.) */
+ * 16 panels keep 16 threads busy. Users: compress/host_blas.c, backend/cpu/cpu_gemm.c. */
 #ifndef BR_CORE_GEMM_PANELS_H
 #define BR_CORE_GEMM_PANELS_H
 

@@ -29,7 +29,7 @@
 #endif
 
 #include "backend/cpu/cpu_ops.h"
-#include "compress/host_blas.h" /* br_blas_serial_begin/end: one lock for the process */
+#include "core/blas_threads.h" /* br_blas_serial_begin/end: one lock for the process */
 #include "core/gemm_panels.h"
 
 /* f16 bit pattern → f32, exactly br_half_to_float (all 65536 patterns checked) but

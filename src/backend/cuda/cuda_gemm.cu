@@ -229,7 +229,8 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
     p.colscale = args.g.colscale ? static_cast<const float *>(br_ptr(args.g.colscale)) : nullptr;
     p.c = args.g.c ? static_cast<const float *>(br_ptr(args.g.c)) + args.g.ocol : nullptr;
     p.ldo = (long long)args.g.ldo;
-    p.lda = (long long)(args.g.lda ? args.g.lda : args.g.k); /* 0 = k, as the front-end resolves it */
+    /* lda = 0 means k, as the front-end resolves it (bench_gemm calls run() directly) */
+    p.lda = (long long)(args.g.lda ? args.g.lda : args.g.k);
     p.m = (int)args.g.m, p.n = (int)args.g.n, p.k = (int)args.g.k;
     p.words = kind == PLANE_ROWS ? p.k / 32 : kind == PLANE_COLS ? (p.n + 31) / 32 : 0;
     p.kind = kind;
