@@ -522,8 +522,7 @@ std::vector<Result> bench_shape(br_ctx *ctx, Lt &lt, br_rng *r, int M, int N, in
                       : kind == PLANE_ROWS ? sets[i].rows
                                            : sets[i].cols;
             a.out = sets[i].out;
-            /* run() is past the front-end, which resolves lda = 0 to k: set it here */
-            a.g.m = M, a.g.n = N, a.g.k = K, a.g.ldo = N, a.g.lda = K, a.g.oscale = 1.0f;
+            a.g.m = M, a.g.n = N, a.g.k = K, a.g.ldo = N, a.g.oscale = 1.0f; /* lda 0: k */
             a.layout = kind == PLANE_COLS ? BR_BITS_COLS : BR_BITS_ROWS;
             BR_OK_OR_DIE(ctx, run(ctx, a, kind, fam, tile, src));
         };

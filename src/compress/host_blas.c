@@ -42,58 +42,40 @@
 /* Worth more than one thread: two panels or more, 2·10⁶ multiply-adds or more. */
 #define PARALLEL_MIN_MADDS ((size_t)1 << 21)
 
-void br_sgemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A, size_t lda,
-              const float *B, size_t ldb, float beta, float *C, size_t ldc) {
-    if (!M || !N) return;
-    const br_panels p = br_panels_of(M, N);
-    const int parallel = br_panels_parallel(p, M, N, K, PARALLEL_MIN_MADDS);
-    /* as many threads as OpenBLAS would have run (OPENBLAS_NUM_THREADS, else
-     * OMP_NUM_THREADS, else the core count; an OpenMP OpenBLAS: OpenMP's count) */
-    const int prev = br_blas_serial_begin(), team = prev > 1 ? prev : 1;
+/* br_sgemm and br_dgemm: the same panel loop over cblas_sgemm / cblas_dgemm. Rows
+ * f.. of op(A) and C, or columns f.. of op(B) and C, per panel; as many threads as
+ * OpenBLAS would have run (OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else the core
+ * count; an OpenMP OpenBLAS: OpenMP's count). */
 #ifdef BR_HAVE_OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (parallel)
+#define PANEL_LOOP _Pragma("omp parallel for schedule(dynamic, 1) num_threads(team) if (parallel)")
+#else
+#define PANEL_LOOP
 #endif
-    for (size_t t = 0; t < p.count; t++) {
-        size_t f, e;
-        br_panel_range(p, t, &f, &e);
-        /* rows f.. of op(A) and C, or columns f.. of op(B) and C */
-        const float *a = p.by_rows ? (ta ? A + f : A + f * lda) : A;
-        const float *b = p.by_rows ? B : (tb ? B + f * ldb : B + f);
-        float *c = p.by_rows ? C + f * ldc : C + f;
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (int)(p.by_rows ? e : M), (int)(p.by_rows ? N : e), (int)K, alpha, a, (int)lda,
-                    b, (int)ldb, beta, c, (int)ldc);
+#define DEFINE_HOST_GEMM(name, T, cblas_gemm)                                                      \
+    void name(int ta, int tb, size_t M, size_t N, size_t K, T alpha, const T *A, size_t lda,      \
+              const T *B, size_t ldb, T beta, T *C, size_t ldc) {                                 \
+        if (!M || !N) return;                                                                      \
+        const br_panels p = br_panels_of(M, N);                                                    \
+        const int parallel = br_panels_parallel(p, M, N, K, PARALLEL_MIN_MADDS);                   \
+        const int prev = br_blas_serial_begin(), team = prev > 1 ? prev : 1;                       \
+        PANEL_LOOP                                                                                 \
+        for (size_t t = 0; t < p.count; t++) {                                                     \
+            size_t f, e;                                                                           \
+            br_panel_range(p, t, &f, &e);                                                          \
+            const T *a = p.by_rows ? (ta ? A + f : A + f * lda) : A;                               \
+            const T *b = p.by_rows ? B : (tb ? B + f * ldb : B + f);                               \
+            T *c = p.by_rows ? C + f * ldc : C + f;                                                \
+            cblas_gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,                              \
+                       tb ? CblasTrans : CblasNoTrans, (int)(p.by_rows ? e : M),                   \
+                       (int)(p.by_rows ? N : e), (int)K, alpha, a, (int)lda, b, (int)ldb, beta, c, \
+                       (int)ldc);                                                                  \
+        }                                                                                          \
+        br_blas_serial_end(prev);                                                                  \
+        (void)parallel;                                                                            \
+        (void)team;                                                                                \
     }
-    br_blas_serial_end(prev);
-    (void)parallel;
-    (void)team;
-}
-
-void br_dgemm(int ta, int tb, size_t M, size_t N, size_t K, double alpha, const double *A,
-              size_t lda, const double *B, size_t ldb, double beta, double *C, size_t ldc) {
-    if (!M || !N) return;
-    const br_panels p = br_panels_of(M, N);
-    const int parallel = br_panels_parallel(p, M, N, K, PARALLEL_MIN_MADDS);
-    /* as many threads as OpenBLAS would have run (OPENBLAS_NUM_THREADS, else
-     * OMP_NUM_THREADS, else the core count; an OpenMP OpenBLAS: OpenMP's count) */
-    const int prev = br_blas_serial_begin(), team = prev > 1 ? prev : 1;
-#ifdef BR_HAVE_OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (parallel)
-#endif
-    for (size_t t = 0; t < p.count; t++) {
-        size_t f, e;
-        br_panel_range(p, t, &f, &e);
-        const double *a = p.by_rows ? (ta ? A + f : A + f * lda) : A;
-        const double *b = p.by_rows ? B : (tb ? B + f * ldb : B + f);
-        double *c = p.by_rows ? C + f * ldc : C + f;
-        cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (int)(p.by_rows ? e : M), (int)(p.by_rows ? N : e), (int)K, alpha, a, (int)lda,
-                    b, (int)ldb, beta, c, (int)ldc);
-    }
-    br_blas_serial_end(prev);
-    (void)parallel;
-    (void)team;
-}
+DEFINE_HOST_GEMM(br_sgemm, float, cblas_sgemm)
+DEFINE_HOST_GEMM(br_dgemm, double, cblas_dgemm)
 
 /* Column panels of the inverse: a fixed width, so a panel's arithmetic depends on
  * n alone. Panel [f, f + e) of L⁻¹ is 0 above row f and solves
