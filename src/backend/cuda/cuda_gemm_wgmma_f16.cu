@@ -6,7 +6,8 @@
 namespace br_gemm_cuda {
 
 br_status launch_wgmma_f16(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src) {
-    return launch_wgmma_kind<PLANE_F16>(ctx, p, tile, src);
+    return plain_problem(p) ? launch_wgmma_kind<PLANE_F16, false>(ctx, p, tile, src)
+                            : launch_wgmma_kind<PLANE_F16, true>(ctx, p, tile, src);
 }
 
 } // namespace br_gemm_cuda

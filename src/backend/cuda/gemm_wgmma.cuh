@@ -34,6 +34,12 @@
  * inner dimension at 16-byte granularity), or c is not, each thread stores its
  * values directly instead (reading c per element).
  *
+ * kFullEpi: each kernel is built twice. false: the plain product (no colscale, no
+ * c, no split), out = acc·oscale with the epilogue's features compiled out, so its
+ * boxes are filled by straight-line multiplies and stores; runtime tests per
+ * element (c or not, colscale or not), unrolled over 128 accumulators, make the
+ * epilogue about 3.5× larger in code and branchy. true: colscale, c and split-K.
+ *
  * Split-K (a.splits > 1): the work units are tiles × splits, unit u the tile
  * u % tiles over k blocks [split·nkb_unit, (split+1)·nkb_unit) with split =
  * u / tiles. A unit stores its raw sums (no epilogue) to the workspace, split s at
@@ -207,6 +213,16 @@ template <int kRegs> __device__ __forceinline__ void regs_claim() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+#ifndef BR_WGMMA_LANE0_RELEASE
+/* Experiment switch, off by default (build with -DBR_WGMMA_LANE0_RELEASE=1 to measure
+ * what the per-thread release costs): register-A consumers release per warp too,
+ * lane 0 alone (8 arrivals), as before 2026-11-29's racecheck fix. The other lanes'
+ * ld.shared of a stage are ordered before lane 0's arrive by the __syncwarp that
+ * starts the next k block (the loop releases the previous k block's stage) or by
+ * the one before the tile's last release, but racecheck does not credit that
+ * ordering and reports hazards. */
+#define BR_WGMMA_LANE0_RELEASE 0
+#endif
 /* A consumer warp frees a stage it has finished with. Where the consumers read the
  * stage only through wgmma (the f16 plane and the producer-expanded bitmap), lane 0
  * arrives for its warp once wgmma_wait has retired those reads (8 arrivals). Where
@@ -215,7 +231,7 @@ template <int kRegs> __device__ __forceinline__ void regs_claim() {
  * thread's own earlier accesses, and compute-sanitizer racecheck holds us to that. */
 template <bool kAllLanes>
 __device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
-    if (kAllLanes || lane == 0) mbar_arrive(empty_bar);
+    if ((kAllLanes && !BR_WGMMA_LANE0_RELEASE) || lane == 0) mbar_arrive(empty_bar);
 }
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -309,7 +325,7 @@ __device__ __forceinline__ void expand_stage(const StageBits<kWgM> &b, uint32_t 
 
 /* ---------------------------------------------------------------- the kernel */
 
-template <int kKind, int kWgM, int kBT, int kASets>
+template <int kKind, int kWgM, int kBT, int kASets, bool kFullEpi>
 __global__ void __launch_bounds__(384, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tm_act,
                       const __grid_constant__ CUtensorMap tm_plane,
@@ -325,17 +341,20 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t cbar = empty + 8 * S; /* + 8·consumer: c boxes landed */
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
-    const int nkb = a.nkb_unit; /* k blocks per work unit (all of k without split) */
-    const int units = a.tiles * a.splits;
+    /* k blocks per work unit (all of k without split), units: tiles × splits */
+    const int nkb = kFullEpi ? a.nkb_unit : (a.k + Cfg::kBK - 1) / Cfg::kBK;
+    const int units = kFullEpi ? a.tiles * a.splits : a.tiles;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(full + 8 * s, Cfg::kFullArrivals);
             /* consumers' arrivals: per warp, or per thread (release_stage) */
-            mbar_init(empty + 8 * s, Cfg::kSmemA ? 8 : 256);
+            mbar_init(empty + 8 * s, Cfg::kSmemA || BR_WGMMA_LANE0_RELEASE ? 8 : 256);
         }
-        mbar_init(cbar, 1);
-        mbar_init(cbar + 8, 1);
+        if (kFullEpi) {
+            mbar_init(cbar, 1);
+            mbar_init(cbar + 8, 1);
+        }
         mbar_init_fence();
     }
     __syncthreads();
@@ -356,14 +375,18 @@ __global__ void __launch_bounds__(384, 1)
         /* the grid never exceeds the unit count: every CTA has ≥ 1 unit */
         const int steps = (units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * nkb;
         auto unit_of = [&](int it) { return (int)blockIdx.x + (it / nkb) * (int)gridDim.x; };
-        auto plane_row0 = [&](int it) { return (unit_of(it) % a.tiles % a.tiles_j) * Cfg::kBJ; };
+        /* the tile of step it (units past the tiles only with split-K) */
+        auto tile_of = [&](int it) { return kFullEpi ? unit_of(it) % a.tiles : unit_of(it); };
+        auto plane_row0 = [&](int it) { return (tile_of(it) % a.tiles_j) * Cfg::kBJ; };
         /* the k block of step it: its unit's split offset plus the step within */
-        auto kblock = [&](int it) { return unit_of(it) / a.tiles * nkb + it % nkb; };
+        auto kblock = [&](int it) {
+            return kFullEpi ? unit_of(it) / a.tiles * nkb + it % nkb : it % nkb;
+        };
         int s = 0;
         uint32_t phase = 0;
         /* One stage: wait until it is free, then fill it (cur: the expand mode's bits) */
         auto fill = [&](int it, const StageBits<kWgM> &cur) {
-            const int tile = unit_of(it) % a.tiles, kb = kblock(it);
+            const int tile = tile_of(it), kb = kblock(it);
             const int j0 = (tile % a.tiles_j) * Cfg::kBJ, t0 = (tile / a.tiles_j) * kBT;
             mbar_wait(empty + 8 * s, phase ^ 1);
             const uint32_t bar = full + 8 * s, pdst = plane_s + s * Cfg::kPlaneBytes;
@@ -445,7 +468,7 @@ __global__ void __launch_bounds__(384, 1)
      * round's c boxes by TMA into the boxes the round then fills, the first round's
      * at the start of the tile (its load overlaps the main loop) */
     constexpr int kB = Cfg::kEpiBoxes;
-    const bool c_tma = a.tma_store && a.c != nullptr && a.splits == 1;
+    const bool c_tma = kFullEpi && a.tma_store && a.c != nullptr && a.splits == 1;
     const uint32_t my_cbar = cbar + 8 * cw;
     uint32_t cphase = 0;
     auto load_c = [&](int j0_, int t0_, int mi, int r, int b0) {
@@ -457,7 +480,7 @@ __global__ void __launch_bounds__(384, 1)
     };
 
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-        const int tile = unit % a.tiles, split = unit / a.tiles;
+        const int tile = kFullEpi ? unit % a.tiles : unit, split = kFullEpi ? unit / a.tiles : 0;
         const int j0 = (tile % a.tiles_j) * Cfg::kBJ, t0 = (tile / a.tiles_j) * kBT;
 #pragma unroll
         for (int mi = 0; mi < kWgM; mi++)
@@ -537,16 +560,17 @@ __global__ void __launch_bounds__(384, 1)
             if (++s == S) s = 0, phase ^= 1;
         }
         wgmma_wait<0>();
+        if (!Cfg::kSmemA && BR_WGMMA_LANE0_RELEASE) __syncwarp();
         release_stage<!Cfg::kSmemA>(empty + 8 * held, lane);
 
         /* acc[mi][4c + 2h + e] = outᵀ[row g + 8h of warp's 16][token 8c + 2t + e] */
         const int jw = j0 + (cw * kWgM) * 64 + warp * 16 + g; /* + 64·mi + 8h */
         /* split-K: raw sums to this split's rows of the workspace, no epilogue */
-        const bool raw = a.splits > 1;
+        const bool raw = kFullEpi && a.splits > 1;
         const int row_off = raw ? split * a.mpad : 0;
         const float os = raw ? 1.0f : a.oscale;
-        const bool has_cs = !raw && a.colscale != nullptr;
-        const float *cin = raw ? nullptr : a.c;
+        const bool has_cs = kFullEpi && !raw && a.colscale != nullptr;
+        const float *cin = kFullEpi && !raw ? a.c : nullptr;
         float cs[kWgM][2];
 #pragma unroll
         for (int mi = 0; mi < kWgM; mi++)
@@ -644,11 +668,11 @@ __global__ void __launch_bounds__(384, 1)
 
 /* ---------------------------------------------------------------- host launch */
 
-template <int kKind, int kWgM, int kBT, int kASets>
+template <int kKind, int kWgM, int kBT, int kASets, bool kFullEpi>
 br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets>;
     br_cuda *s = br_cuda_state(ctx);
-    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets>;
+    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kFullEpi>;
     static std::atomic<uint64_t> attr_set{0}; /* per device: the attribute is per device */
     const uint64_t dev_bit = s->device >= 0 && s->device < 64 ? 1ull << s->device : 0;
     if (!dev_bit || !(attr_set.load() & dev_bit)) {
@@ -707,6 +731,8 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
                                   (uint64_t)p.m, (uint64_t)p.ldo * 4, 32, Cfg::kEpiRows));
     }
     const int units = a.tiles * a.splits;
+    if (!kFullEpi && (p.colscale || p.c || a.splits > 1))
+        return br_fail(ctx, BR_E_STATE, "mm: the plain wgmma kernel got an epilogue");
     const int grid = units < s->sm_count ? units : s->sm_count;
     kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, tm_c, a);
     BR_CUDA_LAUNCHED(ctx, "wgmma_gemm_kernel");
@@ -717,26 +743,35 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
 /* The A source of the bitmap kernels: 0 = expanded into shared memory by the
  * producer, 2 or 4 = register fragments with that many sets in flight (4 only
  * beside fewer than 128 accumulators: ptxas would serialize the wgmmas). */
-template <int kKind, int kWgM, int kBT>
+template <int kKind, int kWgM, int kBT, bool kFullEpi>
 br_status launch_wgmma_asets(br_ctx *ctx, const Problem &p, WgmmaASource src) {
     constexpr bool kBits = kKind != PLANE_F16;
     constexpr int kReg2 = kBits ? 2 : 0, kReg4 = kBits && kWgM * kBT < 256 ? 4 : 0;
-    if (!kBits || src == A_SMEM) return launch_wgmma_shape<kKind, kWgM, kBT, 0>(ctx, p);
-    if (src == A_REG2) return launch_wgmma_shape<kKind, kWgM, kBT, kReg2>(ctx, p);
-    if (src == A_REG4 && kReg4) return launch_wgmma_shape<kKind, kWgM, kBT, kReg4>(ctx, p);
+    if (!kBits || src == A_SMEM) return launch_wgmma_shape<kKind, kWgM, kBT, 0, kFullEpi>(ctx, p);
+    if (src == A_REG2) return launch_wgmma_shape<kKind, kWgM, kBT, kReg2, kFullEpi>(ctx, p);
+    if (src == A_REG4 && kReg4)
+        return launch_wgmma_shape<kKind, kWgM, kBT, kReg4, kFullEpi>(ctx, p);
     return br_fail(ctx, BR_E_UNSUPPORTED, "mm_bits: A source %d is not built for this tile",
                    (int)src);
 }
 
-template <int kKind>
+/* Whether a problem is the plain product out = oscale·act·planeᵀ (no colscale, no
+ * c, no split-K): it runs the kFullEpi = false kernels. */
+inline bool plain_problem(const Problem &p) {
+    return p.colscale == nullptr && p.c == nullptr && p.splits <= 1;
+}
+
+/* The kernels of one plane kind: kFullEpi = false for the plain product, true for
+ * colscale, c or split-K (see the top of this file). */
+template <int kKind, bool kFullEpi>
 br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src) {
     switch (tile) {
-    case TILE_256x128: return launch_wgmma_asets<kKind, 2, 128>(ctx, p, src);
-    case TILE_256x112: return launch_wgmma_asets<kKind, 2, 112>(ctx, p, src);
-    case TILE_128x256: return launch_wgmma_asets<kKind, 1, 256>(ctx, p, src);
-    case TILE_128x128: return launch_wgmma_asets<kKind, 1, 128>(ctx, p, src);
-    case TILE_128x192: return launch_wgmma_asets<kKind, 1, 192>(ctx, p, src);
-    case TILE_256x96: return launch_wgmma_asets<kKind, 2, 96>(ctx, p, src);
+    case TILE_256x128: return launch_wgmma_asets<kKind, 2, 128, kFullEpi>(ctx, p, src);
+    case TILE_256x112: return launch_wgmma_asets<kKind, 2, 112, kFullEpi>(ctx, p, src);
+    case TILE_128x256: return launch_wgmma_asets<kKind, 1, 256, kFullEpi>(ctx, p, src);
+    case TILE_128x128: return launch_wgmma_asets<kKind, 1, 128, kFullEpi>(ctx, p, src);
+    case TILE_128x192: return launch_wgmma_asets<kKind, 1, 192, kFullEpi>(ctx, p, src);
+    case TILE_256x96: return launch_wgmma_asets<kKind, 2, 96, kFullEpi>(ctx, p, src);
     default: break;
     }
     return br_fail(ctx, BR_E_ARG, "mm: unknown wgmma tile %d", (int)tile);
