@@ -3,7 +3,7 @@
  * and replayed, at the shapes of a Qwen3.5-0.8B-like step (4096 tokens, 2 paths).
  *
  *   bench_layer [--device cuda|cpu] [--runs N] [--mode latent|factored|exact|off]
- *               [--dx] [--quick] [--profile]
+ *               [--dx] [--quick] [--profile] [--shape 1|2|3]
  * --profile: after timing, three eager (not graph) steps under the op profiler,
  * its table on stderr: where a step's time goes, op by op.
  *
@@ -175,7 +175,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
 
 int main(int argc, char **argv) {
     const char *device = "cuda", *mode_name = "latent";
-    int runs = 20, quick = 0, with_dx = 0;
+    int runs = 20, quick = 0, with_dx = 0, only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc)
             device = argv[++i];
@@ -189,9 +189,13 @@ int main(int argc, char **argv) {
             g_profile = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
+                 atoi(argv[i + 1]) <= 3)
+            only = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_layer [--device cuda|cpu] [--runs N] "
-                            "[--mode latent|factored|exact|off] [--dx] [--quick] [--profile]\n");
+                            "[--mode latent|factored|exact|off] [--dx] [--quick] [--profile] "
+                            "[--shape 1|2|3]\n");
             return 2;
         }
     }
@@ -216,6 +220,7 @@ int main(int argc, char **argv) {
     static const size_t shapes[3][5] = {
         {3584, 1024, 384, 2, 4096}, {1024, 3584, 384, 2, 4096}, {6144, 1024, 512, 2, 4096}};
     for (int i = 0; i < 3; i++) {
+        if (only && i != only - 1) continue;
         size_t div = quick ? 16 : 1; /* --quick: a smoke test of the program */
         size_t r = shapes[i][2] / div / 32 * 32;
         bench_shape(shapes[i][0] / div, shapes[i][1] / div, r ? r : 32, shapes[i][3],

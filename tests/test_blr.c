@@ -126,8 +126,10 @@ static void awkward_shapes(void) {
     check_layer(64, 96, 32, 3, 129, 0, 0, 6, 0);
 }
 
-/* A two-path layer equals the sum of its paths as one-path layers, bit for bit:
- * y and dx are fl(part0 + part1), the per-path gradients identical. */
+/* A two-path layer equals the sum of its paths as one-path layers: the per-path
+ * gradients bit for bit (every GEMM keeps the paths' columns apart), y and dx
+ * within f32 rounding of fl(part0 + part1) (one GEMM sums both paths' K range, so
+ * the order of the f32 sums differs): ‖got − sum‖ ≤ 1e-5·‖|part0| + |part1|‖. */
 static void two_paths_are_two_halves(void) {
     br_ctx *ctx = t_ctx();
     br_rng rng = t_rng_for(7);
@@ -157,17 +159,19 @@ static void two_paths_are_two_halves(void) {
         br_blr_scratch_free(s);
         br_blr_free(l);
     }
-    size_t bad_y = 0, bad_dx = 0;
-    for (size_t i = 0; i < ntok * m; i++) {
-        float want = y[0][i] + y[1][i];
-        bad_y += memcmp(&want, &y[2][i], 4) != 0;
+    for (int w = 0; w < 2; w++) {
+        float *const *v = w ? dx : y;
+        size_t len_w = ntok * (w ? n : m);
+        double d2 = 0, s2 = 0;
+        for (size_t i = 0; i < len_w; i++) {
+            double want = (double)v[0][i] + (double)v[1][i], mag = fabs(v[0][i]) + fabs(v[1][i]);
+            d2 += (v[2][i] - want) * (v[2][i] - want);
+            s2 += mag * mag;
+        }
+        CHECK(s2 > 0 && sqrt(d2) <= 1e-5 * sqrt(s2),
+              "%s: ‖P=2 − (half 0 + half 1)‖ = %.3g of ‖|half 0| + |half 1|‖ = %.3g",
+              w ? "dx" : "y", sqrt(d2), sqrt(s2));
     }
-    for (size_t i = 0; i < ntok * n; i++) {
-        float want = dx[0][i] + dx[1][i];
-        bad_dx += memcmp(&want, &dx[2][i], 4) != 0;
-    }
-    CHECK(bad_y == 0, "y: %zu of %zu differ from the sum of the halves", bad_y, ntok * m);
-    CHECK(bad_dx == 0, "dx: %zu of %zu differ from the sum of the halves", bad_dx, ntok * n);
     for (int p = 0; p < 2; p++)
         for (int i = 0; i < 5; i++) {
             size_t bad = t_bits_differ32(grads[p][0][i], grads[2][p][i], len[i]);

@@ -798,7 +798,7 @@ static void graph_replay(void) {
 /* ---------------------------------------------------------------- layer ops */
 
 /* The reformulated layer's ops (ops/layer_ops.h): expand_scaled into a path's rows
- * of a wider plane, sign_rowdot (both outputs, grad accumulating or not, dsum
+ * of a wider plane, expand_scaled_rows into a path's columns, sign_rowdot (both outputs, grad accumulating or not, dsum
  * only), cvt_both (both outputs, or one), bit for bit. */
 static void layer_ops(void) {
     br_rng r = t_rng_for(12);
@@ -824,6 +824,31 @@ static void layer_ops(void) {
             CHECK_OK(g_ctx[s], br_expand_scaled(g_ctx[s], bb, rows, rk, br, scale, pl[s], ld));
         }
         same_bufs("plane_t", pl, rk * ld);
+        free_bufs();
+        size_t ldr = 2 * rk + 8 * t_rand_size(&r, 0, 1); /* path 1's columns of [rows][ldr] */
+        WHAT("expand_scaled_rows rows=%zu r=%zu ld=%zu off=%zu", rows, rk, ldr, g_off);
+        for (int s = 0; s < 2; s++) {
+            br_buf *bb = buf_in(s, BR_U32, bits, rows * words), *br = buf_in(s, BR_F32, rs, rows);
+            br_buf *plane = buf_out(s, BR_F16, rows * ldr);
+            if (br_buf_view(plane, rk, (rows - 1) * ldr + rk, &pl[s]) != BR_OK)
+                die(s, "br_buf_view");
+            track(s, pl[s]);
+            CHECK_OK(g_ctx[s],
+                     br_expand_scaled_rows(g_ctx[s], bb, rows, rk, br, scale, pl[s], ldr));
+        }
+        { /* only the path's columns: the poisons between them differ per backend */
+            size_t nv = (rows - 1) * ldr + rk;
+            uint16_t *got[2], *col[2];
+            for (int s = 0; s < 2; s++) {
+                got[s] = dl(s, pl[s], nv);
+                col[s] = t_xmalloc(rows * rk * 2);
+                for (size_t row = 0; row < rows; row++)
+                    memcpy(col[s] + row * rk, got[s] + row * ldr, rk * 2);
+            }
+            same16("plane", col[DUT], col[REF], rows * rk);
+            for (int s = 0; s < 2; s++)
+                free(got[s]), free(col[s]);
+        }
         free_bufs();
 
         size_t ldm = 2 * rk + t_rand_size(&r, 0, 3), col0 = i % 2 ? rk : 0;

@@ -117,6 +117,56 @@ static void expand_scaled_matches_reference(void) {
     br_ctx_free(ctx);
 }
 
+/* The bitmap-oriented plane: path p's columns of a [rows][paths·r] plane through a
+ * view, every other element left as poisoned, each value the transposed op's. */
+static void expand_scaled_rows_matches_reference(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(61);
+    static const size_t fixed[][2] = {{1, 32}, {7, 64}, {3584, 384}, {1024, 384}, {129, 96}};
+    for (size_t c = 0; c < 5 + 5; c++) {
+        size_t rows, r;
+        t_pick_shape2(&rng, fixed, 5, c, 1, 700, 1, 6, &rows, &r);
+        if (c >= 5) r *= 32;
+        size_t paths = t_rand_size(&rng, 1, 3), p = t_rand_size(&rng, 0, paths - 1);
+        size_t ld = paths * r + 8 * t_rand_size(&rng, 0, 2), total = rows * ld;
+        if (too_big(total)) continue;
+        size_t off = c % 2 ? 3 : 0, words = r / 32;
+        float scale = c % 3 ? 1.0f : (float)(0.1 + 4 * br_rng_unit(&rng));
+        uint32_t *bits = rand_bits(&rng, rows * words);
+        float *rs = rand_wide(&rng, rows);
+        br_buf *pb, *pr, *pp, *vp = NULL;
+        br_buf *bb = input_at(ctx, BR_U32, bits, rows * words, off, &pb);
+        br_buf *br = input_at(ctx, BR_F32, rs, rows, off, &pr);
+        br_buf *plane = view_at(ctx, BR_F16, total, off, T_NAN16, &pp);
+        CHECK(br_buf_view(plane, p * r, (rows - 1) * ld + r, &vp) == BR_OK, "view of path %zu", p);
+        CHECK_OK(ctx, br_expand_scaled_rows(ctx, bb, rows, r, br, scale, vp, ld));
+        uint16_t *got = t_download_f16(ctx, plane, total);
+        size_t bad = 0, far = 0, outside = 0;
+        for (size_t i = 0; i < rows; i++)
+            for (size_t e = 0; e < ld; e++) {
+                uint16_t g = got[i * ld + e];
+                if (e < p * r || e >= (p + 1) * r) {
+                    outside += g != T_NAN16;
+                    continue;
+                }
+                size_t k = e - p * r;
+                int bit = bits[i * words + k / 32] >> (k % 32) & 1u;
+                uint16_t mag = br_half_from_float(rs[i] * scale);
+                bad += g != (bit ? mag : (uint16_t)(mag ^ 0x8000u));
+                far += !f16_near(g, (bit ? 1.0 : -1.0) * (double)rs[i] * scale);
+            }
+        CHECK(bad == 0, "expand_scaled_rows rows=%zu r=%zu ld=%zu off=%zu: %zu of %zu differ", rows,
+              r, ld, off, bad, rows * r);
+        CHECK(far == 0, "expand_scaled_rows rows=%zu r=%zu: %zu values off f64", rows, r, far);
+        CHECK(outside == 0, "expand_scaled_rows rows=%zu r=%zu: %zu written outside path %zu",
+              rows, r, outside, p);
+        free(got), free(bits), free(rs);
+        br_buf_free(vp);
+        free_view(plane, pp), free_view(bb, pb), free_view(br, pr);
+    }
+    br_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- sign_rowdot */
 
 /* The contract's order: lanes k ≡ l (mod 32) from +0, then the halving tree. */
@@ -310,6 +360,22 @@ static void layer_ops_bad_arguments(void) {
                 br_expand_scaled(ctx, bits, rows, (size_t)1 << 20, f, 1.0f, h, (size_t)1 << 20));
     CHECK_FAILS(ctx, BR_E_ARG, br_expand_scaled(ctx, bits, rows, r, fo, 1.0f, h, ld));
 
+    /* expand_scaled_rows: (rows − 1)·ld + r elements of plane, ld ≥ r */
+    CHECK_OK(ctx, br_expand_scaled_rows(ctx, bits, rows, r, f, 1.0f, h, 2 * r));
+    CHECK_OK(ctx, br_buf_view(h, 0, (rows - 1) * 2 * r + r, &view));
+    CHECK_OK(ctx, br_expand_scaled_rows(ctx, bits, rows, r, f, 1.0f, view, 2 * r));
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "plane",
+                    br_expand_scaled_rows(ctx, bits, rows, r, f, 1.0f, view, 2 * r + 8));
+    br_buf_free(view);
+    view = NULL;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ld", br_expand_scaled_rows(ctx, bits, rows, r, f, 1, h, 56));
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ld", br_expand_scaled_rows(ctx, bits, rows, r, f, 1, h, 68));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "plane",
+                    br_expand_scaled_rows(ctx, bits, rows, r, f, 1, NULL, r));
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_expand_scaled_rows(ctx, bits, rows, r, f, 1.0f, f, r));
+    CHECK_FAILS(ctx, BR_E_SHAPE, br_expand_scaled_rows(ctx, bits, rows, 48, f, 1.0f, h, r));
+    CHECK_FAILS(ctx, BR_E_NONFINITE, br_expand_scaled_rows(ctx, bits, rows, r, f, INFINITY, h, r));
+
     /* sign_rowdot */
     CHECK_OK(ctx, br_sign_rowdot(ctx, f, 128, 64, bits, d, g, NULL, rows, r, 0));
     CHECK_OK(ctx, br_sign_rowdot(ctx, f, 128, 64, bits, f, g, d, rows, r, 1));
@@ -375,5 +441,6 @@ static void layer_ops_bad_arguments(void) {
     br_ctx_free(ctx);
 }
 
-T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference), T_CASE(sign_rowdot_matches_reference),
+T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference),
+      T_CASE(expand_scaled_rows_matches_reference), T_CASE(sign_rowdot_matches_reference),
       T_CASE(cvt_both_matches_reference), T_CASE(layer_ops_bad_arguments))

@@ -10,7 +10,8 @@
  *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   br_sign_rowdot
  *     N_V = f16(x)ᵀ · B' / gs                   [n][R]      br_mm on xᵀ, B'ᵀ: K = tokens
  *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]   br_sign_rowdot
- *     dx  = Σ_p g_p ⊙ (B'_p · S_V,pᵀ) / gs      [T][n]      br_mm_bits per path (dx only)
+ *     X_V = [f16(g_p ⊙ S_V,p)]                  [n][R]      br_expand_scaled_rows per path
+ *     dx  = B' · X_Vᵀ / gs                      [T][n]      br_mm, ONE GEMM, K = R (dx only)
  * Why M_U gives dh: dh_i = Σ_t dy_ti·c_ti with c = A'·S_Uᵀ, so dh_i = Σ_k S_U[i,k]·
  * (dyᵀA')_ik and the product c is never formed; likewise dg from N_V. dℓ of the
  * paths is summed into one [R] vector, then copied to each path's part. Every GEMM
@@ -71,18 +72,13 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
         BR_TRY(br_colsum(ctx, s->a, s->a, NULL, BR_TERM_AB, l->curv, ntok, R, 1));
         BR_TRY(br_colsum(ctx, x, x, NULL, BR_TERM_AB, l->path[0].part[BR_BLR_SUM_X2], ntok, n, 1));
     }
-    for (size_t p = 0; dx && p < P; p++) {
+    if (!dx) return BR_OK;
+    for (size_t p = 0; p < P; p++) { /* W_U is read: the plane takes X_V */
         br_buf *const *v = l->path[p].part;
-        br_gemm gx = {.m = ntok,
-                      .n = n,
-                      .k = r,
-                      .lda = R,
-                      .oscale = 1.0f / gs,
-                      .colscale = v[BR_BLR_G],
-                      .c = p ? dx : NULL,
-                      .beta = 1.0f};
-        BR_TRY(br_mm_bits(ctx, s->act[p], v[BR_BLR_BITS_V], BR_BITS_ROWS, dx, gx));
+        BR_TRY(br_expand_scaled_rows(ctx, v[BR_BLR_BITS_V], n, r, v[BR_BLR_G], 1.0f, s->pv[p], R));
     }
+    br_gemm gx = {.m = ntok, .n = n, .k = R, .oscale = 1.0f / gs};
+    BR_TRY(br_mm(ctx, sh->act, sh->plane, dx, gx));
     return BR_OK;
 }
 

@@ -5,9 +5,12 @@
  *     W_V  = [f16(g_p ⊙ S_V,p)]ᵀ             [R][npad]       br_expand_scaled per path
  *     A    = x16 · W_Vᵀ = [a_1|a_2|…]        [T][R]          br_mm, ONE GEMM, K = npad
  *     A', A'ᵀ = f16(A ⊙ ℓ), its transpose    [pad_rows(T)][R] br_cvt_both
- *     out  = α·h_p ⊙ (A'_p · S_U,pᵀ) + β·c   [T][m]          br_mm_bits per path, act =
- *            columns p·r.. of A' (lda = R), colscale h_p; c = target (β = −α) or
- *            nothing for p = 0, c = out (β = 1) after: out = α(y − target) or y.
+ *     Y_U  = [f16(h_p ⊙ S_U,p)]              [m][R]          br_expand_scaled_rows per path
+ *     out  = α·A'·Y_Uᵀ + β·target            [T][m]          br_mm, ONE GEMM, K = R;
+ *            β = −α with a target (out = α(y − target)), else no c (out = y)
+ * One GEMM over every path reads and writes out once (a GEMM per path with h in its
+ * epilogue moved the [T][m] f32 output through memory P + 1 times); h enters as an
+ * f16 factor of the plane, as it does in the backward's W_U.
  * A, A'ᵀ and the xᵀ read stay for the backward. */
 #include <stdlib.h>
 
@@ -57,16 +60,13 @@ static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, c
     br_gemm ga = {.m = ntok, .n = R, .k = l->npad, .oscale = 1.0f};
     BR_TRY(br_mm(ctx, x16, sh->plane, s->a, ga));
     BR_TRY(br_cvt_both(ctx, s->a, s->lcat, sh->act, s->t_a, ntok, R, R, 1.0f));
-    for (size_t p = 0; p < l->paths; p++) {
+    for (size_t p = 0; p < l->paths; p++) { /* W_V is read: the plane takes Y_U */
         br_buf *const *v = l->path[p].part;
-        br_gemm gy = {
-            .m = ntok, .n = m, .k = r, .lda = R, .oscale = alpha, .colscale = v[BR_BLR_H]};
-        if (p > 0) /* the paths accumulate in out */
-            gy.c = out, gy.beta = 1.0f;
-        else if (target)
-            gy.c = target, gy.beta = -alpha;
-        BR_TRY(br_mm_bits(ctx, s->act[p], v[BR_BLR_BITS_U], BR_BITS_ROWS, out, gy));
+        BR_TRY(br_expand_scaled_rows(ctx, v[BR_BLR_BITS_U], m, r, v[BR_BLR_H], 1.0f, s->pu[p], R));
     }
+    br_gemm gy = {.m = ntok, .n = m, .k = R, .oscale = alpha};
+    if (target) gy.c = target, gy.beta = -alpha;
+    BR_TRY(br_mm(ctx, sh->act, sh->plane, out, gy));
     s->xt = xt;
     s->fwd_ntok = ntok;
     return BR_OK;
@@ -124,9 +124,9 @@ br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16,
     BR_TRY(br_check_buf(ctx, fn, "xt", xt, BR_F16, nt));
     /* the forward writes the shared transients; the staged input must be apart */
     const br_blr_shared *sh = s->shared;
-    const br_buf *mine[] = {sh->stage, sh->act, s->t_a, s->t_x};
-    static const char *const names[] = {"stage", "A'", "A'ᵀ", "f16(x)ᵀ"};
-    for (size_t i = 0; i < 4; i++) {
+    const br_buf *mine[] = {sh->stage, sh->act, s->t_a, s->t_x, sh->plane};
+    static const char *const names[] = {"stage", "A'", "A'ᵀ", "f16(x)ᵀ", "plane"};
+    for (size_t i = 0; i < 5; i++) {
         size_t ni = br_buf_count(mine[i]);
         if (br_bufs_overlap(x16, n16, mine[i], ni) || br_bufs_overlap(xt, nt, mine[i], ni))
             return br_fail(ctx, BR_E_ARG, "%s: the staged input overlaps the scratch's own %s", fn,

@@ -46,7 +46,8 @@ struct br_blr_shared {
     br_ctx *ctx;
     size_t ntok, m, n, r, paths;
     br_buf *stage;  /* f16 [pad_rows(ntok)][max(mpad, npad)]: f16(x), then f16(dy·gs) */
-    br_buf *plane;  /* f16 [R][max(mpad, npad)]: W_V (forward), W_U (backward) */
+    br_buf *plane;  /* f16 [R][max(mpad, npad)]: W_V, then Y_U (forward); W_U, then X_V
+                     * (backward): Y_U [m][R] and X_V [n][R] fit in the same elements */
     br_buf *act;    /* f16 [pad_rows(ntok)][R]: A' (forward), B' (backward) */
     br_buf *b;      /* f32 [ntok][R]: B */
     br_buf *t_dy;   /* f16 [pad_rows(m)][pad_tokens(ntok)]: f16(dy·gs)ᵀ */
@@ -73,7 +74,8 @@ struct br_blr_scratch {
     size_t fwd_ntok;
     br_buf **wv;  /* [paths] views of shared->plane: W_V rows p·r.., row stride npad */
     br_buf **wu;  /* [paths] views of shared->plane: W_U rows p·r.., row stride mpad */
-    br_buf **act; /* [paths] views of shared->act from column p·r (GEMM act, lda = P·r) */
+    br_buf **pu;  /* [paths] views of shared->plane: columns p·r.. of Y_U [m][P·r] */
+    br_buf **pv;  /* [paths] views of shared->plane: columns p·r.. of X_V [n][P·r] */
 };
 
 /* The checks every layer op starts with: layer, scratch made for it, 1 ≤ ntok ≤ the

@@ -86,7 +86,8 @@ void br_blr_scratch_free(br_blr_scratch *s) {
     if (!s) return;
     free_views(s->wv, s->paths);
     free_views(s->wu, s->paths);
-    free_views(s->act, s->paths);
+    free_views(s->pu, s->paths);
+    free_views(s->pv, s->paths);
     br_buf_free(s->a);
     br_buf_free(s->lcat);
     br_buf_free(s->mem);
@@ -100,11 +101,13 @@ void br_blr_scratch_free(br_blr_scratch *s) {
 static br_status make_views(br_blr_scratch *s) {
     const br_blr *l = s->layer;
     br_blr_shared *sh = s->shared;
-    size_t r = l->r, nact = br_buf_count(sh->act);
+    size_t r = l->r, R = l->paths * r;
     for (size_t p = 0; p < l->paths; p++) {
         BR_TRY(br_buf_view(sh->plane, p * r * l->npad, r * l->npad, &s->wv[p]));
         BR_TRY(br_buf_view(sh->plane, p * r * l->mpad, r * l->mpad, &s->wu[p]));
-        BR_TRY(br_buf_view(sh->act, p * r, nact - p * r, &s->act[p]));
+        /* columns p·r.. of [m][R] and [n][R]: (rows − 1)·R + r elements each */
+        BR_TRY(br_buf_view(sh->plane, p * r, (l->m - 1) * R + r, &s->pu[p]));
+        BR_TRY(br_buf_view(sh->plane, p * r, (l->n - 1) * R + r, &s->pv[p]));
     }
     return BR_OK;
 }
@@ -139,8 +142,9 @@ br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared
     br_status st = BR_E_NOMEM;
     s->wv = calloc(l->paths, sizeof *s->wv);
     s->wu = calloc(l->paths, sizeof *s->wu);
-    s->act = calloc(l->paths, sizeof *s->act);
-    if (!s->wv || !s->wu || !s->act) {
+    s->pu = calloc(l->paths, sizeof *s->pu);
+    s->pv = calloc(l->paths, sizeof *s->pv);
+    if (!s->wv || !s->wu || !s->pu || !s->pv) {
         br_fail(ctx, st, "%s: out of host memory", fn);
         goto fail;
     }

@@ -2,34 +2,58 @@
  * cvt_both. Each checks every argument, then hands one descriptor to br_submit. */
 #include "ops/layer_ops.h"
 
+#include <stdint.h>
+
 #include "ops/check.h"
 
-br_status br_expand_scaled(br_ctx *ctx, const br_buf *bits, size_t rows, size_t r,
-                           const br_buf *rowscale, float scale, br_buf *plane_t, size_t ld) {
-    static const char fn[] = "br_expand_scaled";
+/* Both orientations: the checks, then one descriptor. by_rows: plane [rows][ld]
+ * with (rows − 1)·ld + r elements (ld ≥ r); else plane_t [r][ld] (ld ≥ rows). */
+static br_status expand_scaled(br_ctx *ctx, const char *fn, const br_buf *bits, size_t rows,
+                               size_t r, const br_buf *rowscale, float scale, br_buf *plane,
+                               size_t ld, int by_rows) {
     BR_TRY(br_check_ctx(ctx));
     BR_TRY(br_check_dim(ctx, fn, "rows", rows));
     BR_TRY(br_check_dim(ctx, fn, "r", r));
     if (r % 32) return br_fail(ctx, BR_E_SHAPE, "%s: r = %zu is not a multiple of 32", fn, r);
-    if (ld < rows || ld % 8)
-        return br_fail(ctx, BR_E_SHAPE, "%s: ld = %zu must be ≥ rows = %zu and a multiple of 8", fn,
-                       ld, rows);
+    size_t need = by_rows ? r : rows;
+    if (ld < need || ld % 8)
+        return br_fail(ctx, BR_E_SHAPE, "%s: ld = %zu must be ≥ %s = %zu and a multiple of 8", fn,
+                       ld, by_rows ? "r" : "rows", need);
     size_t n_bits, n_plane;
     BR_TRY(br_check_mul(ctx, fn, "rows·r/32", rows, r / 32, &n_bits));
-    BR_TRY(br_check_mul(ctx, fn, "r·ld", r, ld, &n_plane));
+    if (by_rows) {
+        BR_TRY(br_check_mul(ctx, fn, "(rows−1)·ld", rows - 1, ld, &n_plane));
+        if (n_plane > SIZE_MAX - r)
+            return br_fail(ctx, BR_E_SIZE, "%s: (rows−1)·ld + r overflows", fn);
+        n_plane += r;
+    } else {
+        BR_TRY(br_check_mul(ctx, fn, "r·ld", r, ld, &n_plane));
+    }
     BR_TRY(br_check_finite(ctx, fn, "scale", scale));
     BR_TRY(br_check_buf(ctx, fn, "bits", bits, BR_U32, n_bits));
     BR_TRY(br_check_buf(ctx, fn, "rowscale", rowscale, BR_F32, rows));
-    BR_TRY(br_check_buf(ctx, fn, "plane_t", plane_t, BR_F16, n_plane));
+    BR_TRY(br_check_buf(ctx, fn, by_rows ? "plane" : "plane_t", plane, BR_F16, n_plane));
     br_op op = {.kind = BR_OP_EXPAND_SCALED};
     op.u.expand_scaled = (br_expand_scaled_args){.bits = bits,
                                                  .rowscale = rowscale,
-                                                 .plane_t = plane_t,
+                                                 .plane = plane,
                                                  .rows = rows,
                                                  .r = r,
                                                  .ld = ld,
-                                                 .scale = scale};
+                                                 .scale = scale,
+                                                 .by_rows = by_rows};
     return br_submit(ctx, &op, 0);
+}
+
+br_status br_expand_scaled(br_ctx *ctx, const br_buf *bits, size_t rows, size_t r,
+                           const br_buf *rowscale, float scale, br_buf *plane_t, size_t ld) {
+    return expand_scaled(ctx, "br_expand_scaled", bits, rows, r, rowscale, scale, plane_t, ld, 0);
+}
+
+br_status br_expand_scaled_rows(br_ctx *ctx, const br_buf *bits, size_t rows, size_t r,
+                                const br_buf *rowscale, float scale, br_buf *plane, size_t ld) {
+    return expand_scaled(ctx, "br_expand_scaled_rows", bits, rows, r, rowscale, scale, plane, ld,
+                         1);
 }
 
 br_status br_sign_rowdot(br_ctx *ctx, const br_buf *mat, size_t ldm, size_t col0,

@@ -24,6 +24,15 @@ extern "C" {
 br_status br_expand_scaled(br_ctx *ctx, const br_buf *bits, size_t rows, size_t r,
                            const br_buf *rowscale, float scale, br_buf *plane_t, size_t ld);
 
+/* The same scaled signs in the bitmap's own orientation (the plane operand of a
+ * GEMM whose K is the rank):
+ *     plane[i][k] = ±f16(rowscale[i]·scale), as br_expand_scaled   (i < rows, k < r)
+ * at row stride ld; nothing else is written, so plane may be a view from column
+ * p·r of a [rows][P·r] plane (path p's columns). plane f16 with (rows − 1)·ld + r
+ * elements; r a multiple of 32, ld ≥ r, ld a multiple of 8, scale finite. */
+br_status br_expand_scaled_rows(br_ctx *ctx, const br_buf *bits, size_t rows, size_t r,
+                                const br_buf *rowscale, float scale, br_buf *plane, size_t ld);
+
 /* Sign gradients and the scale gradient of rows × r signs from one GEMM result M
  * (columns col0..col0+r−1 of mat f32 [rows][ldm]), s(i, k) = ±1 from bits:
  *     grad[i][k]  = fl(rowscale[i]·M[i][k])      (accumulate: grad[i][k] + that)

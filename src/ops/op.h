@@ -212,9 +212,10 @@ typedef struct br_sign_step_args {
 typedef struct br_expand_scaled_args {
     const br_buf *bits;     /* u32 [rows][r/32] */
     const br_buf *rowscale; /* f32 [rows] */
-    br_buf *plane_t;        /* f16 [r][ld] */
+    br_buf *plane;          /* by_rows: f16 [rows][ld] (r columns); else [r][ld] */
     size_t rows, r, ld;
     float scale;
+    int by_rows;
 } br_expand_scaled_args;
 
 typedef struct br_sign_rowdot_args {

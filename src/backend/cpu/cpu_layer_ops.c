@@ -13,16 +13,27 @@ br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
     const br_expand_scaled_args *a = &op->u.expand_scaled;
     const uint32_t *bits = br_ptr(a->bits);      /* [rows][r/32] */
     const float *rowscale = br_ptr(a->rowscale); /* [rows] */
-    uint16_t *plane_t = br_ptr(a->plane_t);      /* [r][ld] */
+    uint16_t *plane = br_ptr(a->plane);          /* [rows][ld] by rows, else [r][ld] */
     size_t rows = a->rows, r = a->r, ld = a->ld, words = r / 32;
     ctx->stats.launches++;
+    if (a->by_rows) {
+        OMP("omp parallel for schedule(static) if (rows * r >= PARALLEL_MIN_ELEMS)")
+        for (size_t i = 0; i < rows; i++) {
+            uint16_t mag = br_half_from_float(rowscale[i] * a->scale), *out = plane + i * ld;
+            for (size_t k = 0; k < r; k++) {
+                uint32_t bit = bits[i * words + k / 32] >> (k % 32) & 1u;
+                out[k] = bit ? mag : (uint16_t)(mag ^ 0x8000u);
+            }
+        }
+        return BR_OK;
+    }
     uint16_t *mag = malloc(rows * sizeof *mag);
     if (!mag) return br_fail(ctx, BR_E_NOMEM, "expand_scaled: out of host memory (%zu rows)", rows);
     for (size_t i = 0; i < rows; i++)
         mag[i] = br_half_from_float(rowscale[i] * a->scale);
     OMP("omp parallel for schedule(static) if (rows * r >= PARALLEL_MIN_ELEMS)")
     for (size_t k = 0; k < r; k++) {
-        uint16_t *out = plane_t + k * ld;
+        uint16_t *out = plane + k * ld;
         for (size_t i = 0; i < rows; i++) {
             uint32_t bit = bits[i * words + k / 32] >> (k % 32) & 1u;
             out[i] = bit ? mag[i] : (uint16_t)(mag[i] ^ 0x8000u); /* −x: the sign bit */

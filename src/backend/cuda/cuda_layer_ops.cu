@@ -72,21 +72,60 @@ __global__ void expand_scaled_kernel(const uint32_t *bits, const float *rowscale
     }
 }
 
+/* plane[i][k] (f16, row stride ld) = ±f16(rowscale[i]·scale), k < r only. One
+ * thread per 8 consecutive k of a row (one byte of a bitmap word; one 16-byte store
+ * with VEC: ld % 8 == 0 and plane 16-byte aligned). */
+template <bool VEC>
+__global__ void expand_scaled_rows_kernel(const uint32_t *bits, const float *rowscale, float scale,
+                                          uint16_t *plane, unsigned rows, unsigned words,
+                                          unsigned ld) {
+    const unsigned groups = words * 4;
+    BR_GRID_STRIDE(q, rows * groups) {
+        unsigned i = q / groups, g = q % groups;
+        uint32_t byte = bits[(size_t)i * words + g / 4] >> (8 * (g % 4)) & 0xffu;
+        uint32_t mag = br_dev_f16_bits(__fmul_rn(rowscale[i], scale)), h[8];
+#pragma unroll
+        for (unsigned u = 0; u < 8; u++)
+            h[u] = byte >> u & 1u ? mag : mag ^ F16_SIGN;
+        uint16_t *out = plane + (size_t)i * ld + 8 * g;
+        if (VEC) {
+            *reinterpret_cast<uint4 *>(out) = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16,
+                                                         h[4] | h[5] << 16, h[6] | h[7] << 16);
+        } else {
+#pragma unroll
+            for (unsigned u = 0; u < 8; u++)
+                out[u] = (uint16_t)h[u];
+        }
+    }
+}
+
 extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
     const br_expand_scaled_args *a = &op->u.expand_scaled;
     br_cuda *s = br_cuda_state(ctx);
     unsigned rows = (unsigned)a->rows, words = (unsigned)(a->r / 32), ld = (unsigned)a->ld;
-    uint16_t *plane_t = (uint16_t *)br_ptr(a->plane_t);
+    uint16_t *plane = (uint16_t *)br_ptr(a->plane);
     const uint32_t *bits = (const uint32_t *)br_ptr(a->bits);
     const float *rowscale = (const float *)br_ptr(a->rowscale);
+    const bool vec = br_aligned(16, plane); /* ld % 8 == 0: every row is aligned too */
+    if (a->by_rows) {
+        unsigned blocks = br_cuda_blocks(ctx, (size_t)rows * words * 4, THREADS);
+        if (vec)
+            expand_scaled_rows_kernel<true>
+                <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld);
+        else
+            expand_scaled_rows_kernel<false>
+                <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld);
+        BR_CUDA_LAUNCHED(ctx, "expand_scaled_rows_kernel");
+        return BR_OK;
+    }
     size_t tiles = (size_t)((ld + ES_COLS - 1) / ES_COLS) * words;
     unsigned blocks = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
-    if (br_aligned(16, plane_t)) /* ld % 8 == 0: every row of the plane is aligned too */
+    if (vec)
         expand_scaled_kernel<true>
-            <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane_t, rows, words, ld);
+            <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld);
     else
         expand_scaled_kernel<false>
-            <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane_t, rows, words, ld);
+            <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld);
     BR_CUDA_LAUNCHED(ctx, "expand_scaled_kernel");
     return BR_OK;
 }

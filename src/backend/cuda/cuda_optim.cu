@@ -119,7 +119,21 @@ __global__ void sumsq_kernel(const float *a, unsigned n_a, const uint32_t *tab, 
             n = len < avail ? len : avail;
         }
         float acc = 0.0f;
-        for (unsigned c0 = j * SUMSQ_LANES; c0 < n; c0 += BR_SUMSQ_PARTS * SUMSQ_LANES)
+        const unsigned step = BR_SUMSQ_PARTS * SUMSQ_LANES;
+        unsigned c0 = j * SUMSQ_LANES;
+        /* eight chunks at a time while all eight are whole: the loads first, then
+         * the same fmas in the same order (one load in flight per lane was
+         * latency-bound: few blocks carry the large parameters) */
+        for (; (size_t)c0 + 7 * (size_t)step + SUMSQ_LANES <= n; c0 += 8 * step) {
+            float v[8];
+#pragma unroll
+            for (unsigned u = 0; u < 8; u++)
+                v[u] = x[c0 + u * step + t];
+#pragma unroll
+            for (unsigned u = 0; u < 8; u++)
+                acc = __fmaf_rn(v[u], v[u], acc);
+        }
+        for (; c0 < n; c0 += step)
             if (c0 + t < n) acc = __fmaf_rn(x[c0 + t], x[c0 + t], acc);
         lane[t] = acc;
         __syncthreads();

@@ -56,21 +56,39 @@ extern "C" br_status br_cuda_cvt_pad(br_ctx *ctx, const br_op *op) {
 
 /* ---------------------------------------------------------------- step_ctrl */
 
-/* One thread: a few hundred additions, in the CPU's order. */
+/* Lane i sums parameter i's partials (each sum in the CPU's order, its loads all
+ * issued first: one chain of dependent adds per lane, the lanes in parallel); lane
+ * 0 then takes the sums in parameter order for the finiteness and the clip norm. */
 __global__ void step_ctrl_kernel(const float *part, unsigned np, unsigned nclip, const float *hyper,
                                  float *state, float *sched, float *ssched, float *norms,
                                  float beta1, float beta2) {
-    if (threadIdx.x || blockIdx.x) return;
+    __shared__ double sums[32];
+    if (blockIdx.x) return;
     int finite = 1;
     double clip = 0;
-    for (unsigned i = 0; i < np; i++) {
+    for (unsigned i0 = 0; i0 < np; i0 += 32) {
+        const unsigned i = i0 + threadIdx.x;
         double s = 0;
-        for (unsigned j = 0; j < BR_SUMSQ_PARTS; j++)
-            s += (double)part[i * BR_SUMSQ_PARTS + j];
-        if (!isfinite(s)) finite = 0;
-        norms[i] = (float)sqrt(s);
-        if (i < nclip) clip += s;
+        if (i < np) {
+            float v[BR_SUMSQ_PARTS];
+#pragma unroll
+            for (unsigned j = 0; j < BR_SUMSQ_PARTS; j++)
+                v[j] = part[(size_t)i * BR_SUMSQ_PARTS + j];
+#pragma unroll
+            for (unsigned j = 0; j < BR_SUMSQ_PARTS; j++)
+                s += (double)v[j];
+            norms[i] = (float)sqrt(s);
+        }
+        sums[threadIdx.x] = s;
+        __syncwarp();
+        if (threadIdx.x == 0)
+            for (unsigned k = 0; k < 32 && i0 + k < np; k++) {
+                if (!isfinite(sums[k])) finite = 0;
+                if (i0 + k < nclip) clip += sums[k];
+            }
+        __syncwarp();
     }
+    if (threadIdx.x) return;
     double norm = sqrt(clip);
     norms[np] = (float)norm;
     float max_norm = hyper[2];
@@ -154,18 +172,38 @@ static __device__ __forceinline__ unsigned long long sel_key(uint32_t kb, unsign
     return kb ? (unsigned long long)kb << 32 | (unsigned long long)(0xFFFFFFFFu - e) : 0ull;
 }
 
-/* Sum of one int per thread over the block (integers: any order gives the same). */
+/* Sum of one int per thread over the block (integers: any order gives the same):
+ * warp sums by shuffles, then the warps' sums. Every thread of the block calls it. */
 static __device__ unsigned block_sum(unsigned x) {
-    __shared__ unsigned s[THREADS];
-    s[threadIdx.x] = x;
+    __shared__ unsigned s[THREADS / 32];
+    for (int off = 16; off > 0; off >>= 1)
+        x += __shfl_xor_sync(FULL_MASK, x, off);
+    if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = x;
     __syncthreads();
-    for (unsigned off = THREADS / 2; off >= 1; off >>= 1) {
-        if (threadIdx.x < off) s[threadIdx.x] += s[threadIdx.x + off];
-        __syncthreads();
-    }
-    unsigned total = s[0];
+    unsigned total = 0;
+    for (unsigned w = 0; w < THREADS / 32; w++)
+        total += s[w];
     __syncthreads();
     return total;
+}
+
+/* This thread's share of cnt[0..n): entries tid, tid + blockDim, …, eight loads in
+ * flight at a time (a loop of dependent load-adds waited on L2 once per entry). */
+static __device__ unsigned strided_count(const uint32_t *cnt, unsigned n) {
+    unsigned part = 0, b = threadIdx.x;
+    const unsigned step = blockDim.x;
+    for (; b + 7 * step < n; b += 8 * step) {
+        unsigned v[8];
+#pragma unroll
+        for (unsigned u = 0; u < 8; u++)
+            v[u] = __ldcg(&cnt[b + u * step]);
+#pragma unroll
+        for (unsigned u = 0; u < 8; u++)
+            part += v[u];
+    }
+    for (; b < n; b += step)
+        part += __ldcg(&cnt[b]);
+    return part;
 }
 
 /* Whether this block is the last of the grid to get here (ticket counts arrivals;
@@ -303,19 +341,22 @@ __global__ void update_kernel(sign_job j) {
         float score;
         int cand;
         if (!j.exact) {
-            float g = __fmul_rn(j.grad[e], gm);
-            float m = __fadd_rn(__fmul_rn(j.beta1, j.m1[e]), __fmul_rn(j.omb1, g));
-            j.m1[e] = m;
+            /* every load before the first store (the stores could alias them, so the
+             * compiler would not move a load past one: three round trips per entry) */
+            const float g0 = j.grad[e], m0 = j.m1[e], l0 = j.lat[e];
+            const float v0 = j.factored ? 0.0f : j.v[e];
+            float g = __fmul_rn(g0, gm);
+            float m = __fadd_rn(__fmul_rn(j.beta1, m0), __fmul_rn(j.omb1, g));
             float ve;
-            if (j.factored) {
+            if (j.factored)
                 ve = mean > 0 ? __fdiv_rn(__fmul_rn(j.v[i], j.v[j.rows + k]), mean) : 0.0f;
-            } else {
-                ve = __fadd_rn(__fmul_rn(j.beta2, j.v[e]), __fmul_rn(j.omb2, __fmul_rn(g, g)));
-                j.v[e] = ve;
-            }
+            else
+                ve = __fadd_rn(__fmul_rn(j.beta2, v0), __fmul_rn(j.omb2, __fmul_rn(g, g)));
             float mh = __fdiv_rn(m, bc1), vh = __fdiv_rn(ve, bc2);
             float upd = __fdiv_rn(__fmul_rn(lr, mh), __fadd_rn(__fsqrt_rn(vh), j.eps));
-            float l = fminf(fmaxf(__fsub_rn(j.lat[e], upd), -j.clamp), j.clamp);
+            float l = fminf(fmaxf(__fsub_rn(l0, upd), -j.clamp), j.clamp);
+            j.m1[e] = m;
+            if (!j.factored) j.v[e] = ve;
             j.lat[e] = l;
             cand = (l > 0) != bit && fabsf(l) > j.hyst;
             score = fabsf(l);
@@ -348,9 +389,7 @@ __global__ void update_kernel(sign_job j) {
  * or the radix selection started. */
 __global__ void select_init_kernel(sign_job j, unsigned nblocks) {
     if (skipped(j)) return;
-    unsigned part = 0;
-    for (unsigned b = threadIdx.x; b < nblocks; b += blockDim.x)
-        part += j.ws.cnt[b];
+    unsigned part = strided_count(j.ws.cnt, nblocks);
     if (threadIdx.x < 16) j.ws.ticket[threadIdx.x] = 0;
     unsigned long long total = block_sum(part);
     if (threadIdx.x) return;
@@ -430,20 +469,14 @@ __global__ void apply_kernel(sign_job j) {
     unsigned total = block_sum(count);
     if (threadIdx.x == 0) j.ws.cnt[blockIdx.x] = total;
     if (!last_block(&j.ws.ticket[PASSES])) return;
-    unsigned part = 0;
-    for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
-        part += __ldcg(&j.ws.cnt[b]);
-    unsigned flips = block_sum(part);
+    unsigned flips = block_sum(strided_count(j.ws.cnt, gridDim.x));
     if (threadIdx.x == 0) j.flips[j.slot] = flips;
 }
 
 /* Direct steps: flips[slot] = the flips counted per block by the update. */
 __global__ void finish_kernel(sign_job j, unsigned nblocks) {
     if (skipped(j)) return;
-    unsigned part = 0;
-    for (unsigned b = threadIdx.x; b < nblocks; b += blockDim.x)
-        part += j.ws.cnt[b];
-    unsigned total = block_sum(part);
+    unsigned total = block_sum(strided_count(j.ws.cnt, nblocks));
     if (threadIdx.x == 0) j.flips[j.slot] = total;
 }
 

@@ -166,6 +166,13 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, u
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
                  : "memory");
 }
+/* Box at (c0, c1) into L2 only (a hint: no barrier, nothing to wait for). */
+__device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap *map, int c0, int c1) {
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(c0), "r"(c1)
+                 : "memory");
+}
 __device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, int c0, int c1) {
     asm volatile(
         "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
@@ -488,6 +495,17 @@ __global__ void __launch_bounds__(384, 1)
             for (int r = 0; r < kBT / 2; r++)
                 acc[mi][r] = 0.0f;
         if (c_tma && tid == 0) {
+            /* the later rounds' c boxes into L2 now: their loads in the epilogue, one
+             * round at a time, then wait on L2 rather than on HBM */
+#pragma unroll
+            for (int mi = 0; mi < kWgM; mi++)
+#pragma unroll
+                for (int r = 0; r < Cfg::kEpiRounds; r++)
+#pragma unroll
+                    for (int b = 0; b < 2; b++)
+                        if (mi || r || b >= kB)
+                            tma_prefetch_l2(&tm_c, j0 + (cw * kWgM + mi) * 64 + 32 * b,
+                                            t0 + r * Cfg::kEpiRows);
             bulk_wait_read(); /* the last tile's stores have read the boxes */
             load_c(j0, t0, 0, 0, 0);
         }
