@@ -602,12 +602,12 @@ size_t front_end_ws(size_t m, size_t n, size_t k) {
     return splits >= 2 ? splits * block : 0;
 }
 
-/* The GEMMs of one BLR layer step at T = 4096 tokens, P = 2 (the layer's rewrite,
- * /work/briefs2/plan.md): A = x16·W_Vᵀ, y = A'_p·S_U,pᵀ (+ colscale h, + c = out),
- * B = dy16·W_Uᵀ, M_U = dyT·A'T ᵀ, N_V = xT·B'T ᵀ, dx = B'_p·S_V,pᵀ (+ colscale, c).
- * "before": the tile the picker chose before the skinny-shape work (four tiles, no
- * split) on the plain product; "after": br_mm / br_mm_bits with the epilogue, as
- * the layer calls them. Each "after" result is checked against f64 on sampled rows. */
+/* The GEMMs of one BLR layer step at T = 4096 tokens, P = 2 (src/blr/blr_forward.c
+ * and blr_backward.c): A = x16·W_Vᵀ, y = A'·Y_Uᵀ (K = 2r, + c = the target),
+ * B = dy16·W_Uᵀ, M_U = dyT·A'T ᵀ, N_V = xT·B'T ᵀ, dx = B'·X_Vᵀ (K = 2r), every one a
+ * dense f16 GEMM. "before": the tile the picker chose before the skinny-shape work
+ * (four tiles, no split) on the plain product; "after": br_mm with the epilogue, as
+ * the layer calls it. Each "after" result is checked against f64 on sampled rows. */
 struct LayerGemm {
     const char *name;
     int M, N, K, lda, act_off;
@@ -627,11 +627,11 @@ void bench_layer(br_ctx *ctx, br_rng *r) {
         const int m = L[0], n = L[1], rk = L[2];
         const LayerGemm gemms[] = {
             {"A", T, 2 * rk, n, 0, 0, PLANE_F16, false},
-            {"y", T, m, rk, 2 * rk, rk, PLANE_ROWS, true},
+            {"y", T, m, 2 * rk, 0, 0, PLANE_F16, true},
             {"B", T, 2 * rk, m, 0, 0, PLANE_F16, false},
             {"M_U", m, 2 * rk, T, 0, 0, PLANE_F16, false},
             {"N_V", n, 2 * rk, T, 0, 0, PLANE_F16, false},
-            {"dx", T, n, rk, 2 * rk, rk, PLANE_ROWS, true},
+            {"dx", T, n, 2 * rk, 0, 0, PLANE_F16, false},
         };
         for (const auto &G : gemms) {
             const size_t M = G.M, N = G.N, K = G.K, lda = G.lda ? G.lda : K;
@@ -651,20 +651,17 @@ void bench_layer(br_ctx *ctx, br_rng *r) {
                 for (auto &v : bits)
                     v = (uint32_t)br_rng_u64(r);
             }
-            std::vector<float> cs(N), c0(M * N);
-            for (auto &v : cs)
-                v = 1.25f + 0.75f * br_rng_sym(r);
+            std::vector<float> c0(M * N);
             for (auto &v : c0)
                 v = 4.0f * br_rng_sym(r);
             br_buf *ap = upload(ctx, BR_F16, act.data(), act_count), *av = nullptr;
             BR_OK_OR_DIE(ctx, br_buf_view(ap, G.act_off, act_count - G.act_off, &av));
             br_buf *pb = G.kind == PLANE_F16 ? upload(ctx, BR_F16, plane16.data(), nplane)
                                              : upload(ctx, BR_U32, bits.data(), nplane);
-            br_buf *csb = upload(ctx, BR_F32, cs.data(), N);
             br_buf *ob = upload(ctx, BR_F32, c0.data(), M * N);
             br_gemm g = {};
             g.m = M, g.n = N, g.k = K, g.oscale = 1.0f, g.lda = G.lda;
-            if (G.epi) g.colscale = csb, g.c = ob, g.beta = 1.0f;
+            if (G.epi) g.c = ob, g.beta = 1.0f; /* the layer's c: y = … + target term */
             auto after = [&](int) {
                 if (G.kind == PLANE_F16)
                     BR_OK_OR_DIE(ctx, br_mm(ctx, av, pb, ob, g));
@@ -693,7 +690,7 @@ void bench_layer(br_ctx *ctx, br_rng *r) {
                     const float *pj = pl.data() + j * K;
                     for (size_t kk = 0; kk < K; kk++)
                         sum += arow[kk] * pj[kk];
-                    const double want = G.epi ? sum * cs[j] + c0[i * N + j] : sum;
+                    const double want = G.epi ? sum + c0[i * N + j] : sum;
                     const double gv = got[i * N + j];
                     num += isfinite(gv) ? (gv - want) * (gv - want) : INFINITY;
                     den += want * want;
@@ -774,7 +771,7 @@ void bench_layer(br_ctx *ctx, br_rng *r) {
                    m, n, rk, G.name, M, N, K, us_before, tb, us_after, ta, flop / us_after * 1e-6,
                    err);
             fflush(stdout);
-            br_buf_free(av), br_buf_free(ap), br_buf_free(pb), br_buf_free(csb), br_buf_free(ob);
+            br_buf_free(av), br_buf_free(ap), br_buf_free(pb), br_buf_free(ob);
         }
     }
 }

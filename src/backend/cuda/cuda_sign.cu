@@ -325,60 +325,83 @@ __global__ void colfin_kernel(sign_job j) {
     if (l == 0) j.ws.scalar[1] = __fdiv_rn(p[0], (float)j.rows);
 }
 
+/* Grid-stride rounds of the update whose loads a thread issues together. */
+#define UPD_BATCH 4
+
 /* Per entry: the latent update (or the exact score) and the selection key; with no
  * budget (direct) the flips themselves. Per block: candidates (flips if direct)
- * into cnt[block]. A grid of up to GRID_MAX blocks, one entry per thread per
- * round: every load of an entry is independent of the others in flight. */
+ * into cnt[block]. A grid of up to GRID_MAX blocks (one per UPD_BATCH·THREADS
+ * entries); a thread loads the entries of UPD_BATCH grid-stride rounds before it
+ * updates any (the stores could alias the loads, so the compiler would not move a
+ * load past one), so that several entries' loads are in flight per thread. Each
+ * round's warp covers 32 consecutive entries: one bitmap word (r % 32 == 0). */
 __global__ void update_kernel(sign_job j) {
     if (skipped(j)) return;
     float lr = j.sched[0], gm = j.sched[2], bc1 = j.sched[4], bc2 = j.sched[5];
     float mean = j.factored ? j.ws.scalar[1] : 0.0f;
     float c = j.normsrc ? __fmul_rn(j.curv2, j.ws.scalar[0]) : j.curv2;
-    unsigned words = j.r / 32, count = 0;
-    BR_GRID_STRIDE(e, j.n) {
-        unsigned i = e / j.r, k = e % j.r;
-        int bit = (j.bits[(size_t)i * words + k / 32] >> (k % 32)) & 1u;
-        float score;
-        int cand;
-        if (!j.exact) {
-            /* every load before the first store (the stores could alias them, so the
-             * compiler would not move a load past one: three round trips per entry) */
-            const float g0 = j.grad[e], m0 = j.m1[e], l0 = j.lat[e];
-            const float v0 = j.factored ? 0.0f : j.v[e];
-            float g = __fmul_rn(g0, gm);
-            float m = __fadd_rn(__fmul_rn(j.beta1, m0), __fmul_rn(j.omb1, g));
-            float ve;
-            if (j.factored)
-                ve = mean > 0 ? __fdiv_rn(__fmul_rn(j.v[i], j.v[j.rows + k]), mean) : 0.0f;
-            else
-                ve = __fadd_rn(__fmul_rn(j.beta2, v0), __fmul_rn(j.omb2, __fmul_rn(g, g)));
-            float mh = __fdiv_rn(m, bc1), vh = __fdiv_rn(ve, bc2);
-            float upd = __fdiv_rn(__fmul_rn(lr, mh), __fadd_rn(__fsqrt_rn(vh), j.eps));
-            float l = fminf(fmaxf(__fsub_rn(l0, upd), -j.clamp), j.clamp);
-            j.m1[e] = m;
-            if (!j.factored) j.v[e] = ve;
-            j.lat[e] = l;
-            cand = (l > 0) != bit && fabsf(l) > j.hyst;
-            score = fabsf(l);
-        } else {
-            float qr = __fmul_rn(j.rowf[i], j.rowf[i]);
-            if (j.rowq) qr = __fmul_rn(qr, j.rowq[i]);
-            float qc = __fmul_rn(j.colf[k], j.colf[k]);
-            if (j.colq) qc = __fmul_rn(qc, j.colq[k]);
-            float quad = __fmul_rn(__fmul_rn(c, qr), qc), tg = __fmul_rn(2.0f, j.grad[e]);
-            float dl = bit ? __fsub_rn(quad, tg) : __fadd_rn(quad, tg);
-            cand = dl < 0;
-            score = -dl;
-        }
-        if (j.direct) { /* no budget: every candidate flips, here (one warp per word) */
-            unsigned word = __ballot_sync(FULL_MASK, cand);
-            if ((threadIdx.x % 32) == 0 && word) {
-                j.bits[e / 32] ^= word; /* every lane has read its bit before the ballot */
-                count += __popc(word);
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    unsigned count = 0;
+    for (size_t e0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e0 < j.n;
+         e0 += UPD_BATCH * stride) {
+        uint32_t wv[UPD_BATCH];
+        float gv[UPD_BATCH], mv[UPD_BATCH], vv[UPD_BATCH], lv[UPD_BATCH];
+#pragma unroll
+        for (unsigned u = 0; u < UPD_BATCH; u++) {
+            const size_t e = e0 + u * stride;
+            if (e >= j.n) break;
+            wv[u] = j.bits[e / 32];
+            gv[u] = j.grad[e];
+            if (!j.exact) {
+                mv[u] = j.m1[e];
+                lv[u] = j.lat[e];
+                vv[u] = j.factored ? 0.0f : j.v[e];
             }
-        } else {
-            j.ws.key[e] = cand ? __float_as_uint(score) : 0u;
-            count += cand;
+        }
+#pragma unroll
+        for (unsigned u = 0; u < UPD_BATCH; u++) {
+            const size_t e = e0 + u * stride;
+            if (e >= j.n) break; /* whole warps: n % 32 == 0 */
+            const unsigned i = (unsigned)(e / j.r), k = (unsigned)(e % j.r);
+            const int bit = (wv[u] >> (k % 32)) & 1u;
+            float score;
+            int cand;
+            if (!j.exact) {
+                float g = __fmul_rn(gv[u], gm);
+                float m = __fadd_rn(__fmul_rn(j.beta1, mv[u]), __fmul_rn(j.omb1, g));
+                float ve;
+                if (j.factored)
+                    ve = mean > 0 ? __fdiv_rn(__fmul_rn(j.v[i], j.v[j.rows + k]), mean) : 0.0f;
+                else
+                    ve = __fadd_rn(__fmul_rn(j.beta2, vv[u]), __fmul_rn(j.omb2, __fmul_rn(g, g)));
+                float mh = __fdiv_rn(m, bc1), vh = __fdiv_rn(ve, bc2);
+                float upd = __fdiv_rn(__fmul_rn(lr, mh), __fadd_rn(__fsqrt_rn(vh), j.eps));
+                float l = fminf(fmaxf(__fsub_rn(lv[u], upd), -j.clamp), j.clamp);
+                j.m1[e] = m;
+                if (!j.factored) j.v[e] = ve;
+                j.lat[e] = l;
+                cand = (l > 0) != bit && fabsf(l) > j.hyst;
+                score = fabsf(l);
+            } else {
+                float qr = __fmul_rn(j.rowf[i], j.rowf[i]);
+                if (j.rowq) qr = __fmul_rn(qr, j.rowq[i]);
+                float qc = __fmul_rn(j.colf[k], j.colf[k]);
+                if (j.colq) qc = __fmul_rn(qc, j.colq[k]);
+                float quad = __fmul_rn(__fmul_rn(c, qr), qc), tg = __fmul_rn(2.0f, gv[u]);
+                float dl = bit ? __fsub_rn(quad, tg) : __fadd_rn(quad, tg);
+                cand = dl < 0;
+                score = -dl;
+            }
+            if (j.direct) { /* no budget: every candidate flips, here (one warp per word) */
+                unsigned word = __ballot_sync(FULL_MASK, cand);
+                if ((threadIdx.x % 32) == 0 && word) {
+                    j.bits[e / 32] ^= word; /* every lane read its word before the ballot */
+                    count += __popc(word);
+                }
+            } else {
+                j.ws.key[e] = cand ? __float_as_uint(score) : 0u;
+                count += cand;
+            }
         }
     }
     unsigned total = block_sum(count);
@@ -549,15 +572,15 @@ extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
     }
     /* without a binding budget the update kernel flips directly */
     j.direct = a->budget >= n;
-    unsigned blocks = entry_blocks(n);
-    update_kernel<<<blocks, THREADS, 0, st>>>(j);
+    unsigned ublocks = entry_blocks((n + UPD_BATCH - 1) / UPD_BATCH), blocks = entry_blocks(n);
+    update_kernel<<<ublocks, THREADS, 0, st>>>(j);
     BR_CUDA_LAUNCHED(ctx, "update_kernel");
     if (j.direct) {
-        finish_kernel<<<1, THREADS, 0, st>>>(j, blocks);
+        finish_kernel<<<1, THREADS, 0, st>>>(j, ublocks);
         BR_CUDA_LAUNCHED(ctx, "finish_kernel");
         return BR_OK;
     }
-    select_init_kernel<<<1, THREADS, 0, st>>>(j, blocks);
+    select_init_kernel<<<1, THREADS, 0, st>>>(j, ublocks);
     BR_CUDA_LAUNCHED(ctx, "select_init_kernel");
     for (unsigned pass = 0; pass < PASSES; pass++) {
         hist_kernel<<<BLOCKS, 256, 0, st>>>(j, 56 - 8 * pass, pass);
