@@ -617,6 +617,96 @@ static void sign_step_nan_factored_state(void) {
     br_ctx_free(ctx);
 }
 
+/* br_sign_steps equals br_sign_step on each matrix, bit for bit: four directly
+ * flipping matrices (one launch pair on CUDA), a mix with a factored and a budgeted
+ * one (one step after another), and six matrices (two ops). Then its own argument
+ * checks: shared memory between matrices, one flips slot for two. */
+static void sign_steps_equal_single_steps(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(31);
+    static const size_t shapes[6][2] = {{96, 64}, {33, 32}, {200, 128}, {64, 96}, {7, 32}, {130, 64}};
+    enum { NB = 5 };
+    for (int set = 0; set < 3; set++) {
+        size_t nm = set == 2 ? 6 : 4;
+        step_case c[6];
+        step_out one[6];
+        for (size_t i = 0; i < nm; i++) {
+            c[i] = make_case(&rng, shapes[i][0], shapes[i][1], 0, set == 1 && i == 1);
+            if (set == 1 && i == 2) c[i].budget = 5;
+            one[i] = run_case(ctx, &c[i], 0);
+        }
+        br_buf *b[6][NB], *sched = t_buf_from(ctx, BR_F32, c[0].sched, BR_SIGN_SCHED);
+        br_buf *flips = t_buf_poison(ctx, BR_U32, nm + 1, 0xdeadbeefu);
+        br_sign_step_args a[6];
+        for (size_t i = 0; i < nm; i++) {
+            size_t n = c[i].rows * c[i].r, nv = c[i].factored ? c[i].rows + c[i].r : n;
+            b[i][0] = t_buf_from(ctx, BR_F32, c[i].grad, n);
+            b[i][1] = t_buf_from(ctx, BR_U32, c[i].bits, n / 32);
+            b[i][2] = t_buf_from(ctx, BR_F32, c[i].lat, n);
+            b[i][3] = t_buf_from(ctx, BR_F32, c[i].m1, n);
+            b[i][4] = t_buf_from(ctx, BR_F32, c[i].v, nv);
+            a[i] = (br_sign_step_args){.factored = c[i].factored,
+                                       .grad = b[i][0],
+                                       .bits = b[i][1],
+                                       .latent = b[i][2],
+                                       .m1 = b[i][3],
+                                       .v = b[i][4],
+                                       .sched = sched,
+                                       .flips = flips,
+                                       .slot = i + 1,
+                                       .rows = c[i].rows,
+                                       .r = c[i].r,
+                                       .budget = c[i].budget,
+                                       .beta1 = c[i].beta1,
+                                       .beta2 = c[i].beta2,
+                                       .eps = c[i].eps,
+                                       .clamp = c[i].clamp,
+                                       .hyst = c[i].hyst};
+        }
+        CHECK_OK(ctx, br_sign_steps(ctx, a, nm));
+        uint32_t fl[7];
+        CHECK_OK(ctx, br_buf_download(flips, 0, fl, nm + 1));
+        CHECK(fl[0] == 0xdeadbeefu, "set %d: a step wrote flips slot 0", set);
+        for (size_t i = 0; i < nm; i++) {
+            size_t n = c[i].rows * c[i].r, nv = c[i].factored ? c[i].rows + c[i].r : n;
+            float *lat = t_download_f32(ctx, b[i][2], n), *m1 = t_download_f32(ctx, b[i][3], n);
+            float *v = t_download_f32(ctx, b[i][4], nv);
+            uint32_t *bits = t_xmalloc(n / 32 * sizeof *bits);
+            CHECK_OK(ctx, br_buf_download(b[i][1], 0, bits, n / 32));
+            CHECK(!memcmp(lat, one[i].lat, n * 4) && !memcmp(m1, one[i].m1, n * 4) &&
+                      !memcmp(v, one[i].v, nv * 4),
+                  "set %d matrix %zu (%zu×%zu): moments or latents differ from its own step", set,
+                  i, c[i].rows, c[i].r);
+            CHECK(!memcmp(bits, one[i].bits, n / 32 * 4) && fl[i + 1] == one[i].flips,
+                  "set %d matrix %zu: bits or flips (%u vs %u) differ from its own step", set, i,
+                  fl[i + 1], one[i].flips);
+            free(lat), free(m1), free(v), free(bits);
+        }
+        if (set == 0) { /* the checks of several matrices */
+            a[1].slot = a[0].slot;
+            CHECK_FAILS_MSG(ctx, BR_E_ARG, "slot", br_sign_steps(ctx, a, 2));
+            a[1].slot = 2;
+            a[1].m1 = a[0].latent;
+            CHECK_FAILS_MSG(ctx, BR_E_ARG, "share", br_sign_steps(ctx, a, 2));
+            a[1].m1 = b[1][3];
+            a[1].grad = a[0].latent; /* read by one, written by the other */
+            CHECK_FAILS(ctx, BR_E_ARG, br_sign_steps(ctx, a, 2));
+            a[1].grad = a[0].grad; /* read by both: allowed */
+            CHECK_OK(ctx, br_sign_steps(ctx, a, 2));
+            CHECK_FAILS(ctx, BR_E_ARG, br_sign_steps(ctx, NULL, 2));
+            CHECK_OK(ctx, br_sign_steps(ctx, NULL, 0));
+        }
+        for (size_t i = 0; i < nm; i++) {
+            for (int k = 0; k < NB; k++)
+                br_buf_free(b[i][k]);
+            free_out(&one[i]);
+            free_case(&c[i]);
+        }
+        br_buf_free(sched), br_buf_free(flips);
+    }
+    br_ctx_free(ctx);
+}
+
 static void sign_ops_bad_arguments(void) {
     br_ctx *ctx = t_ctx();
     br_buf *f = t_buf_poison(ctx, BR_F32, 64 * 32, 0), *u = t_buf_poison(ctx, BR_U32, 64, 0);
@@ -688,7 +778,7 @@ static void sign_ops_bad_arguments(void) {
     br_ctx_free(ctx);
 }
 
-T_RUN("sign", T_CASE(spec_sign_grads), T_CASE(spec_flip_exact), T_CASE(cvt_pad_matches_cvt),
+T_RUN("sign", T_CASE(spec_sign_grads), T_CASE(sign_steps_equal_single_steps), T_CASE(spec_flip_exact), T_CASE(cvt_pad_matches_cvt),
       T_CASE(step_ctrl_formula), T_CASE(sign_step_latent), T_CASE(sign_step_exact),
       T_CASE(sign_step_large), T_CASE(sign_step_ties), T_CASE(sign_step_nan_factored_state),
       T_CASE(sign_ops_bad_arguments))

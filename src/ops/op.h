@@ -41,6 +41,7 @@ typedef enum br_op_kind {
     BR_OP_EXPAND_SCALED, /* layer_ops.c: sign bitmap → scaled f16 plane, transposed */
     BR_OP_SIGN_ROWDOT,   /* layer_ops.c: sign gradients and Σ_k s·M per row */
     BR_OP_CVT_BOTH,      /* layer_ops.c: cvt_pad and cvt_t from one read */
+    BR_OP_SIGN_STEPS,    /* sign_ops.c: sign steps of up to BR_SIGN_STEPS_MAX matrices */
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT
 } br_op_kind;
@@ -208,6 +209,13 @@ typedef struct br_sign_step_args {
     float curv2;            /* 2 · curvature */
 } br_sign_step_args;
 
+/* Sign steps of several matrices in one op (a backend may run them together). */
+#define BR_SIGN_STEPS_MAX 4
+typedef struct br_sign_steps_args {
+    br_sign_step_args m[BR_SIGN_STEPS_MAX];
+    size_t n;
+} br_sign_steps_args;
+
 /* The reformulated layer's ops (ops/layer_ops.h documents them). */
 typedef struct br_expand_scaled_args {
     const br_buf *bits;     /* u32 [rows][r/32] */
@@ -260,6 +268,7 @@ typedef struct br_op {
         br_cvt_pad_args cvt_pad;
         br_step_ctrl_args step_ctrl;
         br_sign_step_args sign_step;
+        br_sign_steps_args sign_steps;
         br_expand_scaled_args expand_scaled;
         br_sign_rowdot_args sign_rowdot;
         br_cvt_both_args cvt_both;

@@ -63,9 +63,8 @@ size_t br_sign_step_workspace(size_t rows, size_t r) {
     return words * 4;
 }
 
-br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *a) {
-    static const char fn[] = "br_sign_step";
-    BR_TRY(br_check_ctx(ctx));
+/* Every check of one sign step's arguments (fn names the caller). */
+static br_status check_sign_step(br_ctx *ctx, const char *fn, const br_sign_step_args *a) {
     if (!a) return br_fail(ctx, BR_E_ARG, "%s: args is NULL", fn);
     BR_TRY(br_check_dim(ctx, fn, "rows", a->rows));
     BR_TRY(br_check_dim(ctx, fn, "r", a->r));
@@ -114,7 +113,65 @@ br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *a) {
             return br_fail(ctx, BR_E_ARG, "%s: 2·curvature = %g must be finite and > 0", fn,
                            (double)a->curv2);
     }
+    return BR_OK;
+}
+
+br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *a) {
+    BR_TRY(br_check_ctx(ctx));
+    BR_TRY(check_sign_step(ctx, "br_sign_step", a));
     br_op op = {.kind = BR_OP_SIGN_STEP};
     op.u.sign_step = *a;
     return br_submit(ctx, &op, br_sign_step_workspace(a->rows, a->r));
+}
+
+/* The buffers a step writes, then those it only reads (NULL where absent); with
+ * their element counts. */
+enum { STEP_WRITES = 4, STEP_BUFS = 5 };
+static void step_bufs(const br_sign_step_args *a, const br_buf *b[STEP_BUFS], size_t cnt[STEP_BUFS]) {
+    size_t n = a->rows * a->r;
+    b[0] = a->bits, cnt[0] = n / 32;
+    b[1] = a->exact ? NULL : a->latent, cnt[1] = n;
+    b[2] = a->exact ? NULL : a->m1, cnt[2] = n;
+    b[3] = a->exact ? NULL : a->v, cnt[3] = a->factored ? a->rows + a->r : n;
+    b[4] = a->grad, cnt[4] = n;
+}
+
+br_status br_sign_steps(br_ctx *ctx, const br_sign_step_args *a, size_t n) {
+    static const char fn[] = "br_sign_steps";
+    BR_TRY(br_check_ctx(ctx));
+    if (n && !a) return br_fail(ctx, BR_E_ARG, "%s: args is NULL", fn);
+    for (size_t i = 0; i < n; i++) {
+        BR_TRY(check_sign_step(ctx, fn, &a[i]));
+        /* they may run at once: what one writes must be apart from what another uses */
+        const br_buf *bi[STEP_BUFS], *bj[STEP_BUFS];
+        size_t ci[STEP_BUFS], cj[STEP_BUFS];
+        step_bufs(&a[i], bi, ci);
+        for (size_t j = 0; j < i; j++) {
+            step_bufs(&a[j], bj, cj);
+            for (int x = 0; x < STEP_BUFS; x++)
+                for (int y = 0; y < STEP_BUFS; y++)
+                    if ((x < STEP_WRITES || y < STEP_WRITES) && bi[x] && bj[y] &&
+                        br_bufs_overlap(bi[x], ci[x], bj[y], cj[y]))
+                        return br_fail(ctx, BR_E_ARG,
+                                       "%s: matrices %zu and %zu share memory (a buffer one "
+                                       "step writes)",
+                                       fn, j, i);
+            if (a[j].flips == a[i].flips && a[j].slot == a[i].slot)
+                return br_fail(ctx, BR_E_ARG, "%s: matrices %zu and %zu report to one flips slot",
+                               fn, j, i);
+        }
+    }
+    for (size_t i0 = 0; i0 < n; i0 += BR_SIGN_STEPS_MAX) {
+        br_op op = {.kind = BR_OP_SIGN_STEPS};
+        size_t ws = 0, cnt = n - i0 < BR_SIGN_STEPS_MAX ? n - i0 : BR_SIGN_STEPS_MAX;
+        for (size_t i = 0; i < cnt; i++) {
+            op.u.sign_steps.m[i] = a[i0 + i];
+            size_t w = br_sign_step_workspace(a[i0 + i].rows, a[i0 + i].r);
+            if (w > ws) ws = w;
+        }
+        op.u.sign_steps.n = cnt;
+        /* one step at a time needs the largest step's; together, a count row each */
+        BR_TRY(br_submit(ctx, &op, ws + BR_SIGN_STEPS_MAX * BR_SIGN_GRID * sizeof(uint32_t)));
+    }
+    return BR_OK;
 }

@@ -48,6 +48,12 @@ br_status br_step_ctrl(br_ctx *ctx, const br_step_ctrl_args *args);
  * The orders of every sum are fixed (sign_ops.c), so backends agree bit for bit. */
 br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *args);
 
+/* The sign steps of n matrices, each exactly as br_sign_step does it (bit for
+ * bit), possibly at once: no buffer a step writes (bits, latent, m1, v) may share
+ * memory with a buffer of another step, and no two steps may report to the same
+ * flips slot (BR_E_ARG). n = 0 does nothing. */
+br_status br_sign_steps(br_ctx *ctx, const br_sign_step_args *args, size_t n);
+
 /* Workspace bytes a sign step of rows × r entries uses on a device. */
 size_t br_sign_step_workspace(size_t rows, size_t r);
 

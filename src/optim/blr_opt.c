@@ -270,7 +270,7 @@ br_status br_blr_opt_set_lr(br_blr_opt *o, float lr, float sign_lr) {
 }
 
 /* The sign step of matrix i (path i/2, S_U for even i, S_V for odd). */
-static br_status sign_step(br_blr_opt *o, size_t i) {
+static br_sign_step_args sign_args(br_blr_opt *o, size_t i) {
     br_blr *l = o->layer;
     size_t p = i / 2;
     int is_v = (int)(i % 2);
@@ -306,7 +306,7 @@ static br_status sign_step(br_blr_opt *o, size_t i) {
         a.nnorm = is_v ? l->m : 0;
         a.curv2 = 2.0f * o->cfg.curvature;
     }
-    return br_sign_step(o->ctx, &a);
+    return a;
 }
 
 static br_status opt_step(br_blr_opt *o) {
@@ -328,9 +328,16 @@ static br_status opt_step(br_blr_opt *o) {
     if (o->cfg.sign_mode != BR_SIGN_OFF) {
         br_tag_scope tag;
         br_tag_push(ctx, &tag, "sign");
+        /* every sign matrix in as few ops as br_sign_steps takes (one launch pair
+         * on CUDA for up to four directly flipping matrices) */
+        br_sign_step_args a[BR_SIGN_STEPS_MAX];
         br_status st = BR_OK;
-        for (size_t i = 0; i < 2 * l->paths && st == BR_OK; i++)
-            st = sign_step(o, i);
+        for (size_t i0 = 0; i0 < 2 * l->paths && st == BR_OK; i0 += BR_SIGN_STEPS_MAX) {
+            size_t cnt = 0;
+            for (size_t i = i0; i < 2 * l->paths && cnt < BR_SIGN_STEPS_MAX; i++)
+                a[cnt++] = sign_args(o, i);
+            st = br_sign_steps(ctx, a, cnt);
+        }
         br_tag_pop(ctx, &tag);
         BR_TRY(st);
     }

@@ -146,6 +146,7 @@ static const br_backend cpu_backend = {
             [BR_OP_CVT_PAD] = br_cpu_cvt_pad,
             [BR_OP_STEP_CTRL] = br_cpu_step_ctrl,
             [BR_OP_SIGN_STEP] = br_cpu_sign_step,
+            [BR_OP_SIGN_STEPS] = br_cpu_sign_steps,
             [BR_OP_EXPAND_SCALED] = br_cpu_expand_scaled,
             [BR_OP_SIGN_ROWDOT] = br_cpu_sign_rowdot,
             [BR_OP_CVT_BOTH] = br_cpu_cvt_both,

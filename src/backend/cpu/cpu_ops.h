@@ -49,6 +49,7 @@ br_status br_cpu_sumsq_cat(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_pad(br_ctx *ctx, const br_op *op);
 br_status br_cpu_step_ctrl(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op);
+br_status br_cpu_sign_steps(br_ctx *ctx, const br_op *op);
 /* cpu_layer_ops.c */
 br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op);

@@ -259,3 +259,14 @@ br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op) {
     free(colsums);
     return BR_OK;
 }
+
+/* One after another: each exactly as its own sign_step op. */
+br_status br_cpu_sign_steps(br_ctx *ctx, const br_op *op) {
+    const br_sign_steps_args *a = &op->u.sign_steps;
+    for (size_t i = 0; i < a->n; i++) {
+        br_op one = {.kind = BR_OP_SIGN_STEP};
+        one.u.sign_step = a->m[i];
+        BR_TRY(br_cpu_sign_step(ctx, &one));
+    }
+    return BR_OK;
+}

@@ -296,6 +296,7 @@ static const br_backend cuda_backend = {
             [BR_OP_CVT_PAD] = br_cuda_cvt_pad,
             [BR_OP_STEP_CTRL] = br_cuda_step_ctrl,
             [BR_OP_SIGN_STEP] = br_cuda_sign_step,
+            [BR_OP_SIGN_STEPS] = br_cuda_sign_steps,
             [BR_OP_EXPAND_SCALED] = br_cuda_expand_scaled,
             [BR_OP_SIGN_ROWDOT] = br_cuda_sign_rowdot,
             [BR_OP_CVT_BOTH] = br_cuda_cvt_both,

@@ -93,6 +93,7 @@ br_status br_cuda_sumsq_cat(br_ctx *ctx, const br_op *op);
 br_status br_cuda_cvt_pad(br_ctx *ctx, const br_op *op);
 br_status br_cuda_step_ctrl(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op);
+br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op);
 /* cuda_layer_ops.cu */
 br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op);

@@ -335,14 +335,15 @@ __global__ void colfin_kernel(sign_job j) {
  * updates any (the stores could alias the loads, so the compiler would not move a
  * load past one), so that several entries' loads are in flight per thread. Each
  * round's warp covers 32 consecutive entries: one bitmap word (r % 32 == 0). */
-__global__ void update_kernel(sign_job j) {
+static __device__ __forceinline__ void update_entries(const sign_job &j, unsigned blk,
+                                                      unsigned nblk) {
     if (skipped(j)) return;
     float lr = j.sched[0], gm = j.sched[2], bc1 = j.sched[4], bc2 = j.sched[5];
     float mean = j.factored ? j.ws.scalar[1] : 0.0f;
     float c = j.normsrc ? __fmul_rn(j.curv2, j.ws.scalar[0]) : j.curv2;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t stride = (size_t)nblk * blockDim.x;
     unsigned count = 0;
-    for (size_t e0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e0 < j.n;
+    for (size_t e0 = (size_t)blk * blockDim.x + threadIdx.x; e0 < j.n;
          e0 += UPD_BATCH * stride) {
         uint32_t wv[UPD_BATCH];
         float gv[UPD_BATCH], mv[UPD_BATCH], vv[UPD_BATCH], lv[UPD_BATCH];
@@ -405,7 +406,33 @@ __global__ void update_kernel(sign_job j) {
         }
     }
     unsigned total = block_sum(count);
-    if (threadIdx.x == 0) j.ws.cnt[blockIdx.x] = total;
+    if (threadIdx.x == 0) j.ws.cnt[blk] = total;
+}
+
+__global__ void update_kernel(sign_job j) { update_entries(j, blockIdx.x, gridDim.x); }
+
+/* Several direct steps at once (br_sign_steps): job i takes blocks start[i] ..
+ * start[i+1]−1 and its own row of counts; the same entries, the same values. */
+typedef struct sign_jobs {
+    sign_job job[BR_SIGN_STEPS_MAX];
+    unsigned start[BR_SIGN_STEPS_MAX + 1];
+    unsigned n;
+} sign_jobs;
+
+__global__ void update_n_kernel(const __grid_constant__ sign_jobs J) {
+    unsigned i = 0;
+    while (i + 1 < J.n && blockIdx.x >= J.start[i + 1])
+        i++;
+    update_entries(J.job[i], blockIdx.x - J.start[i], J.start[i + 1] - J.start[i]);
+}
+
+/* Block i: flips[slot] of job i from its counts. */
+__global__ void finish_n_kernel(const __grid_constant__ sign_jobs J) {
+    const sign_job &j = J.job[blockIdx.x];
+    if (skipped(j)) return;
+    unsigned total =
+        block_sum(strided_count(j.ws.cnt, J.start[blockIdx.x + 1] - J.start[blockIdx.x]));
+    if (threadIdx.x == 0) j.flips[j.slot] = total;
 }
 
 /* One block: the candidates counted, the tickets zeroed, and every candidate taken
@@ -510,13 +537,9 @@ static unsigned entry_blocks(size_t n) {
     return (unsigned)(b < GRID_MAX ? b : GRID_MAX);
 }
 
-extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
-    const br_sign_step_args *a = &op->u.sign_step;
-    br_cuda *s = br_cuda_state(ctx);
-    void *mem = NULL;
-    BR_TRY(br_cuda_workspace(ctx, br_sign_step_workspace(a->rows, a->r), &mem));
+/* The job of one step over its workspace w (br_sign_step_workspace words). */
+static sign_job make_job(const br_sign_step_args *a, uint32_t *w) {
     size_t n = a->rows * a->r, chunks = (a->rows + BR_SIGN_CHUNK - 1) / BR_SIGN_CHUNK;
-    uint32_t *w = (uint32_t *)mem;
     sign_job j;
     memset(&j, 0, sizeof j);
     j.ws.key = w;
@@ -557,6 +580,14 @@ extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
         j.normsrc = (const float *)br_ptr(a->normsrc);
         j.nnorm = (unsigned)a->nnorm;
     }
+    /* without a binding budget the update kernel flips directly */
+    j.direct = a->budget >= n;
+    return j;
+}
+
+static br_status launch_step(br_ctx *ctx, const br_sign_step_args *a, sign_job j) {
+    br_cuda *s = br_cuda_state(ctx);
+    size_t n = a->rows * a->r, chunks = (a->rows + BR_SIGN_CHUNK - 1) / BR_SIGN_CHUNK;
     cudaStream_t st = s->stream;
     if (j.normsrc) {
         norm_kernel<<<1, BR_SIGN_LANES, 0, st>>>(j);
@@ -570,8 +601,6 @@ extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
         colfin_kernel<<<1, BR_SIGN_LANES, 0, st>>>(j);
         BR_CUDA_LAUNCHED(ctx, "colfin_kernel");
     }
-    /* without a binding budget the update kernel flips directly */
-    j.direct = a->budget >= n;
     unsigned ublocks = entry_blocks((n + UPD_BATCH - 1) / UPD_BATCH), blocks = entry_blocks(n);
     update_kernel<<<ublocks, THREADS, 0, st>>>(j);
     BR_CUDA_LAUNCHED(ctx, "update_kernel");
@@ -588,5 +617,54 @@ extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
     }
     apply_kernel<<<blocks, THREADS, 0, st>>>(j);
     BR_CUDA_LAUNCHED(ctx, "apply_kernel");
+    return BR_OK;
+}
+
+extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
+    const br_sign_step_args *a = &op->u.sign_step;
+    void *mem = NULL;
+    BR_TRY(br_cuda_workspace(ctx, br_sign_step_workspace(a->rows, a->r), &mem));
+    return launch_step(ctx, a, make_job(a, (uint32_t *)mem));
+}
+
+/* Steps that flip directly (latent, full second moment, no binding budget) run as
+ * one update launch and one finish launch; any other mix runs one step after
+ * another over the same workspace. */
+extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
+    const br_sign_steps_args *a = &op->u.sign_steps;
+    size_t ws = 0;
+    int together = a->n > 1;
+    for (size_t i = 0; i < a->n; i++) {
+        const br_sign_step_args *m = &a->m[i];
+        size_t w = br_sign_step_workspace(m->rows, m->r);
+        if (w > ws) ws = w;
+        together = together && !m->exact && !m->factored && m->budget >= m->rows * m->r;
+    }
+    void *mem = NULL;
+    BR_TRY(br_cuda_workspace(ctx, ws + BR_SIGN_STEPS_MAX * GRID_MAX * sizeof(uint32_t), &mem));
+    if (!together) {
+        for (size_t i = 0; i < a->n; i++)
+            BR_TRY(launch_step(ctx, &a->m[i], make_job(&a->m[i], (uint32_t *)mem)));
+        return BR_OK;
+    }
+    /* each job's counts in a row of its own past the shared workspace; its grid share
+     * as one step alone would have, at most GRID_MAX / BR_SIGN_STEPS_MAX blocks */
+    uint32_t *cnt = (uint32_t *)((char *)mem + ws);
+    sign_jobs J;
+    memset(&J, 0, sizeof J);
+    J.n = (unsigned)a->n;
+    for (size_t i = 0; i < a->n; i++) {
+        const br_sign_step_args *m = &a->m[i];
+        J.job[i] = make_job(m, (uint32_t *)mem);
+        J.job[i].ws.cnt = cnt + i * GRID_MAX;
+        size_t nb = entry_blocks((m->rows * m->r + UPD_BATCH - 1) / UPD_BATCH);
+        if (nb > GRID_MAX / BR_SIGN_STEPS_MAX) nb = GRID_MAX / BR_SIGN_STEPS_MAX;
+        J.start[i + 1] = J.start[i] + (unsigned)nb;
+    }
+    br_cuda *s = br_cuda_state(ctx);
+    update_n_kernel<<<J.start[J.n], THREADS, 0, s->stream>>>(J);
+    BR_CUDA_LAUNCHED(ctx, "update_n_kernel");
+    finish_n_kernel<<<J.n, THREADS, 0, s->stream>>>(J);
+    BR_CUDA_LAUNCHED(ctx, "finish_n_kernel");
     return BR_OK;
 }
