@@ -68,67 +68,25 @@ static int f16_near(uint16_t h, double x) {
 
 /* ---------------------------------------------------------------- expand_scaled */
 
+/* Both orientations (ten cases each): the transposed plane of path p's rows of a
+ * [paths·r][ld] plane, and the bitmap-oriented plane of path p's columns of a
+ * [rows][ld] plane, each through a view with every other element left poisoned;
+ * every value bit-exact against f16(rowscale·scale) and near f64. */
 static void expand_scaled_matches_reference(void) {
     br_ctx *ctx = t_ctx();
     br_rng rng = t_rng_for(60);
     static const size_t fixed[][2] = {{1, 32}, {7, 64}, {3584, 384}, {1024, 384}, {129, 96}};
-    for (size_t c = 0; c < 5 + 5; c++) {
+    for (size_t c = 0; c < 2 * (5 + 5); c++) {
+        const int by_rows = c >= 10;
         size_t rows, r;
-        t_pick_shape2(&rng, fixed, 5, c, 1, 700, 1, 6, &rows, &r);
-        if (c >= 5) r *= 32;
-        if (too_big(rows * r)) continue;
-        size_t ld = (rows + 7) / 8 * 8 + 8 * t_rand_size(&rng, 0, 3);
+        t_pick_shape2(&rng, fixed, 5, c % 10, 1, 700, 1, 6, &rows, &r);
+        if (c % 10 >= 5) r *= 32;
         size_t paths = t_rand_size(&rng, 1, 3), p = t_rand_size(&rng, 0, paths - 1);
-        size_t off = c % 2 ? 3 : 0, words = r / 32, n = r * ld;
-        float scale = c % 3 ? 1.0f : (float)(0.1 + 4 * br_rng_unit(&rng));
-        uint32_t *bits = rand_bits(&rng, rows * words);
-        float *rs = rand_wide(&rng, rows);
-        br_buf *pb, *pr, *pp, *vp = NULL;
-        br_buf *bb = input_at(ctx, BR_U32, bits, rows * words, off, &pb);
-        br_buf *br = input_at(ctx, BR_F32, rs, rows, off, &pr);
-        /* the plane of all paths, path p's rows written through a view */
-        br_buf *plane = view_at(ctx, BR_F16, paths * n, off, T_NAN16, &pp);
-        CHECK(br_buf_view(plane, p * n, n, &vp) == BR_OK, "view of path %zu", p);
-        CHECK_OK(ctx, br_expand_scaled(ctx, bb, rows, r, br, scale, vp, ld));
-        uint16_t *got = t_download_f16(ctx, plane, paths * n);
-        size_t bad = 0, far = 0, outside = 0;
-        for (size_t k = 0; k < r; k++)
-            for (size_t i = 0; i < ld; i++) {
-                uint16_t want = 0;
-                if (i < rows) {
-                    uint16_t mag = br_half_from_float(rs[i] * scale);
-                    want = bits[i * words + k / 32] >> (k % 32) & 1u ? mag : mag ^ 0x8000u;
-                    double s = bits[i * words + k / 32] >> (k % 32) & 1u ? 1 : -1;
-                    far += !f16_near(got[p * n + k * ld + i], s * (double)rs[i] * scale);
-                }
-                bad += got[p * n + k * ld + i] != want;
-            }
-        for (size_t e = 0; e < paths * n; e++)
-            if (e < p * n || e >= (p + 1) * n) outside += got[e] != T_NAN16;
-        CHECK(bad == 0, "expand_scaled rows=%zu r=%zu ld=%zu off=%zu: %zu of %zu differ", rows, r,
-              ld, off, bad, n);
-        CHECK(far == 0, "expand_scaled rows=%zu r=%zu: %zu values off f64", rows, r, far);
-        CHECK(outside == 0, "expand_scaled rows=%zu r=%zu: %zu written outside path %zu", rows, r,
-              outside, p);
-        free(got), free(bits), free(rs);
-        br_buf_free(vp);
-        free_view(plane, pp), free_view(bb, pb), free_view(br, pr);
-    }
-    br_ctx_free(ctx);
-}
-
-/* The bitmap-oriented plane: path p's columns of a [rows][paths·r] plane through a
- * view, every other element left as poisoned, each value the transposed op's. */
-static void expand_scaled_rows_matches_reference(void) {
-    br_ctx *ctx = t_ctx();
-    br_rng rng = t_rng_for(61);
-    static const size_t fixed[][2] = {{1, 32}, {7, 64}, {3584, 384}, {1024, 384}, {129, 96}};
-    for (size_t c = 0; c < 5 + 5; c++) {
-        size_t rows, r;
-        t_pick_shape2(&rng, fixed, 5, c, 1, 700, 1, 6, &rows, &r);
-        if (c >= 5) r *= 32;
-        size_t paths = t_rand_size(&rng, 1, 3), p = t_rand_size(&rng, 0, paths - 1);
-        size_t ld = paths * r + 8 * t_rand_size(&rng, 0, 2), total = rows * ld;
+        /* by rows: ld ≥ paths·r, path p at column p·r; else ld ≥ rows, path p at row p·r */
+        size_t ld = by_rows ? paths * r + 8 * t_rand_size(&rng, 0, 2)
+                            : (rows + 7) / 8 * 8 + 8 * t_rand_size(&rng, 0, 3);
+        size_t total = by_rows ? rows * ld : paths * r * ld;
+        size_t vo = by_rows ? p * r : p * r * ld, vn = by_rows ? (rows - 1) * ld + r : r * ld;
         if (too_big(total)) continue;
         size_t off = c % 2 ? 3 : 0, words = r / 32;
         float scale = c % 3 ? 1.0f : (float)(0.1 + 4 * br_rng_unit(&rng));
@@ -138,28 +96,43 @@ static void expand_scaled_rows_matches_reference(void) {
         br_buf *bb = input_at(ctx, BR_U32, bits, rows * words, off, &pb);
         br_buf *br = input_at(ctx, BR_F32, rs, rows, off, &pr);
         br_buf *plane = view_at(ctx, BR_F16, total, off, T_NAN16, &pp);
-        CHECK(br_buf_view(plane, p * r, (rows - 1) * ld + r, &vp) == BR_OK, "view of path %zu", p);
-        CHECK_OK(ctx, br_expand_scaled_rows(ctx, bb, rows, r, br, scale, vp, ld));
+        CHECK(br_buf_view(plane, vo, vn, &vp) == BR_OK, "view of path %zu", p);
+        if (by_rows)
+            CHECK_OK(ctx, br_expand_scaled_rows(ctx, bb, rows, r, br, scale, vp, ld));
+        else
+            CHECK_OK(ctx, br_expand_scaled(ctx, bb, rows, r, br, scale, vp, ld));
         uint16_t *got = t_download_f16(ctx, plane, total);
         size_t bad = 0, far = 0, outside = 0;
-        for (size_t i = 0; i < rows; i++)
-            for (size_t e = 0; e < ld; e++) {
-                uint16_t g = got[i * ld + e];
-                if (e < p * r || e >= (p + 1) * r) {
-                    outside += g != T_NAN16;
-                    continue;
-                }
-                size_t k = e - p * r;
+        for (size_t e = 0; e < total; e++) {
+            /* the (i, k) entry element e holds, if it is path p's; else pad or outside */
+            size_t i, k, row = e / ld, col = e % ld;
+            int mine;
+            if (by_rows) {
+                i = row, k = col - p * r;
+                mine = col >= p * r && col < (p + 1) * r;
+            } else {
+                i = col, k = row - p * r;
+                mine = row >= p * r && row < (p + 1) * r;
+            }
+            if (!mine) {
+                outside += got[e] != T_NAN16;
+                continue;
+            }
+            uint16_t want = 0; /* transposed: +0 in the pad columns i ≥ rows */
+            if (i < rows) {
                 int bit = bits[i * words + k / 32] >> (k % 32) & 1u;
                 uint16_t mag = br_half_from_float(rs[i] * scale);
-                bad += g != (bit ? mag : (uint16_t)(mag ^ 0x8000u));
-                far += !f16_near(g, (bit ? 1.0 : -1.0) * (double)rs[i] * scale);
+                want = bit ? mag : (uint16_t)(mag ^ 0x8000u);
+                far += !f16_near(got[e], (bit ? 1.0 : -1.0) * (double)rs[i] * scale);
             }
-        CHECK(bad == 0, "expand_scaled_rows rows=%zu r=%zu ld=%zu off=%zu: %zu of %zu differ", rows,
-              r, ld, off, bad, rows * r);
-        CHECK(far == 0, "expand_scaled_rows rows=%zu r=%zu: %zu values off f64", rows, r, far);
-        CHECK(outside == 0, "expand_scaled_rows rows=%zu r=%zu: %zu written outside path %zu",
-              rows, r, outside, p);
+            bad += got[e] != want;
+        }
+        const char *what = by_rows ? "expand_scaled_rows" : "expand_scaled";
+        CHECK(bad == 0, "%s rows=%zu r=%zu ld=%zu off=%zu: %zu of %zu differ", what, rows, r, ld,
+              off, bad, vn);
+        CHECK(far == 0, "%s rows=%zu r=%zu: %zu values off f64", what, rows, r, far);
+        CHECK(outside == 0, "%s rows=%zu r=%zu: %zu written outside path %zu", what, rows, r,
+              outside, p);
         free(got), free(bits), free(rs);
         br_buf_free(vp);
         free_view(plane, pp), free_view(bb, pb), free_view(br, pr);
@@ -441,6 +414,5 @@ static void layer_ops_bad_arguments(void) {
     br_ctx_free(ctx);
 }
 
-T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference),
-      T_CASE(expand_scaled_rows_matches_reference), T_CASE(sign_rowdot_matches_reference),
+T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference), T_CASE(sign_rowdot_matches_reference),
       T_CASE(cvt_both_matches_reference), T_CASE(layer_ops_bad_arguments))

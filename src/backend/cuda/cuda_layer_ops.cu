@@ -14,6 +14,19 @@
 
 /* ---------------------------------------------------------------- expand_scaled */
 
+/* Eight f16 bit patterns (the low halves of h) to out: one 16-byte store with VEC
+ * (out 16-byte aligned), else eight 2-byte stores. */
+template <bool VEC> static __device__ __forceinline__ void store8(uint16_t *out, const uint32_t *h) {
+    if (VEC) {
+        *reinterpret_cast<uint4 *>(out) = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16,
+                                                     h[4] | h[5] << 16, h[6] | h[7] << 16);
+    } else {
+#pragma unroll
+        for (unsigned u = 0; u < 8; u++)
+            out[u] = (uint16_t)h[u];
+    }
+}
+
 /* Plane columns (bitmap rows i) per tile; a tile is one bitmap word w (plane rows
  * 32w..32w+31) by ES_COLS columns. */
 #define ES_COLS 128
@@ -58,15 +71,7 @@ __global__ void expand_scaled_kernel(const uint32_t *bits, const float *rowscale
                 uint32_t mag = mw[u / 2] >> (16 * (u % 2)) & 0xffffu;
                 h[u] = i + u < rows ? (bw[u] >> kk & 1u ? mag : mag ^ F16_SIGN) : 0u;
             }
-            uint16_t *out = plane_t + (size_t)(32 * w + kk) * ld + i;
-            if (VEC) {
-                *reinterpret_cast<uint4 *>(out) = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16,
-                                                             h[4] | h[5] << 16, h[6] | h[7] << 16);
-            } else {
-#pragma unroll
-                for (unsigned u = 0; u < 8; u++)
-                    out[u] = (uint16_t)h[u];
-            }
+            store8<VEC>(plane_t + (size_t)(32 * w + kk) * ld + i, h);
         }
         __syncthreads();
     }
@@ -87,15 +92,7 @@ __global__ void expand_scaled_rows_kernel(const uint32_t *bits, const float *row
 #pragma unroll
         for (unsigned u = 0; u < 8; u++)
             h[u] = byte >> u & 1u ? mag : mag ^ F16_SIGN;
-        uint16_t *out = plane + (size_t)i * ld + 8 * g;
-        if (VEC) {
-            *reinterpret_cast<uint4 *>(out) = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16,
-                                                         h[4] | h[5] << 16, h[6] | h[7] << 16);
-        } else {
-#pragma unroll
-            for (unsigned u = 0; u < 8; u++)
-                out[u] = (uint16_t)h[u];
-        }
+        store8<VEC>(plane + (size_t)i * ld + 8 * g, h);
     }
 }
 
@@ -107,25 +104,19 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
     const uint32_t *bits = (const uint32_t *)br_ptr(a->bits);
     const float *rowscale = (const float *)br_ptr(a->rowscale);
     const bool vec = br_aligned(16, plane); /* ld % 8 == 0: every row is aligned too */
-    if (a->by_rows) {
-        unsigned blocks = br_cuda_blocks(ctx, (size_t)rows * words * 4, THREADS);
-        if (vec)
-            expand_scaled_rows_kernel<true>
-                <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld);
-        else
-            expand_scaled_rows_kernel<false>
-                <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld);
-        BR_CUDA_LAUNCHED(ctx, "expand_scaled_rows_kernel");
-        return BR_OK;
+    typedef void (*kernel_fn)(const uint32_t *, const float *, float, uint16_t *, unsigned,
+                              unsigned, unsigned);
+    kernel_fn k;
+    size_t threads;
+    if (a->by_rows) { /* a thread per 8 entries */
+        k = vec ? expand_scaled_rows_kernel<true> : expand_scaled_rows_kernel<false>;
+        threads = (size_t)rows * words * 4;
+    } else { /* a block per tile */
+        k = vec ? expand_scaled_kernel<true> : expand_scaled_kernel<false>;
+        threads = (size_t)((ld + ES_COLS - 1) / ES_COLS) * words * THREADS;
     }
-    size_t tiles = (size_t)((ld + ES_COLS - 1) / ES_COLS) * words;
-    unsigned blocks = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
-    if (vec)
-        expand_scaled_kernel<true>
-            <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld);
-    else
-        expand_scaled_kernel<false>
-            <<<blocks, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld);
+    k<<<br_cuda_blocks(ctx, threads, THREADS), THREADS, 0, s->stream>>>(bits, rowscale, a->scale,
+                                                                         plane, rows, words, ld);
     BR_CUDA_LAUNCHED(ctx, "expand_scaled_kernel");
     return BR_OK;
 }
