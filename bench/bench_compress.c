@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
         where = br_ctx_backend(ctx);
         if (st == BR_E_UNSUPPORTED) st = BR_E_DEVICE;
     } else if (!st) {
-        st = br_svid_init_host(ctx, w, NULL, 1, &L, &f);
+        st = br_svid_init_host(ctx, w, NULL, NULL, 1, &L, &f);
     }
     double t_init = now() - t0;
     if (st) {

@@ -207,10 +207,10 @@ static void svid_device_reuse(void) {
         CHECK_OK(ctx, br_layer_host_alloc(ctx, &Lb, m, n, r, P));
         CHECK_OK(ctx, br_layer_host_alloc(ctx, &Lc, m, n, r, P));
         CHECK_OK(ctx, br_layer_host_alloc(ctx, &Lh, m, n, r, P));
-        CHECK_OK(ctx, br_svid_init_on(dev, w, NULL, seed, &La, NULL));
-        CHECK_OK(ctx2, br_svid_init_on(dev2, w, NULL, seed, &Lb, NULL));
+        CHECK_OK(ctx, br_svid_init_on(dev, w, NULL, NULL, seed, &La, NULL));
+        CHECK_OK(ctx2, br_svid_init_on(dev2, w, NULL, NULL, seed, &Lb, NULL));
         CHECK_OK(ctx, br_svid_init_device(ctx, w, NULL, seed, &Lc, NULL));
-        CHECK_OK(ctx, br_svid_init_host(ctx, w, NULL, seed, &Lh, NULL));
+        CHECK_OK(ctx, br_svid_init_host(ctx, w, NULL, NULL, seed, &Lh, NULL));
         double *wa = reconstruct_f64(&La), *wb = reconstruct_f64(&Lb), *wc = reconstruct_f64(&Lc),
                *wh = reconstruct_f64(&Lh);
         double ea = weight_err(w, wa, m * n), eb = weight_err(w, wb, m * n),
@@ -250,7 +250,7 @@ static void svid_error_decreases_with_rank(void) {
         for (size_t r = 32; r <= 128; r *= 2) {
             br_blr_host L;
             CHECK_OK(ctx, br_layer_host_alloc(ctx, &L, m, n, r, paths));
-            br_status st = br_svid_init_host(ctx, w, NULL, 5, &L, NULL);
+            br_status st = br_svid_init_host(ctx, w, NULL, NULL, 5, &L, NULL);
             if (st == BR_E_UNSUPPORTED) {
                 fprintf(stderr, "no LAPACK in this build: %s\n", br_ctx_error(ctx));
                 br_layer_host_free(&L);
@@ -283,8 +283,8 @@ static void svid_error_decreases_with_rank(void) {
     br_blr_host L1, L2;
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &L1, m, n, 64, 1));
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &L2, m, n, 64, 2));
-    if (br_svid_init_host(ctx, w, NULL, 9, &L1, NULL) == BR_OK &&
-        br_svid_init_host(ctx, w, NULL, 9, &L2, NULL) == BR_OK) {
+    if (br_svid_init_host(ctx, w, NULL, NULL, 9, &L1, NULL) == BR_OK &&
+        br_svid_init_host(ctx, w, NULL, NULL, 9, &L2, NULL) == BR_OK) {
         double *a = reconstruct_f64(&L1), *b = reconstruct_f64(&L2);
         double e1 = weight_err(w, a, m * n), e2 = weight_err(w, b, m * n);
         CHECK(e2 < e1 * 0.97, "two paths %.4f vs one %.4f", e2, e1);
@@ -312,7 +312,7 @@ static void svid_full_and_randomized(void) {
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &L, m, n, 64, 1));
     br_svid_factors f;
     CHECK_OK(ctx, br_svid_factors_alloc(ctx, &f, m, n, 64, 1));
-    if (br_svid_init_host(ctx, w, NULL, 3, &L, &f) == BR_OK) {
+    if (br_svid_init_host(ctx, w, NULL, NULL, 3, &L, &f) == BR_OK) {
         /* the factors' signs are the bits everywhere (latents start from them),
          * and the columns past min(m, n) have random signs, not all +1 */
         size_t disagree = 0, plus_u = 0, extra = 0;
@@ -347,7 +347,7 @@ static void svid_full_and_randomized(void) {
     n = 600;
     w = heavy_tailed_matrix(&rng, m, n, 0.6, 0.3);
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &L, m, n, 32, 2));
-    if (br_svid_init_host(ctx, w, NULL, 4, &L, NULL) == BR_OK) {
+    if (br_svid_init_host(ctx, w, NULL, NULL, 4, &L, NULL) == BR_OK) {
         double *ref = reconstruct_f64(&L);
         double e = weight_err(w, ref, m * n);
         fprintf(stderr, "  randomized SVD [%zu][%zu] r=32 P=2: %.4f\n", m, n, e);
@@ -356,6 +356,66 @@ static void svid_full_and_randomized(void) {
     }
     br_layer_host_free(&L);
     free(w);
+    br_ctx_free(ctx);
+}
+
+/* A job's Gram cache: layers with the same Gram share one factorization, and a
+ * cached factor gives the bits a fresh one gives; another Gram (or size) is
+ * factorized anew. Grams from random samples (rank-deficient: damping needed). */
+static double *sample_gram(br_rng *rng, size_t n, size_t ntok) {
+    double *g = calloc(n * n, sizeof *g);
+    float *x = t_rand(rng, ntok * n, 1.0f);
+    for (size_t t = 0; t < ntok; t++)
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < n; j++)
+                g[i * n + j] += (double)x[t * n + i] * x[t * n + j];
+    free(x);
+    return g;
+}
+
+static void svid_gram_cache(void) {
+    br_ctx *ctx = t_cpu_ctx();
+    br_rng rng = t_rng_for(41);
+    size_t m = 96, n = 80, r = 32;
+    double *ga = sample_gram(&rng, n, 50), *gb = sample_gram(&rng, n, 120);
+    double *gc_small = sample_gram(&rng, 64, 100);
+    float *w[3] = {t_rand(&rng, m * n, 1.0f), t_rand(&rng, m * n, 1.0f), t_rand(&rng, m * 64, 1.0f)};
+    /* (weights, Gram, n, factorizations the cache has made after it) */
+    struct {
+        int w;
+        const double *g;
+        size_t n, made;
+    } seq[] = {{0, ga, n, 1}, {1, ga, n, 1}, {0, gb, n, 2}, {2, gc_small, 64, 3}, {1, ga, n, 4}};
+    br_gram_cache gc = {0};
+    for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
+        size_t nn = seq[i].n;
+        br_blr_host A, B;
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &A, m, nn, r, 2));
+        CHECK_OK(ctx, br_layer_host_alloc(ctx, &B, m, nn, r, 2));
+        br_status sa = br_svid_init_host(ctx, w[seq[i].w], seq[i].g, &gc, 11, &A, NULL);
+        br_status sb = br_svid_init_host(ctx, w[seq[i].w], seq[i].g, NULL, 11, &B, NULL);
+        if (sa == BR_E_UNSUPPORTED && sb == BR_E_UNSUPPORTED) { /* a build without LAPACK */
+            br_layer_host_free(&A), br_layer_host_free(&B);
+            break;
+        }
+        CHECK(sa == BR_OK && sb == BR_OK, "step %zu: %s", i, br_ctx_error(ctx));
+        CHECK(gc.made == seq[i].made, "step %zu: %zu factorizations, want %zu", i, gc.made,
+              seq[i].made);
+        int same = sa == BR_OK && sb == BR_OK;
+        for (size_t p = 0; same && p < 2; p++)
+            same = !memcmp(A.path[p].bits_u, B.path[p].bits_u, m * (r / 32) * 4) &&
+                   !memcmp(A.path[p].bits_v, B.path[p].bits_v, nn * (r / 32) * 4) &&
+                   !memcmp(A.path[p].h, B.path[p].h, m * 4) &&
+                   !memcmp(A.path[p].l, B.path[p].l, r * 4) &&
+                   !memcmp(A.path[p].g, B.path[p].g, nn * 4);
+        CHECK(same, "step %zu: the cached factor gave other bits than a fresh one", i);
+        br_layer_host_free(&A), br_layer_host_free(&B);
+    }
+    br_gram_cache_free(&gc);
+    CHECK(!gc.factor && !gc.factor_inv && gc.n == 0, "br_gram_cache_free left it non-empty");
+    free(ga), free(gb), free(gc_small);
+    for (int i = 0; i < 3; i++)
+        free(w[i]);
     br_ctx_free(ctx);
 }
 
@@ -373,8 +433,8 @@ static void svid_activation_aware(void) {
     br_blr_host A, B;
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &A, m, n, 64, 2));
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &B, m, n, 64, 2));
-    CHECK_OK(ctx, br_svid_init_host(ctx, w, NULL, 6, &A, NULL));
-    CHECK_OK(ctx, br_svid_init_host(ctx, w, gram, 6, &B, NULL));
+    CHECK_OK(ctx, br_svid_init_host(ctx, w, NULL, NULL, 6, &A, NULL));
+    CHECK_OK(ctx, br_svid_init_host(ctx, w, gram, NULL, 6, &B, NULL));
     /* path 0 agrees: its scales (fits of |U'|, |V'|, which no sign touches) to
      * rounding, its signs but for entries near 0 that rounding may flip; path 1
      * fits a residual whose spectrum is flat, so its SVD may rotate: only its
@@ -419,7 +479,7 @@ static void svid_activation_aware(void) {
             for (size_t j = 0; j < n; j++)
                 gram[i * n + j] += (double)x[t * n + i] * x[t * n + j];
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &A, m, n, 64, 2));
-    CHECK_OK(ctx, br_svid_init_host(ctx, w, gram, 6, &A, NULL));
+    CHECK_OK(ctx, br_svid_init_host(ctx, w, gram, NULL, 6, &A, NULL));
     double *ref = reconstruct_f64(&A);
     double num = 0, den = 0;
     for (size_t t = 0; t < ntok; t++)
@@ -1626,9 +1686,9 @@ static void svid_gram_factor_matches_eig(void) {
         CHECK_OK(ctx, br_svid_factors_alloc(ctx, &f1, m, n, r, 1));
         CHECK_OK(ctx, br_svid_factors_alloc(ctx, &f3, m, n, r, 1));
         set_threads(1, 1);
-        br_status s1 = br_svid_init_host(ctx, w, gram, 21, &L1, &f1);
+        br_status s1 = br_svid_init_host(ctx, w, gram, NULL, 21, &L1, &f1);
         set_threads(3, 3);
-        br_status s3 = br_svid_init_host(ctx, w, gram, 21, &L3, &f3);
+        br_status s3 = br_svid_init_host(ctx, w, gram, NULL, 21, &L3, &f3);
         set_threads(prev_omp, prev_blas);
         CHECK(s1 == BR_OK && s3 == BR_OK, "[%zu][%zu] Gram of %zu samples: %s", m, n, ntok,
               br_ctx_error(ctx));
@@ -1711,9 +1771,9 @@ static void svid_gram_factor_matches_eig(void) {
         CHECK_OK(ctx, br_layer_host_alloc(ctx, &A, m, n, r, 2));
         CHECK_OK(ctx, br_layer_host_alloc(ctx, &B, m, n, r, 2));
         set_threads(1, 1);
-        br_status sa = br_svid_init_host(ctx, w, gram, 22, &A, NULL);
+        br_status sa = br_svid_init_host(ctx, w, gram, NULL, 22, &A, NULL);
         set_threads(3, 3);
-        br_status sb = br_svid_init_host(ctx, w, gram, 22, &B, NULL);
+        br_status sb = br_svid_init_host(ctx, w, gram, NULL, 22, &B, NULL);
         set_threads(prev_omp, prev_blas);
         CHECK(sa == BR_OK && sb == BR_OK, "[%zu][%zu]: %s", m, n, br_ctx_error(ctx));
         size_t differ = 0;
@@ -1744,7 +1804,7 @@ static void svid_gram_factor_matches_eig(void) {
     br_blr_host L;
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &L, m, n, r, 1));
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "[41][41] input Gram",
-                    br_svid_init_host(ctx, w, bad, 1, &L, NULL));
+                    br_svid_init_host(ctx, w, bad, NULL, 1, &L, NULL));
     CHECK(strstr(br_ctx_error(ctx), "positive") != NULL, "message \"%s\"", br_ctx_error(ctx));
     br_layer_host_free(&L);
     /* the same "Gram" from a file in a job: the message names the layer too */
@@ -1884,7 +1944,7 @@ static void host_cholesky_blocked(void) {
     gram[c * n + c] = -1;
     br_blr_host L;
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &L, m, n, 32, 1));
-    CHECK_FAILS_MSG(ctx, BR_E_ARG, "at column 270", br_svid_init_host(ctx, w, gram, 1, &L, NULL));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "at column 270", br_svid_init_host(ctx, w, gram, NULL, 1, &L, NULL));
     br_layer_host_free(&L);
     free(gram);
     free(w);
@@ -1893,7 +1953,7 @@ static void host_cholesky_blocked(void) {
 
 T_RUN("compress", T_CASE(rank_formula), T_CASE(selection_patterns),
       T_CASE(svid_error_decreases_with_rank), T_CASE(svid_full_and_randomized),
-      T_CASE(svid_device_reuse), T_CASE(svid_activation_aware),
+      T_CASE(svid_device_reuse), T_CASE(svid_activation_aware), T_CASE(svid_gram_cache),
       T_CASE(train_reduces_error_synthetic), T_CASE(train_reduces_error_embedded),
       T_CASE(matrix_bad_args), T_CASE(job_resume_and_atomic),
       T_CASE(job_resume_calibration_content), T_CASE(job_resume_damaged_checkpoint),

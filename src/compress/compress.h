@@ -43,22 +43,38 @@ br_status br_svid_factors_alloc(br_ctx *ctx, br_svid_factors *f, size_t m, size_
                                 size_t paths);
 void br_svid_factors_free(br_svid_factors *f);
 
+/* The factor of a damped input Gram that the activation-aware Dual-SVID uses (its
+ * Cholesky factor L and L⁻¹, f32 [n][n]), kept for the next layer with the same
+ * Gram: the layers reading one input (q, k and v of a block; gate and up) share
+ * it, and its factorization is most of their initialization's host time. A job
+ * owns one; zero-initialized it is empty. The key is a 64-bit hash of the Gram's
+ * n·n doubles. */
+typedef struct br_gram_cache {
+    size_t n;
+    uint64_t key;
+    float *factor, *factor_inv; /* NULL while empty */
+    size_t made;                /* factorizations done (for tests) */
+} br_gram_cache;
+void br_gram_cache_free(br_gram_cache *c); /* frees the factors and empties it */
+
 /* The Dual-SVID initialization of L (already allocated with m, n, r, paths) from
  * W [m][n] f32 on the host. gram: the input Gram Σ [n][n] (f64, symmetric) for
- * the activation-aware variant, or NULL. seed: the randomized SVD's test matrix
- * and the signs of unused columns. factors: receives U', V' (NULL: not kept).
- * Fails with BR_E_UNSUPPORTED when this build has no LAPACK. */
-br_status br_svid_init_host(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
-                            br_blr_host *L, br_svid_factors *factors);
+ * the activation-aware variant, or NULL. gc: where the Gram's factor is kept and
+ * looked up (NULL: made for this call alone; the result is the same bits either
+ * way). seed: the randomized SVD's test matrix and the signs of unused columns.
+ * factors: receives U', V' (NULL: not kept). Fails with BR_E_UNSUPPORTED when
+ * this build has no LAPACK. */
+br_status br_svid_init_host(br_ctx *ctx, const float *w, const double *gram, br_gram_cache *gc,
+                            uint64_t seed, br_blr_host *L, br_svid_factors *factors);
 
 /* The k leading singular triplets of A [m][n] (row-major f32): u [m][k], s [k]
  * (descending), v [n][k]. k ≤ min(m, n). user: the caller's state (device handles). */
 typedef br_status (*br_svd_topk_fn)(br_ctx *ctx, const float *a, size_t m, size_t n, size_t k,
                                     uint64_t seed, float *u, float *s, float *v, void *user);
 /* br_svid_init_host with the truncated SVD done by `svd` (the rest on the host). */
-br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
-                            br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd,
-                            void *user);
+br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, br_gram_cache *gc,
+                            uint64_t seed, br_blr_host *L, br_svid_factors *factors,
+                            br_svd_topk_fn svd, void *user);
 /* Extra columns of a randomized range finder for k singular vectors. */
 size_t br_svid_oversample(size_t k);
 
@@ -74,8 +90,9 @@ br_status br_svid_device_new(br_ctx *ctx, br_svid_device **out);
 void br_svid_device_free(br_svid_device *dev); /* NULL: nothing */
 
 /* The Dual-SVID initialization (as br_svid_init_host) with the SVD on dev's device. */
-br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram, uint64_t seed,
-                          br_blr_host *L, br_svid_factors *factors);
+br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram,
+                          br_gram_cache *gc, uint64_t seed, br_blr_host *L,
+                          br_svid_factors *factors);
 /* The same with a br_svid_device made and freed for this one call. */
 br_status br_svid_init_device(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
                               br_blr_host *L, br_svid_factors *factors);

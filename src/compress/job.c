@@ -28,6 +28,7 @@ typedef struct job {
     size_t layer, layers; /* the layer being compressed, how many */
     uint64_t *layer_data; /* [layers]: hash of a layer's weights and calibration bytes (plan) */
     br_svid_device *svid; /* device Dual-SVID state: made by the first layer, freed at the end */
+    br_gram_cache gram;   /* the last Gram's factor (q, k, v share theirs) */
     char hash[17];        /* options + input, hex */
     char ckpt_dir[4096];
 } job;
@@ -470,8 +471,8 @@ static br_status one_layer(job *j, const br_st_file *in, const br_calib_src *cs,
     if (!st) {
         br_train_in tin = {calib.x_train, calib.ntrain, calib.x_eval, calib.neval};
         step_hook hook = {j, lr, -1};
-        st = br_compress_layer(ctx, &j->svid, t->name, w, m, n, rank, &tin, gram, o, L, lr, on_step,
-                               &hook);
+        st = br_compress_layer(ctx, &j->svid, &j->gram, t->name, w, m, n, rank, &tin, gram, o, L,
+                               lr, on_step, &hook);
         if (st && st != BR_E_STATE) st = prefixed(ctx, st, t->name);
     }
     free(w);
@@ -626,6 +627,7 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
         ckpt_clear(&j, 1);
     }
     br_svid_device_free(j.svid);
+    br_gram_cache_free(&j.gram);
     free(j.layer_data);
     br_st_writer_free(w);
     if (st && ckpt_made) rmdir(j.ckpt_dir); /* only if no layer finished (then empty) */

@@ -31,15 +31,16 @@ br_status br_compress_one(br_ctx *ctx, const char *name, const float *w, size_t 
                           br_train_hook hook, void *user) {
     br_svid_device *dev = NULL;
     br_status st =
-        br_compress_layer(ctx, &dev, name, w, m, n, rank, in, gram, o, out, rep, hook, user);
+        br_compress_layer(ctx, &dev, NULL, name, w, m, n, rank, in, gram, o, out, rep, hook, user);
     br_svid_device_free(dev);
     return st;
 }
 
-br_status br_compress_layer(br_ctx *ctx, br_svid_device **devp, const char *name, const float *w,
-                            size_t m, size_t n, size_t rank, const br_train_in *in,
-                            const double *gram, const br_compress_opts *o, br_blr_host *out,
-                            br_layer_report *rep, br_train_hook hook, void *user) {
+br_status br_compress_layer(br_ctx *ctx, br_svid_device **devp, br_gram_cache *gc,
+                            const char *name, const float *w, size_t m, size_t n, size_t rank,
+                            const br_train_in *in, const double *gram, const br_compress_opts *o,
+                            br_blr_host *out, br_layer_report *rep, br_train_hook hook,
+                            void *user) {
     double t0 = now_seconds();
     br_svid_factors f = {0};
     snprintf(rep->name, sizeof rep->name, "%s", name);
@@ -56,13 +57,13 @@ br_status br_compress_layer(br_ctx *ctx, br_svid_device **devp, const char *name
     if (!st && o->init_on_device && strcmp(br_ctx_backend(ctx), "cpu") != 0) {
         dev = *devp ? BR_OK : br_svid_device_new(ctx, devp);
         if (dev == BR_OK)
-            dev = br_svid_init_on(*devp, w, gram, o->seed ^ br_name_hash(name), out, &f);
+            dev = br_svid_init_on(*devp, w, gram, gc, o->seed ^ br_name_hash(name), out, &f);
         if (dev != BR_OK && dev != BR_E_UNSUPPORTED) st = dev;
     }
     snprintf(rep->init_device, sizeof rep->init_device, "%s",
              dev == BR_OK ? br_ctx_backend(ctx) : "cpu");
     if (!st && dev != BR_OK)
-        st = br_svid_init_host(ctx, w, gram, o->seed ^ br_name_hash(name), out, &f);
+        st = br_svid_init_host(ctx, w, gram, gc, o->seed ^ br_name_hash(name), out, &f);
     if (!st) st = br_train_layer(ctx, w, in, o, out, &f, rep, hook, user);
     br_svid_factors_free(&f);
     if (!st) {

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compress/calib.h"
 #include "compress/compress.h"
 #include "compress/host_blas.h"
 #include "compress/host_chol.h"
@@ -305,10 +306,43 @@ static void keep_factor(const float *xp, const uint32_t *bits, size_t rows, size
             out[i * r + c] = c < k ? xp[i * k + c] : tiny * br_bit_sign(bits, r / 32, i, c);
 }
 
-br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
-                            br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd,
-                            void *user) {
+void br_gram_cache_free(br_gram_cache *c) {
+    if (!c) return;
+    free(c->factor);
+    free(c->factor_inv);
+    c->factor = c->factor_inv = NULL;
+    c->n = 0;
+    c->key = 0;
+}
+
+#ifdef BR_HAVE_LAPACK
+/* gc's factors for this Gram, made (into gc) unless gc already holds them. */
+static br_status cached_factor(br_ctx *ctx, const double *gram, size_t n, br_gram_cache *gc) {
+    uint64_t key = br_bytes_hash(0x6772616dull ^ n, gram, n * n * sizeof *gram);
+    if (gc->factor && gc->n == n && gc->key == key) return BR_OK;
+    br_gram_cache_free(gc);
+    gc->factor = malloc(n * n * sizeof *gc->factor);
+    gc->factor_inv = malloc(n * n * sizeof *gc->factor_inv);
+    br_status st = gc->factor && gc->factor_inv
+                       ? gram_factor(ctx, gram, n, gc->factor, gc->factor_inv)
+                       : br_fail(ctx, BR_E_NOMEM, "Dual-SVID: out of host memory for a [%zu][%zu] "
+                                                  "Gram factor", n, n);
+    if (st) {
+        br_gram_cache_free(gc);
+        return st;
+    }
+    gc->n = n;
+    gc->key = key;
+    gc->made++;
+    return BR_OK;
+}
+#endif
+
+br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, br_gram_cache *gc,
+                            uint64_t seed, br_blr_host *L, br_svid_factors *factors,
+                            br_svd_topk_fn svd, void *user) {
 #ifndef BR_HAVE_LAPACK
+    (void)gc;
     if (gram)
         return br_fail(ctx, BR_E_UNSUPPORTED,
                        "Dual-SVID: the activation-aware initialization (an input Gram) needs "
@@ -321,7 +355,8 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uin
           *s = malloc(k * sizeof *s);
     double *tmp = malloc((m > n ? m : n) * sizeof *tmp), *lu = malloc(k * sizeof *lu),
            *lv = malloc(k * sizeof *lv);
-    float *factor = NULL, *factor_inv = NULL; /* L and L⁻¹ of the damped Gram [n][n] */
+    br_gram_cache own = {0}; /* the Gram's factor when the caller keeps none */
+    const float *factor = NULL, *factor_inv = NULL; /* L and L⁻¹ of the damped Gram [n][n] */
     double *v_weight = NULL;
     br_status st = BR_OK;
     if (!target || !work || !u || !v || !s || !tmp || !lu || !lv) {
@@ -329,14 +364,11 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, uin
         goto done;
     }
     if (gram) {
-        factor = malloc(n * n * sizeof *factor);
-        factor_inv = malloc(n * n * sizeof *factor_inv);
-        if (!factor || !factor_inv) {
-            st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID of [%zu][%zu]: out of host memory", m, n);
-            goto done;
-        }
 #ifdef BR_HAVE_LAPACK
-        if ((st = gram_factor(ctx, gram, n, factor, factor_inv))) goto done;
+        if (!gc) gc = &own;
+        if ((st = cached_factor(ctx, gram, n, gc))) goto done;
+        factor = gc->factor;
+        factor_inv = gc->factor_inv;
 #endif
         v_weight = malloc(n * sizeof *v_weight);
         if (!v_weight) {
@@ -393,19 +425,19 @@ done:
     free(tmp);
     free(lu);
     free(lv);
-    free(factor);
-    free(factor_inv);
+    br_gram_cache_free(&own);
     free(v_weight);
     return st;
 }
 
-br_status br_svid_init_host(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
-                            br_blr_host *L, br_svid_factors *factors) {
+br_status br_svid_init_host(br_ctx *ctx, const float *w, const double *gram, br_gram_cache *gc,
+                            uint64_t seed, br_blr_host *L, br_svid_factors *factors) {
 #ifdef BR_HAVE_LAPACK
-    return br_svid_init_with(ctx, w, gram, seed, L, factors, svd_topk, NULL);
+    return br_svid_init_with(ctx, w, gram, gc, seed, L, factors, svd_topk, NULL);
 #else
     (void)w;
     (void)gram;
+    (void)gc;
     (void)seed;
     (void)L;
     (void)factors;

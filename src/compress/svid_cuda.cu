@@ -283,21 +283,22 @@ extern "C" void br_svid_device_free(br_svid_device *dev) {
 }
 
 extern "C" br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram,
-                                     uint64_t seed, br_blr_host *L, br_svid_factors *factors) {
+                                     br_gram_cache *gc, uint64_t seed, br_blr_host *L,
+                                     br_svid_factors *factors) {
     br_ctx *ctx = dev->ctx;
     size_t mn = L->m < L->n ? L->m : L->n;
     if (L->m > (size_t)INT32_MAX / 4 || L->n > (size_t)INT32_MAX / 4 ||
         L->m * L->n > (size_t)INT32_MAX || mn < 1)
         return br_fail(ctx, BR_E_UNSUPPORTED, "Dual-SVID on the GPU: [%zu][%zu] is too large", L->m,
                        L->n);
-    return br_svid_init_with(ctx, w, gram, seed, L, factors, cuda_svd_topk, dev);
+    return br_svid_init_with(ctx, w, gram, gc, seed, L, factors, cuda_svd_topk, dev);
 }
 
 extern "C" br_status br_svid_init_device(br_ctx *ctx, const float *w, const double *gram,
                                          uint64_t seed, br_blr_host *L, br_svid_factors *factors) {
     br_svid_device *dev = nullptr;
     BR_TRY(br_svid_device_new(ctx, &dev));
-    br_status st = br_svid_init_on(dev, w, gram, seed, L, factors);
+    br_status st = br_svid_init_on(dev, w, gram, NULL, seed, L, factors);
     br_svid_device_free(dev);
     return st;
 }

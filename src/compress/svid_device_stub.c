@@ -9,11 +9,13 @@ br_status br_svid_device_new(br_ctx *ctx, br_svid_device **out) {
 
 void br_svid_device_free(br_svid_device *dev) { (void)dev; }
 
-br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram, uint64_t seed,
-                          br_blr_host *L, br_svid_factors *factors) {
+br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram,
+                          br_gram_cache *gc, uint64_t seed, br_blr_host *L,
+                          br_svid_factors *factors) {
     (void)dev;
     (void)w;
     (void)gram;
+    (void)gc;
     (void)seed;
     (void)L;
     (void)factors;
