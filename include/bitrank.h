@@ -92,10 +92,10 @@ int br_ctx_get_option(const br_ctx *ctx, br_option opt);
 
 /* Devices this build can see, for `bitrank devices`. */
 typedef struct br_device_info {
-    char name[128];     /* "NVIDIA H200" */
-    int index;          /* CUDA ordinal */
+    char name[128]; /* "NVIDIA H200" */
+    int index;      /* CUDA ordinal */
     int cc_major, cc_minor;
-    size_t mem_total;   /* bytes */
+    size_t mem_total; /* bytes */
     int sm_count;
 } br_device_info;
 /* Fills up to `max` entries and sets *count to the number of usable CUDA GPUs.
@@ -245,8 +245,8 @@ typedef struct br_fuse {
     br_fuse_kind kind;
     const br_buf *col; /* f32 [k] */
     br_buf *dst;
-    float scale;       /* CVT_A/CVT_B: the staging scale */
-    int accumulate;    /* SCALE_B: 1 adds into dst, 0 overwrites */
+    float scale;    /* CVT_A/CVT_B: the staging scale */
+    int accumulate; /* SCALE_B: 1 adds into dst, 0 overwrites */
     /* Optional transposed f16 operand for the sign-gradient GEMM,
      * [br_pad_rows(k)][br_pad_tokens(rows)], exactly what br_cvt_t would write:
      * CVT_A/CVT_B: br_cvt_t of the staged operand (same col and scale);
@@ -307,9 +307,9 @@ br_status br_dense_bwd(br_ctx *ctx, const br_buf *dy, const br_buf *w, br_buf *d
  * 1e-6 relative. */
 typedef struct br_adam_hp {
     float lr, beta1, beta2, eps;
-    uint32_t step;    /* t, 1-based */
-    float grad_mul;   /* gradient multiplier (unscale, clip) */
-    float rel_floor;  /* br_adam: ρ (0 = plain steps); br_adam_cat reads it per element */
+    uint32_t step;   /* t, 1-based */
+    float grad_mul;  /* gradient multiplier (unscale, clip) */
+    float rel_floor; /* br_adam: ρ (0 = plain steps); br_adam_cat reads it per element */
     /* Optional f32 [4] device buffer {lr, t, grad_mul, skip} read when the op runs
      * instead of the three host values (so a replayed graph sees each step's
      * schedule); skip ≠ 0 makes the op do nothing (a refused step: weights and
@@ -604,16 +604,16 @@ br_status br_blr_to_host(const br_blr *layer, br_blr_host *host);
 
 /* Parts of a layer, as device buffers (views the layer owns). */
 typedef enum br_blr_part {
-    BR_BLR_H = 0,      /* f32 [m] */
-    BR_BLR_L = 1,      /* f32 [r] (ℓ) */
-    BR_BLR_G = 2,      /* f32 [n] */
-    BR_BLR_DH = 3,     /* f32 [m]  gradient of h */
-    BR_BLR_DL = 4,     /* f32 [r]  gradient of ℓ */
-    BR_BLR_DG = 5,     /* f32 [n]  gradient of g */
-    BR_BLR_BITS_U = 6, /* u32 [m][r/32] */
-    BR_BLR_BITS_V = 7, /* u32 [n][r/32] */
-    BR_BLR_GU = 8,     /* f32 [m][r]  G_U (BR_BLR_SIGN_GRADS) */
-    BR_BLR_GV = 9,     /* f32 [n][r]  G_V (BR_BLR_SIGN_GRADS) */
+    BR_BLR_H = 0,       /* f32 [m] */
+    BR_BLR_L = 1,       /* f32 [r] (ℓ) */
+    BR_BLR_G = 2,       /* f32 [n] */
+    BR_BLR_DH = 3,      /* f32 [m]  gradient of h */
+    BR_BLR_DL = 4,      /* f32 [r]  gradient of ℓ */
+    BR_BLR_DG = 5,      /* f32 [n]  gradient of g */
+    BR_BLR_BITS_U = 6,  /* u32 [m][r/32] */
+    BR_BLR_BITS_V = 7,  /* u32 [n][r/32] */
+    BR_BLR_GU = 8,      /* f32 [m][r]  G_U (BR_BLR_SIGN_GRADS) */
+    BR_BLR_GV = 9,      /* f32 [n][r]  G_V (BR_BLR_SIGN_GRADS) */
     BR_BLR_SUM_A2 = 10, /* f32 [r]  Σ_t a[t][k]² of this path (BR_BLR_CURVATURE) */
     BR_BLR_SUM_X2 = 11, /* f32 [n]  Σ_t x[t][j]², shared by the paths (BR_BLR_CURVATURE) */
 } br_blr_part;
@@ -652,8 +652,7 @@ void br_blr_scratch_free(br_blr_scratch *scratch);
  * and h_p applied in the epilogue of c_p's GEMM: y = fl(h_0⊙c_0), then for p ≥ 1
  * y = fl(fl(h_p⊙c_p) + y). A, A'ᵀ and the staged f16(x)ᵀ stay in the scratch for
  * br_blr_backward. */
-br_status br_blr_forward(br_blr *layer, br_blr_scratch *s, const br_buf *x, br_buf *y,
-                         size_t ntok);
+br_status br_blr_forward(br_blr *layer, br_blr_scratch *s, const br_buf *x, br_buf *y, size_t ntok);
 /* The forward fused with a loss gradient: out = alpha·(y − target), formed in the
  * GEMM epilogues (path 0: (alpha·acc_0)·h_0 − alpha·target, then each later path
  * added as above), y as br_blr_forward makes it up to the rounding of those steps.
@@ -700,7 +699,7 @@ br_status br_blr_backward(br_blr *layer, br_blr_scratch *s, const br_buf *x, con
 
 /* How the signs of a layer train (SPEC §4, R-SIGN). */
 typedef enum br_sign_mode {
-    BR_SIGN_OFF = 0,    /* signs frozen: only h, ℓ, g train */
+    BR_SIGN_OFF = 0, /* signs frozen: only h, ℓ, g train */
     /* Adam on a latent real Λ per sign: m ← β1·m + (1−β1)·G; v ← β2·v + (1−β2)·G²
      * (full, or factored: row × column running means of G², Adafactor-style);
      * Λ ← clamp(Λ − η·m̂/(√v̂ + ε), ±clamp); a bit flips where sign(Λ) disagrees
@@ -722,13 +721,13 @@ typedef struct br_opt_cfg {
     int freeze[3];       /* 1: h / ℓ / g frozen (0) */
     float max_grad_norm; /* clip the norm of all scale gradients to this (0: no clip) (0) */
     /* Signs. */
-    br_sign_mode sign_mode; /* BR_SIGN_LATENT */
-    int sign_factored;      /* latent: 1 = factored second moment (0) */
-    float sign_lr;          /* η (1e-2) */
+    br_sign_mode sign_mode;                 /* BR_SIGN_LATENT */
+    int sign_factored;                      /* latent: 1 = factored second moment (0) */
+    float sign_lr;                          /* η (1e-2) */
     float sign_beta1, sign_beta2, sign_eps; /* 0.9, 0.999, 1e-8 */
-    float sign_clamp;       /* |Λ| ≤ clamp (1) */
-    float sign_hyst;        /* hysteresis: a bit flips only where |Λ| > hyst (0) */
-    float sign_tau;         /* latent init from the bits: Λ = ±tau (0.1) */
+    float sign_clamp;                       /* |Λ| ≤ clamp (1) */
+    float sign_hyst;                        /* hysteresis: a bit flips only where |Λ| > hyst (0) */
+    float sign_tau;                         /* latent init from the bits: Λ = ±tau (0.1) */
     /* Most flips per step, as a fraction of a sign matrix's entries, at least one
      * (0: no limit) (0); the highest scores flip, ties to the lower index.
      * BR_SIGN_EXACT needs one (e.g. 1e-3): its predictions hold for one flip. */
@@ -770,22 +769,22 @@ br_status br_blr_opt_step(br_blr_opt *opt);
 /* What the last step did (waits for the device). Arrays are owned by the
  * optimizer, valid until its next call. */
 typedef struct br_step_info {
-    int refused;          /* 1: the gradients were not finite, nothing changed */
-    uint64_t steps;       /* steps taken so far (refused ones not counted) */
-    float grad_norm;      /* norm of all scale gradients before clipping */
-    float grad_mul;       /* clipping multiplier applied (1: none) */
-    size_t nparams;       /* 5·paths: per path dh, dℓ, dg, G_U, G_V */
-    const float *norms;   /* [nparams] per-parameter gradient norms (G: 0 if absent) */
-    size_t nmats;         /* 2·paths */
+    int refused;           /* 1: the gradients were not finite, nothing changed */
+    uint64_t steps;        /* steps taken so far (refused ones not counted) */
+    float grad_norm;       /* norm of all scale gradients before clipping */
+    float grad_mul;        /* clipping multiplier applied (1: none) */
+    size_t nparams;        /* 5·paths: per path dh, dℓ, dg, G_U, G_V */
+    const float *norms;    /* [nparams] per-parameter gradient norms (G: 0 if absent) */
+    size_t nmats;          /* 2·paths */
     const uint32_t *flips; /* [nmats] signs flipped by the step: S_U,0, S_V,0, S_U,1, ... */
 } br_step_info;
 br_status br_blr_opt_info(br_blr_opt *opt, br_step_info *info);
 
 /* Optimizer state, as device buffers (NULL when absent). */
 typedef enum br_opt_part {
-    BR_OPT_LATENT = 0, /* f32 [rows][r]: Λ of S_U (which 0) / S_V (which 1) of a path */
-    BR_OPT_M1 = 1,     /* f32 [rows][r]: first moment of Λ */
-    BR_OPT_V = 2,      /* f32 second moment of Λ: [rows][r], or factored [rows + r] */
+    BR_OPT_LATENT = 0,  /* f32 [rows][r]: Λ of S_U (which 0) / S_V (which 1) of a path */
+    BR_OPT_M1 = 1,      /* f32 [rows][r]: first moment of Λ */
+    BR_OPT_V = 2,       /* f32 second moment of Λ: [rows][r], or factored [rows + r] */
     BR_OPT_ADAM_M1 = 3, /* f32: Adam moments of the path's h | ℓ | g, [m + r + n] */
     BR_OPT_ADAM_M2 = 4,
 } br_opt_part;
@@ -817,9 +816,9 @@ typedef enum br_synthetic {
 
 /* Options of a compression; br_compress_opts_default fills the defaults noted. */
 typedef struct br_compress_opts {
-    double bpw;    /* target bits per weight per layer (1.0); unused when rank > 0 */
-    size_t rank;   /* fixed rank, a multiple of 32 (0: from bpw) */
-    size_t paths;  /* 1 or 2 (2: the second path fits the first one's residual) */
+    double bpw;   /* target bits per weight per layer (1.0); unused when rank > 0 */
+    size_t rank;  /* fixed rank, a multiple of 32 (0: from bpw) */
+    size_t paths; /* 1 or 2 (2: the second path fits the first one's residual) */
     /* Tensors compressed: by default the 2-D ones whose name ends in ".weight",
      * except embeddings and heads (names containing "embed", "wte", "wpe",
      * "lm_head") and norms ("norm", "ln_"). `include` glob patterns (fnmatch, '*'
@@ -844,16 +843,16 @@ typedef struct br_compress_opts {
     /* Training per layer: Adam on h, ℓ, g and the sign optimizer on S_U, S_V, to
      * reproduce the original layer's outputs y = W·x (loss ½‖ŷ − y‖², batches of
      * `tokens` from a pool of 8 batches, or from the recorded activations). */
-    int steps;           /* steps per layer (300); 0: initialization only */
-    size_t tokens;       /* tokens per step (512) */
-    float lr;            /* peak Adam step for the scales, relative to |w| (2e-2) */
-    float sign_lr;       /* peak step of the sign latents (1e-2; 0: signs frozen) */
-    int warmup;          /* linear warm-up steps (-1: steps/20), then cosine decay to 0 */
-    int patience;        /* early stop after this many evaluations without a 0.1% gain (5) */
-    int eval_every;      /* steps between held-out evaluations (25) */
-    size_t eval_tokens;  /* held-out tokens for the relative output error (1024) */
-    uint64_t seed;       /* every random choice; per layer derived from seed and name (1) */
-    int init_on_device;  /* 1 (default): the SVD runs on a CUDA context's GPU */
+    int steps;          /* steps per layer (300); 0: initialization only */
+    size_t tokens;      /* tokens per step (512) */
+    float lr;           /* peak Adam step for the scales, relative to |w| (2e-2) */
+    float sign_lr;      /* peak step of the sign latents (1e-2; 0: signs frozen) */
+    int warmup;         /* linear warm-up steps (-1: steps/20), then cosine decay to 0 */
+    int patience;       /* early stop after this many evaluations without a 0.1% gain (5) */
+    int eval_every;     /* steps between held-out evaluations (25) */
+    size_t eval_tokens; /* held-out tokens for the relative output error (1024) */
+    uint64_t seed;      /* every random choice; per layer derived from seed and name (1) */
+    int init_on_device; /* 1 (default): the SVD runs on a CUDA context's GPU */
 } br_compress_opts;
 void br_compress_opts_default(br_compress_opts *opts);
 
@@ -865,18 +864,18 @@ int br_compress_selects(const br_compress_opts *opts, const char *name, size_t n
 typedef struct br_layer_report {
     char name[256];
     size_t m, n, rank, paths;
-    double bpw;          /* br_blr_bpw of the shapes */
+    double bpw; /* br_blr_bpw of the shapes */
     /* Relative output error ‖ŷ − y‖/‖y‖ on held-out calibration inputs (never
      * trained on), y = W·x the original layer's outputs: after the Dual-SVID
      * initialization, and after training (scales rounded to f16, as written). */
     double err_init, err_trained;
-    double weight_err;   /* ‖Ŵ − W‖/‖W‖ after training */
-    int steps;           /* training steps run (fewer than asked: early stop) */
-    int loss_every;      /* steps between two points of the loss curve */
+    double weight_err; /* ‖Ŵ − W‖/‖W‖ after training */
+    int steps;         /* training steps run (fewer than asked: early stop) */
+    int loss_every;    /* steps between two points of the loss curve */
     size_t n_loss;
-    float *loss;         /* [n_loss] training loss of the batch, as ‖ŷ − y‖²/‖y‖² */
-    double seconds;      /* initialization + training */
-    int resumed;         /* 1: taken from the checkpoint of an interrupted run */
+    float *loss;          /* [n_loss] training loss of the batch, as ‖ŷ − y‖²/‖y‖² */
+    double seconds;       /* initialization + training */
+    int resumed;          /* 1: taken from the checkpoint of an interrupted run */
     char init_device[16]; /* where the SVD ran: "cpu" or "cuda" */
 } br_layer_report;
 
@@ -903,16 +902,16 @@ typedef int (*br_compress_progress_fn)(const br_compress_progress *progress, voi
 /* The whole job's report. */
 typedef struct br_compress_report {
     size_t n_layers;
-    br_layer_report *layers;  /* in the order of the input file */
-    size_t n_passthrough;     /* tensors copied unchanged */
+    br_layer_report *layers;    /* in the order of the input file */
+    size_t n_passthrough;       /* tensors copied unchanged */
     uint64_t params_compressed; /* weights of the compressed layers */
-    uint64_t bytes_before;    /* data bytes of the compressed layers in the input */
-    uint64_t bytes_after;     /* data bytes of their BLR tensors in the output */
+    uint64_t bytes_before;      /* data bytes of the compressed layers in the input */
+    uint64_t bytes_after;       /* data bytes of their BLR tensors in the output */
     uint64_t file_in, file_out; /* sizes of the input and output files */
     double seconds;
-    char device[160];         /* br_ctx_device of the context */
-    char calibration[32];     /* "activations", "gram", "synthetic isotropic" or
-                               * "synthetic heavy-tailed" (the options') */
+    char device[160];     /* br_ctx_device of the context */
+    char calibration[32]; /* "activations", "gram", "synthetic isotropic" or
+                           * "synthetic heavy-tailed" (the options') */
 } br_compress_report;
 void br_compress_report_free(br_compress_report *report);
 

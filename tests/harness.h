@@ -21,41 +21,41 @@
 static int t_checks, t_failures;
 static const char *t_current = "";
 
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        t_checks++;                                                                              \
-        if (!(cond)) {                                                                           \
-            t_failures++;                                                                        \
-            fprintf(stderr, "FAIL [%s] %s:%d: ", t_current, __FILE__, __LINE__);                 \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fputc('\n', stderr);                                                                 \
-        }                                                                                        \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        t_checks++;                                                                                \
+        if (!(cond)) {                                                                             \
+            t_failures++;                                                                          \
+            fprintf(stderr, "FAIL [%s] %s:%d: ", t_current, __FILE__, __LINE__);                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* An op call that must succeed; on failure prints the context's message. */
-#define CHECK_OK(ctx, call)                                                                      \
-    do {                                                                                         \
-        br_status t_st_ = (call);                                                                \
-        CHECK(t_st_ == BR_OK, "%s -> %s: %s", #call, br_status_name(t_st_), br_ctx_error(ctx));  \
+#define CHECK_OK(ctx, call)                                                                        \
+    do {                                                                                           \
+        br_status t_st_ = (call);                                                                  \
+        CHECK(t_st_ == BR_OK, "%s -> %s: %s", #call, br_status_name(t_st_), br_ctx_error(ctx));    \
     } while (0)
 
 /* An op call that must fail with `want` and leave a message naming something. */
-#define CHECK_FAILS(ctx, want, call)                                                             \
-    do {                                                                                         \
-        br_ctx_clear_error(ctx);                                                                 \
-        br_status t_st_ = (call);                                                                \
-        CHECK(t_st_ == (want), "%s -> %s, expected %s", #call, br_status_name(t_st_),            \
-              br_status_name(want));                                                             \
-        CHECK(t_st_ == BR_OK || br_ctx_error(ctx)[0] != '\0', "%s: no error message", #call);    \
+#define CHECK_FAILS(ctx, want, call)                                                               \
+    do {                                                                                           \
+        br_ctx_clear_error(ctx);                                                                   \
+        br_status t_st_ = (call);                                                                  \
+        CHECK(t_st_ == (want), "%s -> %s, expected %s", #call, br_status_name(t_st_),              \
+              br_status_name(want));                                                               \
+        CHECK(t_st_ == BR_OK || br_ctx_error(ctx)[0] != '\0', "%s: no error message", #call);      \
     } while (0)
 
 /* CHECK_FAILS whose message also names `needle` (a stale message from an earlier
  * failure would name something else). */
-#define CHECK_FAILS_MSG(ctx, want, needle, call)                                                 \
-    do {                                                                                         \
-        CHECK_FAILS(ctx, want, call);                                                            \
-        CHECK(strstr(br_ctx_error(ctx), needle) != NULL, "%s: message \"%s\" does not name %s",  \
-              #call, br_ctx_error(ctx), needle);                                                 \
+#define CHECK_FAILS_MSG(ctx, want, needle, call)                                                   \
+    do {                                                                                           \
+        CHECK_FAILS(ctx, want, call);                                                              \
+        CHECK(strstr(br_ctx_error(ctx), needle) != NULL, "%s: message \"%s\" does not name %s",    \
+              #call, br_ctx_error(ctx), needle);                                                   \
     } while (0)
 
 /* Fresh seed per run unless BITRANK_TEST_SEED is set; printed so a failure can be
@@ -159,7 +159,8 @@ static inline void t_pick_shape3(br_rng *r, const size_t (*fixed)[3], size_t nfi
 /* n floats uniform in [-scale, scale), never all zero. */
 static inline float *t_rand(br_rng *r, size_t n, float scale) {
     float *v = t_xmalloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = br_rng_sym(r) * scale;
+    for (size_t i = 0; i < n; i++)
+        v[i] = br_rng_sym(r) * scale;
     return v;
 }
 
@@ -219,12 +220,14 @@ static inline double t_rel_err(const float *got, const double *ref, size_t n) {
 /* Number of elements whose bits differ. */
 static inline size_t t_bits_differ32(const float *a, const float *b, size_t n) {
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+    for (size_t i = 0; i < n; i++)
+        bad += memcmp(&a[i], &b[i], 4) != 0;
     return bad;
 }
 static inline size_t t_bits_differ16(const uint16_t *a, const uint16_t *b, size_t n) {
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += a[i] != b[i];
+    for (size_t i = 0; i < n; i++)
+        bad += a[i] != b[i];
     return bad;
 }
 
@@ -244,12 +247,14 @@ static inline size_t t_first_diff16(const uint16_t *a, const uint16_t *b, size_t
  * no longer T_NAN16. */
 static inline size_t t_count_written32(const float *v, size_t n) {
     size_t written = 0;
-    for (size_t i = 0; i < n; i++) written += !isnan(v[i]);
+    for (size_t i = 0; i < n; i++)
+        written += !isnan(v[i]);
     return written;
 }
 static inline size_t t_count_written16(const uint16_t *v, size_t n) {
     size_t written = 0;
-    for (size_t i = 0; i < n; i++) written += v[i] != T_NAN16;
+    for (size_t i = 0; i < n; i++)
+        written += v[i] != T_NAN16;
     return written;
 }
 
@@ -271,11 +276,12 @@ static inline int t_run(const char *suite, const t_case *cases, size_t n) {
     printf("%s on %s: %d checks, %d failed\n", suite, t_device(), t_checks, t_failures);
     return t_failures ? 1 : 0;
 }
-#define T_RUN(suite, ...)                                                                        \
-    int main(void) {                                                                             \
-        static const t_case cases_[] = {__VA_ARGS__};                                            \
-        return t_run(suite, cases_, sizeof cases_ / sizeof cases_[0]);                           \
+#define T_RUN(suite, ...)                                                                          \
+    int main(void) {                                                                               \
+        static const t_case cases_[] = {__VA_ARGS__};                                              \
+        return t_run(suite, cases_, sizeof cases_ / sizeof cases_[0]);                             \
     }
-#define T_CASE(fn) {#fn, fn}
+#define T_CASE(fn)                                                                                 \
+    { #fn, fn }
 
 #endif

@@ -379,7 +379,8 @@ static void svid_gram_cache(void) {
     size_t m = 96, n = 80, r = 32;
     double *ga = sample_gram(&rng, n, 50), *gb = sample_gram(&rng, n, 120);
     double *gc_small = sample_gram(&rng, 64, 100);
-    float *w[3] = {t_rand(&rng, m * n, 1.0f), t_rand(&rng, m * n, 1.0f), t_rand(&rng, m * 64, 1.0f)};
+    float *w[3] = {t_rand(&rng, m * n, 1.0f), t_rand(&rng, m * n, 1.0f),
+                   t_rand(&rng, m * 64, 1.0f)};
     /* (weights, Gram, n, factorizations the cache has made after it) */
     struct {
         int w;
@@ -1944,7 +1945,8 @@ static void host_cholesky_blocked(void) {
     gram[c * n + c] = -1;
     br_blr_host L;
     CHECK_OK(ctx, br_layer_host_alloc(ctx, &L, m, n, 32, 1));
-    CHECK_FAILS_MSG(ctx, BR_E_ARG, "at column 270", br_svid_init_host(ctx, w, gram, NULL, 1, &L, NULL));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "at column 270",
+                    br_svid_init_host(ctx, w, gram, NULL, 1, &L, NULL));
     br_layer_host_free(&L);
     free(gram);
     free(w);

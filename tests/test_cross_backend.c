@@ -798,8 +798,8 @@ static void graph_replay(void) {
 /* ---------------------------------------------------------------- layer ops */
 
 /* The reformulated layer's ops (ops/layer_ops.h): expand_scaled into a path's rows
- * of a wider plane, expand_scaled_rows into a path's columns, sign_rowdot (both outputs, grad accumulating or not, dsum
- * only), cvt_both (both outputs, or one), bit for bit. */
+ * of a wider plane, expand_scaled_rows into a path's columns, sign_rowdot (both outputs, grad
+ * accumulating or not, dsum only), cvt_both (both outputs, or one), bit for bit. */
 static void layer_ops(void) {
     br_rng r = t_rng_for(12);
     static const size_t fixed[][2] = {{1, 32}, {7, 64}, {3584, 384}, {1024, 384}, {129, 96}};

@@ -624,7 +624,8 @@ static void sign_step_nan_factored_state(void) {
 static void sign_steps_equal_single_steps(void) {
     br_ctx *ctx = t_ctx();
     br_rng rng = t_rng_for(31);
-    static const size_t shapes[6][2] = {{96, 64}, {33, 32}, {200, 128}, {64, 96}, {7, 32}, {130, 64}};
+    static const size_t shapes[6][2] = {{96, 64}, {33, 32}, {200, 128},
+                                        {64, 96}, {7, 32},  {130, 64}};
     enum { NB = 5 };
     for (int set = 0; set < 3; set++) {
         size_t nm = set == 2 ? 6 : 4;
@@ -778,7 +779,7 @@ static void sign_ops_bad_arguments(void) {
     br_ctx_free(ctx);
 }
 
-T_RUN("sign", T_CASE(spec_sign_grads), T_CASE(sign_steps_equal_single_steps), T_CASE(spec_flip_exact), T_CASE(cvt_pad_matches_cvt),
-      T_CASE(step_ctrl_formula), T_CASE(sign_step_latent), T_CASE(sign_step_exact),
-      T_CASE(sign_step_large), T_CASE(sign_step_ties), T_CASE(sign_step_nan_factored_state),
-      T_CASE(sign_ops_bad_arguments))
+T_RUN("sign", T_CASE(spec_sign_grads), T_CASE(sign_steps_equal_single_steps),
+      T_CASE(spec_flip_exact), T_CASE(cvt_pad_matches_cvt), T_CASE(step_ctrl_formula),
+      T_CASE(sign_step_latent), T_CASE(sign_step_exact), T_CASE(sign_step_large),
+      T_CASE(sign_step_ties), T_CASE(sign_step_nan_factored_state), T_CASE(sign_ops_bad_arguments))

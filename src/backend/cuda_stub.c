@@ -9,6 +9,7 @@ br_status br_cuda_devices(br_device_info *out, int max, int *count, char *err, s
     (void)out;
     (void)max;
     if (count) *count = 0;
-    if (err && n) snprintf(err, n, "this build of bitrank has no CUDA backend (nvcc was not found)");
+    if (err && n)
+        snprintf(err, n, "this build of bitrank has no CUDA backend (nvcc was not found)");
     return BR_E_UNSUPPORTED;
 }

@@ -72,10 +72,10 @@ struct br_blr_scratch {
      * NULL / 0 before the first */
     const br_buf *xt;
     size_t fwd_ntok;
-    br_buf **wv;  /* [paths] views of shared->plane: W_V rows p·r.., row stride npad */
-    br_buf **wu;  /* [paths] views of shared->plane: W_U rows p·r.., row stride mpad */
-    br_buf **pu;  /* [paths] views of shared->plane: columns p·r.. of Y_U [m][P·r] */
-    br_buf **pv;  /* [paths] views of shared->plane: columns p·r.. of X_V [n][P·r] */
+    br_buf **wv; /* [paths] views of shared->plane: W_V rows p·r.., row stride npad */
+    br_buf **wu; /* [paths] views of shared->plane: W_U rows p·r.., row stride mpad */
+    br_buf **pu; /* [paths] views of shared->plane: columns p·r.. of Y_U [m][P·r] */
+    br_buf **pv; /* [paths] views of shared->plane: columns p·r.. of X_V [n][P·r] */
 };
 
 /* The checks every layer op starts with: layer, scratch made for it, 1 ≤ ntok ≤ the

@@ -6,18 +6,17 @@
 #include "cli/commands.h"
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: bitrank <command> [options]\n"
-            "\n"
-            "Compress the linear layers of an LLM checkpoint into binary low-rank form.\n"
-            "\n"
-            "commands:\n"
-            "  compress         compress a checkpoint's linear layers: compress IN -o OUT\n"
-            "  demo             run the main job on the embedded default and print its table\n"
-            "  devices          list the CPU and each usable CUDA GPU\n"
-            "  inspect FILE     list a safetensors file's tensors and compressed layers\n"
-            "  version          print the version\n"
-            "  help, --help     this text\n");
+    fprintf(out, "usage: bitrank <command> [options]\n"
+                 "\n"
+                 "Compress the linear layers of an LLM checkpoint into binary low-rank form.\n"
+                 "\n"
+                 "commands:\n"
+                 "  compress         compress a checkpoint's linear layers: compress IN -o OUT\n"
+                 "  demo             run the main job on the embedded default and print its table\n"
+                 "  devices          list the CPU and each usable CUDA GPU\n"
+                 "  inspect FILE     list a safetensors file's tensors and compressed layers\n"
+                 "  version          print the version\n"
+                 "  help, --help     this text\n");
 }
 
 int main(int argc, char **argv) {

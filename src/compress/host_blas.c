@@ -52,8 +52,8 @@
 #define PANEL_LOOP
 #endif
 #define DEFINE_HOST_GEMM(name, T, cblas_gemm)                                                      \
-    void name(int ta, int tb, size_t M, size_t N, size_t K, T alpha, const T *A, size_t lda,      \
-              const T *B, size_t ldb, T beta, T *C, size_t ldc) {                                 \
+    void name(int ta, int tb, size_t M, size_t N, size_t K, T alpha, const T *A, size_t lda,       \
+              const T *B, size_t ldb, T beta, T *C, size_t ldc) {                                  \
         if (!M || !N) return;                                                                      \
         const br_panels p = br_panels_of(M, N);                                                    \
         const int parallel = br_panels_parallel(p, M, N, K, PARALLEL_MIN_MADDS);                   \

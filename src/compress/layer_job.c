@@ -36,11 +36,10 @@ br_status br_compress_one(br_ctx *ctx, const char *name, const float *w, size_t 
     return st;
 }
 
-br_status br_compress_layer(br_ctx *ctx, br_svid_device **devp, br_gram_cache *gc,
-                            const char *name, const float *w, size_t m, size_t n, size_t rank,
-                            const br_train_in *in, const double *gram, const br_compress_opts *o,
-                            br_blr_host *out, br_layer_report *rep, br_train_hook hook,
-                            void *user) {
+br_status br_compress_layer(br_ctx *ctx, br_svid_device **devp, br_gram_cache *gc, const char *name,
+                            const float *w, size_t m, size_t n, size_t rank, const br_train_in *in,
+                            const double *gram, const br_compress_opts *o, br_blr_host *out,
+                            br_layer_report *rep, br_train_hook hook, void *user) {
     double t0 = now_seconds();
     br_svid_factors f = {0};
     snprintf(rep->name, sizeof rep->name, "%s", name);

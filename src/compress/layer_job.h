@@ -24,10 +24,9 @@ br_status br_compress_one(br_ctx *ctx, const char *name, const float *w, size_t 
  * state, made here by the first layer that initializes on the device and reused
  * by the next ones; the job frees it (br_svid_device_free) when it ends. gc: the
  * job's Gram factor, reused by the next layer with the same Gram (may be NULL). */
-br_status br_compress_layer(br_ctx *ctx, br_svid_device **dev, br_gram_cache *gc,
-                            const char *name, const float *w, size_t m, size_t n, size_t rank,
-                            const br_train_in *in, const double *gram,
-                            const br_compress_opts *opts, br_blr_host *out, br_layer_report *rep,
-                            br_train_hook hook, void *user);
+br_status br_compress_layer(br_ctx *ctx, br_svid_device **dev, br_gram_cache *gc, const char *name,
+                            const float *w, size_t m, size_t n, size_t rank, const br_train_in *in,
+                            const double *gram, const br_compress_opts *opts, br_blr_host *out,
+                            br_layer_report *rep, br_train_hook hook, void *user);
 
 #endif

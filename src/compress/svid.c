@@ -325,8 +325,10 @@ static br_status cached_factor(br_ctx *ctx, const double *gram, size_t n, br_gra
     gc->factor_inv = malloc(n * n * sizeof *gc->factor_inv);
     br_status st = gc->factor && gc->factor_inv
                        ? gram_factor(ctx, gram, n, gc->factor, gc->factor_inv)
-                       : br_fail(ctx, BR_E_NOMEM, "Dual-SVID: out of host memory for a [%zu][%zu] "
-                                                  "Gram factor", n, n);
+                       : br_fail(ctx, BR_E_NOMEM,
+                                 "Dual-SVID: out of host memory for a [%zu][%zu] "
+                                 "Gram factor",
+                                 n, n);
     if (st) {
         br_gram_cache_free(gc);
         return st;

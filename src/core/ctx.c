@@ -66,8 +66,8 @@ br_status br_ctx_new(const char *device, br_ctx **out, char *err, size_t err_len
     int idx = parse_cuda_index(device);
     if (idx < 0) {
         char msg[256];
-        snprintf(msg, sizeof msg,
-                 "unknown device \"%.64s\": expected cpu, cuda, cuda:N or auto", device);
+        snprintf(msg, sizeof msg, "unknown device \"%.64s\": expected cpu, cuda, cuda:N or auto",
+                 device);
         put_err(err, err_len, msg);
         return BR_E_ARG;
     }
@@ -87,7 +87,8 @@ void br_ctx_free(br_ctx *ctx) {
         br_graph_free(g);
     }
     br_buf_free(ctx->expand_plane);
-    for (size_t i = 0; i < ctx->n_expand_retired; i++) br_buf_free(ctx->expand_retired[i]);
+    for (size_t i = 0; i < ctx->n_expand_retired; i++)
+        br_buf_free(ctx->expand_retired[i]);
     free(ctx->expand_retired);
     br_prof_free(ctx);
     ctx->be->close(ctx);
@@ -117,8 +118,7 @@ br_status br_ctx_set_option(br_ctx *ctx, br_option opt, int value) {
         if (value < 0 || value > 2) break;
         ctx->opt_gemm_kernel = value;
         return BR_OK;
-    default:
-        return br_fail(ctx, BR_E_ARG, "br_ctx_set_option: unknown option %d", (int)opt);
+    default: return br_fail(ctx, BR_E_ARG, "br_ctx_set_option: unknown option %d", (int)opt);
     }
     return br_fail(ctx, BR_E_ARG, "br_ctx_set_option: value %d out of range for option %d", value,
                    (int)opt);

@@ -17,7 +17,7 @@ uint16_t br_half_from_float(float x) {
     if (e <= 0) {
         /* subnormal (or zero): value = m · 2^-24 with m = mant / 2^(14 - e) */
         if (e < -10) return (uint16_t)sign; /* below half the smallest subnormal */
-        uint32_t full = man | 0x800000u;  /* 24-bit significand */
+        uint32_t full = man | 0x800000u;    /* 24-bit significand */
         uint32_t shift = (uint32_t)(14 - e);
         uint32_t q = full >> shift;
         uint32_t rem = full & ((1u << shift) - 1u);

@@ -21,24 +21,24 @@ struct br_prof;
 #define BR_MAX_ELEMS ((size_t)INT32_MAX)
 
 typedef struct br_stats {
-    uint64_t launches;  /* kernel launches (CPU: op executions) */
-    uint64_t allocs;    /* buffer allocations */
-    uint64_t uploads;   /* host → device copies */
+    uint64_t launches; /* kernel launches (CPU: op executions) */
+    uint64_t allocs;   /* buffer allocations */
+    uint64_t uploads;  /* host → device copies */
     uint64_t upload_bytes;
     uint64_t downloads; /* device → host copies */
 } br_stats;
 
 struct br_ctx {
     const struct br_backend *be;
-    void *be_state;          /* the backend's own state */
+    void *be_state; /* the backend's own state */
     char device_desc[160];
     char err[512];
-    int opt_bits_gemm;       /* BR_OPT_BITS_GEMM */
-    int opt_profile;         /* BR_OPT_PROFILE */
-    int opt_gemm_kernel;     /* BR_OPT_GEMM_KERNEL */
-    char tag[32];            /* profiler tag of ops issued now */
-    struct br_graph *rec;    /* non-NULL while recording */
-    struct br_prof *prof;    /* profiler state (allocated on first use) */
+    int opt_bits_gemm;    /* BR_OPT_BITS_GEMM */
+    int opt_profile;      /* BR_OPT_PROFILE */
+    int opt_gemm_kernel;  /* BR_OPT_GEMM_KERNEL */
+    char tag[32];         /* profiler tag of ops issued now */
+    struct br_graph *rec; /* non-NULL while recording */
+    struct br_prof *prof; /* profiler state (allocated on first use) */
     br_stats stats;
     size_t ws_need;          /* bytes of backend workspace the issued ops need */
     br_buf *expand_plane;    /* f16 scratch of the expand-then-mm path */
@@ -50,10 +50,10 @@ struct br_ctx {
 struct br_buf {
     br_ctx *ctx;
     br_dtype dtype;
-    size_t count;     /* elements visible through this buffer */
-    size_t offset;    /* elements from the start of the allocation */
-    void *mem;        /* start of the allocation (device or host memory) */
-    br_buf *parent;   /* NULL for an allocation, the root for a view */
+    size_t count;   /* elements visible through this buffer */
+    size_t offset;  /* elements from the start of the allocation */
+    void *mem;      /* start of the allocation (device or host memory) */
+    br_buf *parent; /* NULL for an allocation, the root for a view */
 };
 
 struct br_graph {
@@ -65,10 +65,10 @@ struct br_graph {
 };
 
 /* Shorthand for early return. */
-#define BR_TRY(expr)                                                                             \
-    do {                                                                                         \
-        br_status br_try_st_ = (expr);                                                           \
-        if (br_try_st_ != BR_OK) return br_try_st_;                                              \
+#define BR_TRY(expr)                                                                               \
+    do {                                                                                           \
+        br_status br_try_st_ = (expr);                                                             \
+        if (br_try_st_ != BR_OK) return br_try_st_;                                                \
     } while (0)
 
 /* Record a failure on ctx (printf-style message) and return st. ctx may be NULL. */
@@ -90,7 +90,8 @@ typedef struct br_tag_scope {
     char saved[32];
 } br_tag_scope;
 static inline void br_tag_push(br_ctx *ctx, br_tag_scope *t, const char *tag) {
-    for (size_t i = 0; i < sizeof t->saved; i++) t->saved[i] = ctx->tag[i];
+    for (size_t i = 0; i < sizeof t->saved; i++)
+        t->saved[i] = ctx->tag[i];
     br_ctx_set_tag(ctx, tag);
 }
 static inline void br_tag_pop(br_ctx *ctx, const br_tag_scope *t) { br_ctx_set_tag(ctx, t->saved); }

@@ -107,10 +107,11 @@ br_status br_profile_report(br_ctx *ctx, FILE *out) {
     st = resolve(ctx, p);
     if (p->nrows) qsort(p->rows, p->nrows, sizeof *p->rows, by_tag_then_time);
     double total = 0;
-    for (size_t i = 0; i < p->nrows; i++) total += p->rows[i].ms;
+    for (size_t i = 0; i < p->nrows; i++)
+        total += p->rows[i].ms;
     br_stats d = ctx->stats;
-    fprintf(out, "bitrank profile on %s: %.3f ms of device time in %zu op rows\n",
-            ctx->device_desc, total, p->nrows);
+    fprintf(out, "bitrank profile on %s: %.3f ms of device time in %zu op rows\n", ctx->device_desc,
+            total, p->nrows);
     fprintf(out, "  launches %llu, allocations %llu, uploads %llu (%.1f MiB), downloads %llu\n",
             (unsigned long long)(d.launches - p->base.launches),
             (unsigned long long)(d.allocs - p->base.allocs),
@@ -121,10 +122,10 @@ br_status br_profile_report(br_ctx *ctx, FILE *out) {
             "mean us", "launches", "share");
     for (size_t i = 0; i < p->nrows; i++) {
         const prof_row *r = &p->rows[i];
-        fprintf(out, "  %-12s %-14s %8llu %10.3f %10.2f %9llu %5.1f%%\n",
-                r->tag[0] ? r->tag : "-", r->name, (unsigned long long)r->calls, r->ms,
-                r->calls ? 1000.0 * r->ms / (double)r->calls : 0.0,
-                (unsigned long long)r->launches, total > 0 ? 100.0 * r->ms / total : 0.0);
+        fprintf(out, "  %-12s %-14s %8llu %10.3f %10.2f %9llu %5.1f%%\n", r->tag[0] ? r->tag : "-",
+                r->name, (unsigned long long)r->calls, r->ms,
+                r->calls ? 1000.0 * r->ms / (double)r->calls : 0.0, (unsigned long long)r->launches,
+                total > 0 ? 100.0 * r->ms / total : 0.0);
     }
     return st;
 }

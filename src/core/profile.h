@@ -6,8 +6,8 @@
 #include "core/internal.h"
 
 typedef struct br_prof_mark {
-    size_t slot;        /* timer slot of the start mark */
-    uint64_t launches;  /* ctx->stats.launches at the start */
+    size_t slot;       /* timer slot of the start mark */
+    uint64_t launches; /* ctx->stats.launches at the start */
     int ok;
 } br_prof_mark;
 

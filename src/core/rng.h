@@ -18,7 +18,8 @@ static inline uint64_t br_splitmix64(uint64_t *x) {
 }
 
 static inline void br_rng_seed(br_rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = br_splitmix64(&seed);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = br_splitmix64(&seed);
 }
 
 static inline uint64_t br_rng_u64(br_rng *r) {

@@ -35,9 +35,9 @@ typedef enum br_op_kind {
     BR_OP_ADAM_CAT,
     BR_OP_SUMSQ,
     BR_OP_SUMSQ_CAT,
-    BR_OP_CVT_PAD,   /* sign_ops.c: staging into wider rows, pad columns zero */
-    BR_OP_STEP_CTRL, /* sign_ops.c: gradient norms → step schedule, refusal */
-    BR_OP_SIGN_STEP, /* sign_ops.c: latent Adam / exact-flip scores, budgeted flips */
+    BR_OP_CVT_PAD,       /* sign_ops.c: staging into wider rows, pad columns zero */
+    BR_OP_STEP_CTRL,     /* sign_ops.c: gradient norms → step schedule, refusal */
+    BR_OP_SIGN_STEP,     /* sign_ops.c: latent Adam / exact-flip scores, budgeted flips */
     BR_OP_EXPAND_SCALED, /* layer_ops.c: sign bitmap → scaled f16 plane, transposed */
     BR_OP_SIGN_ROWDOT,   /* layer_ops.c: sign gradients and Σ_k s·M per row */
     BR_OP_CVT_BOTH,      /* layer_ops.c: cvt_pad and cvt_t from one read */
@@ -80,8 +80,8 @@ typedef struct br_cvt_args {
 
 typedef struct br_cvt_multi_args {
     const br_buf *src;
-    size_t n_out;              /* 1..4 */
-    const br_buf *col[4];      /* entries may be NULL */
+    size_t n_out;         /* 1..4 */
+    const br_buf *col[4]; /* entries may be NULL */
     br_buf *dst[4];
     size_t m, k;
     float scale;
@@ -192,21 +192,21 @@ typedef struct br_step_ctrl_args {
 } br_step_ctrl_args;
 
 typedef struct br_sign_step_args {
-    int exact;              /* 0: latent Adam, 1: exact-flip scores */
-    int factored;           /* latent: factored second moment */
-    const br_buf *grad;     /* f32 [rows][r] */
-    br_buf *bits;           /* u32 [rows][r/32] */
+    int exact;               /* 0: latent Adam, 1: exact-flip scores */
+    int factored;            /* latent: factored second moment */
+    const br_buf *grad;      /* f32 [rows][r] */
+    br_buf *bits;            /* u32 [rows][r/32] */
     br_buf *latent, *m1, *v; /* latent: f32 [rows][r]; v [rows][r] or [rows + r] */
-    const br_buf *sched;    /* f32 [8], as br_step_ctrl_args.sign_sched */
-    br_buf *flips;          /* u32: flips[slot] = signs flipped */
+    const br_buf *sched;     /* f32 [8], as br_step_ctrl_args.sign_sched */
+    br_buf *flips;           /* u32: flips[slot] = signs flipped */
     size_t slot;
     size_t rows, r;
-    size_t budget;          /* most flips (rows·r: no limit) */
+    size_t budget; /* most flips (rows·r: no limit) */
     float beta1, beta2, eps, clamp, hyst;
     /* exact: quad[i][k] = curv2 · rowf[i]²·rowq[i] · colf[k]²·colq[k] · Σ normsrc² */
     const br_buf *rowf, *rowq, *colf, *colq, *normsrc; /* rowq, colq, normsrc may be NULL */
     size_t nnorm;
-    float curv2;            /* 2 · curvature */
+    float curv2; /* 2 · curvature */
 } br_sign_step_args;
 
 /* Sign steps of several matrices in one op (a backend may run them together). */

@@ -127,7 +127,8 @@ br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *a) {
 /* The buffers a step writes, then those it only reads (NULL where absent); with
  * their element counts. */
 enum { STEP_WRITES = 4, STEP_BUFS = 5 };
-static void step_bufs(const br_sign_step_args *a, const br_buf *b[STEP_BUFS], size_t cnt[STEP_BUFS]) {
+static void step_bufs(const br_sign_step_args *a, const br_buf *b[STEP_BUFS],
+                      size_t cnt[STEP_BUFS]) {
     size_t n = a->rows * a->r;
     b[0] = a->bits, cnt[0] = n / 32;
     b[1] = a->exact ? NULL : a->latent, cnt[1] = n;

@@ -65,8 +65,9 @@ br_status br_submit(br_ctx *ctx, br_op *op, size_t ws_bytes) {
         if (g->n == g->cap) {
             size_t cap = g->cap ? 2 * g->cap : 32;
             br_op *ops = realloc(g->ops, cap * sizeof *ops);
-            if (!ops) return br_fail(ctx, BR_E_NOMEM, "recording %s: out of host memory",
-                                     br_op_name(op->kind));
+            if (!ops)
+                return br_fail(ctx, BR_E_NOMEM, "recording %s: out of host memory",
+                               br_op_name(op->kind));
             g->ops = ops;
             g->cap = cap;
         }
@@ -104,7 +105,8 @@ br_status br_graph_launch(br_graph *g) {
     if (ctx->rec) return br_fail(ctx, BR_E_STATE, "br_graph_launch: a recording is in progress");
     if (g->ws_need > ctx->ws_need) ctx->ws_need = g->ws_need;
     if (!ctx->be->graph_launch) {
-        for (size_t i = 0; i < g->n; i++) BR_TRY(run_op(ctx, &g->ops[i]));
+        for (size_t i = 0; i < g->n; i++)
+            BR_TRY(run_op(ctx, &g->ops[i]));
         return BR_OK;
     }
     if (!ctx->opt_profile) return ctx->be->graph_launch(ctx, g);

@@ -89,10 +89,12 @@ br_status br_cpu_fill(br_ctx *ctx, const br_op *op) {
     ctx->stats.launches++;
     if (a->buf->dtype == BR_F16) {
         uint16_t *p = (uint16_t *)br_ptr(a->buf) + a->off;
-        for (size_t i = 0; i < a->count; i++) p[i] = (uint16_t)a->bits;
+        for (size_t i = 0; i < a->count; i++)
+            p[i] = (uint16_t)a->bits;
     } else {
         uint32_t *p = (uint32_t *)br_ptr(a->buf) + a->off;
-        for (size_t i = 0; i < a->count; i++) p[i] = a->bits;
+        for (size_t i = 0; i < a->count; i++)
+            p[i] = a->bits;
     }
     return BR_OK;
 }
@@ -101,8 +103,8 @@ br_status br_cpu_copy(br_ctx *ctx, const br_op *op) {
     const br_copy_args *a = &op->u.copy;
     size_t es = br_dtype_size(a->dst->dtype);
     ctx->stats.launches++;
-    memmove((char *)br_ptr(a->dst) + a->dst_off * es, (const char *)br_ptr(a->src) + a->src_off * es,
-            a->count * es);
+    memmove((char *)br_ptr(a->dst) + a->dst_off * es,
+            (const char *)br_ptr(a->src) + a->src_off * es, a->count * es);
     return BR_OK;
 }
 

@@ -16,10 +16,11 @@
 
 /* Eight f16 bit patterns (the low halves of h) to out: one 16-byte store with VEC
  * (out 16-byte aligned), else eight 2-byte stores. */
-template <bool VEC> static __device__ __forceinline__ void store8(uint16_t *out, const uint32_t *h) {
+template <bool VEC>
+static __device__ __forceinline__ void store8(uint16_t *out, const uint32_t *h) {
     if (VEC) {
-        *reinterpret_cast<uint4 *>(out) = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16,
-                                                     h[4] | h[5] << 16, h[6] | h[7] << 16);
+        *reinterpret_cast<uint4 *>(out) =
+            make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
     } else {
 #pragma unroll
         for (unsigned u = 0; u < 8; u++)
@@ -116,7 +117,7 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
         threads = (size_t)((ld + ES_COLS - 1) / ES_COLS) * words * THREADS;
     }
     k<<<br_cuda_blocks(ctx, threads, THREADS), THREADS, 0, s->stream>>>(bits, rowscale, a->scale,
-                                                                         plane, rows, words, ld);
+                                                                        plane, rows, words, ld);
     BR_CUDA_LAUNCHED(ctx, "expand_scaled_kernel");
     return BR_OK;
 }

@@ -343,8 +343,7 @@ static __device__ __forceinline__ void update_entries(const sign_job &j, unsigne
     float c = j.normsrc ? __fmul_rn(j.curv2, j.ws.scalar[0]) : j.curv2;
     const size_t stride = (size_t)nblk * blockDim.x;
     unsigned count = 0;
-    for (size_t e0 = (size_t)blk * blockDim.x + threadIdx.x; e0 < j.n;
-         e0 += UPD_BATCH * stride) {
+    for (size_t e0 = (size_t)blk * blockDim.x + threadIdx.x; e0 < j.n; e0 += UPD_BATCH * stride) {
         uint32_t wv[UPD_BATCH];
         float gv[UPD_BATCH], mv[UPD_BATCH], vv[UPD_BATCH], lv[UPD_BATCH];
 #pragma unroll
