@@ -3,6 +3,7 @@
  * graph recording and replay, and the op profiler. */
 #include <float.h>
 
+#include "core/internal.h"
 #include "harness.h"
 
 static float f32_from_bits(uint32_t u) {
@@ -617,6 +618,43 @@ static void profiler_counts_ops(void) {
     br_ctx_free(ctx);
 }
 
+/* The batch conversion (F16C where the CPU has it) gives br_half_from_float's bits:
+ * every rounding boundary of the ladder, the specials, NaNs with payloads, and
+ * random patterns, at lengths that leave every tail size (n % 8). */
+static void half_from_float_batch_matches(void) {
+    init_ladder();
+    br_rng rng = t_rng_for(9);
+    size_t cap = 6 * 0x7c00 + 4096, n = 0;
+    float *x = t_xmalloc(cap * sizeof *x);
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        float v = (float)f16_ladder[h], mid = (float)((f16_ladder[h] + f16_ladder[h + 1]) / 2);
+        x[n++] = v, x[n++] = -nextafterf(v, INFINITY), x[n++] = nextafterf(v, 0.0f);
+        x[n++] = -mid, x[n++] = nextafterf(mid, INFINITY), x[n++] = nextafterf(mid, 0.0f);
+    }
+    const uint32_t specials[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                                 0x7fbfffffu, 0x00000001u, 0x80000000u, 0x477fefffu, 0x477ff000u};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        memcpy(&x[n++], &specials[i], 4);
+    while (n < cap) {
+        uint32_t u = (uint32_t)br_rng_u64(&rng);
+        memcpy(&x[n++], &u, 4);
+    }
+    uint16_t *got = t_xmalloc(cap * sizeof *got), *want = t_xmalloc(cap * sizeof *want);
+    size_t bad = 0;
+    for (size_t len = cap - 7; len <= cap; len++) {
+        memset(got, 0xab, cap * sizeof *got);
+        br_half_from_float_n(x, got, len);
+        br_half_from_float_n_scalar(x, want, len);
+        for (size_t i = 0; i < len; i++)
+            bad += got[i] != want[i] || want[i] != br_half_from_float(x[i]);
+        for (size_t i = len; i < cap; i++)
+            bad += got[i] != 0xabab; /* nothing written past n */
+    }
+    CHECK(bad == 0, "br_half_from_float_n: %zu values differ from br_half_from_float", bad);
+    free(x), free(got), free(want);
+}
+
 T_RUN("core", T_CASE(half_every_pattern_round_trips), T_CASE(half_from_float_is_exact_rounding),
+      T_CASE(half_from_float_batch_matches),
       T_CASE(buffer_new_and_views), T_CASE(buffer_fill_and_copy), T_CASE(context_device_strings),
       T_CASE(context_options), T_CASE(graph_records_and_replays), T_CASE(profiler_counts_ops))

@@ -2,7 +2,12 @@
  * bit by bit so the CPU backend does not depend on the compiler's _Float16. */
 #include <string.h>
 
-#include "bitrank.h"
+#include "core/internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define BR_F16C_DISPATCH 1
+#endif
 
 uint16_t br_half_from_float(float x) {
     uint32_t u;
@@ -59,3 +64,35 @@ float br_half_to_float(uint16_t h) {
 
 size_t br_pad_rows(size_t m) { return (m + 127) / 128 * 128; }
 size_t br_pad_tokens(size_t ntok) { return (ntok + 31) / 32 * 32; }
+
+#ifdef BR_F16C_DISPATCH
+/* vcvtps2ph with round to nearest even gives br_half_from_float's bits for every
+ * one of the 2^32 floats (checked exhaustively on 2026-11-29; NaNs included: quiet
+ * bit set, top payload bits kept), 8 at a time. */
+__attribute__((target("avx,f16c"))) static void half_from_float_f16c(const float *x, uint16_t *out,
+                                                                     size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(void *)(out + i), h);
+    }
+    for (; i < n; i++)
+        out[i] = br_half_from_float(x[i]);
+}
+#endif
+
+void br_half_from_float_n(const float *x, uint16_t *out, size_t n) {
+#ifdef BR_F16C_DISPATCH
+    if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")) {
+        half_from_float_f16c(x, out, n);
+        return;
+    }
+#endif
+    br_half_from_float_n_scalar(x, out, n);
+}
+
+void br_half_from_float_n_scalar(const float *x, uint16_t *out, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = br_half_from_float(x[i]);
+}

@@ -88,9 +88,11 @@ br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op) {
 
 /* ---------------------------------------------------------------- cvt_both */
 
-/* Columns of src handled together: the 32 values a token contributes to them share
- * cache lines, and the transposed rows they fill are written token by token. */
+/* A tile of src handled together: COL_BLOCK columns (the values a token gives them
+ * share cache lines) by ROW_TILE tokens (each transposed row gets ROW_TILE
+ * consecutive halves per write, not one). */
 #define COL_BLOCK 32
+#define ROW_TILE 16
 
 br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op) {
     const br_cvt_both_args *a = &op->u.cvt_both;
@@ -103,18 +105,28 @@ br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op) {
     ctx->stats.launches++;
     OMP("omp parallel for schedule(static) if (m * k >= PARALLEL_MIN_ELEMS)")
     for (size_t b = 0; b < nblocks; b++) {
-        size_t c0 = b * COL_BLOCK, c1 = c0 + COL_BLOCK < k ? c0 + COL_BLOCK : k;
-        for (size_t t = 0; t < m; t++) {
-            const float *s = src + t * k;
-            for (size_t c = c0; c < c1; c++) {
+        size_t c0 = b * COL_BLOCK, nc = c0 + COL_BLOCK < k ? COL_BLOCK : k - c0;
+        float v[COL_BLOCK];
+        uint16_t h[ROW_TILE][COL_BLOCK];
+        for (size_t t0 = 0; t0 < m; t0 += ROW_TILE) {
+            size_t nt = t0 + ROW_TILE < m ? ROW_TILE : m - t0;
+            for (size_t u = 0; u < nt; u++) {
+                const float *s = src + (t0 + u) * k + c0;
                 /* f16((x·col)·scale), each product rounded, as br_cvt_pad and br_cvt_t */
-                uint16_t h = br_half_from_float((col ? s[c] * col[c] : s[c]) * a->scale);
-                if (dst) dst[t * ld + c] = h;
-                if (dst_t) dst_t[c * tpad + t] = h;
+                for (size_t c = 0; c < nc; c++)
+                    v[c] = (col ? s[c] * col[c0 + c] : s[c]) * a->scale;
+                br_half_from_float_n(v, h[u], nc);
+                if (dst) memcpy(dst + (t0 + u) * ld + c0, h[u], nc * sizeof *dst);
             }
+            if (dst_t)
+                for (size_t c = 0; c < nc; c++) {
+                    uint16_t *out = dst_t + (c0 + c) * tpad + t0;
+                    for (size_t u = 0; u < nt; u++)
+                        out[u] = h[u][c];
+                }
         }
         if (dst_t)
-            for (size_t c = c0; c < c1; c++)
+            for (size_t c = c0; c < c0 + nc; c++)
                 memset(dst_t + c * tpad + m, 0, (tpad - m) * sizeof *dst_t);
     }
     if (dst) {
