@@ -5,7 +5,9 @@
 #include "core/internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 #define BR_F16C_DISPATCH 1
 #endif
 
@@ -80,11 +82,29 @@ __attribute__((target("avx,f16c"))) static void half_from_float_f16c(const float
     for (; i < n; i++)
         out[i] = br_half_from_float(x[i]);
 }
+
+/* Whether the CPU converts with F16C (and the OS saves the AVX registers it uses):
+ * CPUID leaf 1, then XGETBV. Asked once (relaxed atomics: any thread may ask
+ * first, all get the same answer). */
+static int have_f16c(void) {
+    static _Atomic int known = -1;
+    int v = atomic_load_explicit(&known, memory_order_relaxed);
+    if (v >= 0) return v;
+    unsigned a, b, c, d;
+    v = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && (c & bit_AVX) && (c & bit_OSXSAVE)) {
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        v = (lo & 6u) == 6u; /* XMM and YMM state enabled */
+    }
+    atomic_store_explicit(&known, v, memory_order_relaxed);
+    return v;
+}
 #endif
 
 void br_half_from_float_n(const float *x, uint16_t *out, size_t n) {
 #ifdef BR_F16C_DISPATCH
-    if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")) {
+    if (have_f16c()) {
         half_from_float_f16c(x, out, n);
         return;
     }
