@@ -8,6 +8,7 @@
 set -u
 BITRANK=${1:?usage: cli_demo.sh path/to/bitrank}
 BITRANK=$(cd "$(dirname "$BITRANK")" && pwd)/$(basename "$BITRANK")
+TESTS=$(cd "$(dirname "$0")" && pwd) # st_write.py
 DIR=$(mktemp -d /tmp/brdemo-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 cd "$DIR" || exit 1
@@ -19,19 +20,12 @@ passed=0
 # model.safetensors: layers a (256×256, fast) then b (768×768, slow enough to be
 # interrupted in); good.gram / bad.gram: a Gram for b, the bad one with a negative
 # diagonal element, which fails b only when the job reaches it (after a is done).
-python3 - <<'EOF'
-import array, json, random, struct
+BR_TESTS="$TESTS" python3 - <<'EOF'
+import os, sys
+sys.path.insert(0, os.environ["BR_TESTS"])
+from st_write import st
+import random
 rnd = random.Random(3)
-def st(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, shape, values in tensors:
-        blob = array.array("f", values).tobytes()
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 def gauss(n):
     return [rnd.gauss(0, 0.05) for _ in range(n)]
 st("model.safetensors", [("blk.0.a.weight", [256, 256], gauss(256 * 256)),

@@ -11,23 +11,17 @@
 set -u
 BITRANK=${1:?usage: cli_threads.sh path/to/bitrank}
 BITRANK=$(cd "$(dirname "$BITRANK")" && pwd)/$(basename "$BITRANK")
+TESTS=$(cd "$(dirname "$0")" && pwd) # st_write.py
 DIR=$(mktemp -d /tmp/brthreads-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 cd "$DIR" || exit 1
 
-python3 - <<'EOF'
-import array, json, math, random, struct
+BR_TESTS="$TESTS" python3 - <<'EOF'
+import os, sys
+sys.path.insert(0, os.environ["BR_TESTS"])
+from st_write import st
+import math, random
 rnd = random.Random(11)
-def st(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, shape, values in tensors:
-        blob = array.array("f", values).tobytes()
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 def gauss(n, s=0.05):
     return [rnd.gauss(0, s) for _ in range(n)]
 def factor(k, n):  # inputs with log-normal channel scales

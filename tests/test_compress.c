@@ -4,6 +4,7 @@
 #include "compress/compress.h"
 #include "compress/host_chol.h"
 #include "harness.h"
+#include "threads.h"
 
 #include <unistd.h>
 #ifdef _OPENMP
@@ -1428,21 +1429,6 @@ static void job_empty_weight(void) {
 }
 
 /* ---------------------------------------------------------------- threads */
-
-/* OpenBLAS's thread control where the program is linked with it (weak: NULL
- * otherwise); called directly, it is not capped at the core count as
- * OPENBLAS_NUM_THREADS is, so a 2-core machine can run 4 BLAS threads. */
-extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
-extern int openblas_get_num_threads(void) __attribute__((weak));
-
-static void set_threads(int omp, int blas) {
-#ifdef _OPENMP
-    omp_set_num_threads(omp);
-#else
-    (void)omp;
-#endif
-    if (openblas_set_num_threads) openblas_set_num_threads(blas);
-}
 
 /* One layer compressed as br_compress_matrix does in a job: inputs drawn from a
  * Gram (Cholesky), the activation-aware randomized Dual-SVID (the Gram's Cholesky

@@ -3,6 +3,7 @@
  * both bitmap layouts, the expand-then-mm path, graphs, and bad arguments. */
 #include "core/internal.h"
 #include "harness.h"
+#include "threads.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -761,21 +762,6 @@ static void mm_tiles_splitk(void) {
 }
 
 /* ---------------------------------------------------------------- threads */
-
-/* OpenBLAS's thread control where the program is linked with it (weak: NULL
- * otherwise); called directly, it is not capped at the core count as
- * OPENBLAS_NUM_THREADS is, so a 2-core machine runs 3 BLAS threads. */
-extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
-extern int openblas_get_num_threads(void) __attribute__((weak));
-
-static void set_threads(int omp, int blas) {
-#ifdef _OPENMP
-    omp_set_num_threads(omp);
-#else
-    (void)omp;
-#endif
-    if (openblas_set_num_threads) openblas_set_num_threads(blas);
-}
 
 /* The same GEMMs on 1 thread and on 3 (OpenMP and OpenBLAS) give the same bits.
  * A threaded OpenBLAS sgemm does not: with the kernels OpenBLAS 0.3.21 picks on
