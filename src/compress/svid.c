@@ -316,10 +316,12 @@ void br_gram_cache_free(br_gram_cache *c) {
 }
 
 #ifdef BR_HAVE_LAPACK
-/* gc's factors for this Gram, made (into gc) unless gc already holds them. */
-static br_status cached_factor(br_ctx *ctx, const double *gram, size_t n, br_gram_cache *gc) {
-    uint64_t key = br_bytes_hash(0x6772616dull ^ n, gram, n * n * sizeof *gram);
-    if (gc->factor && gc->n == n && gc->key == key) return BR_OK;
+/* gc's factors for this Gram, made (into gc) unless gc already holds them. keep:
+ * gc outlives the call (a private one is never looked up: no key is needed). */
+static br_status cached_factor(br_ctx *ctx, const double *gram, size_t n, br_gram_cache *gc,
+                               int keep) {
+    uint64_t key = keep ? br_bytes_hash(0x6772616dull ^ n, gram, n * n * sizeof *gram) : 0;
+    if (keep && gc->factor && gc->n == n && gc->key == key) return BR_OK;
     br_gram_cache_free(gc);
     gc->factor = malloc(n * n * sizeof *gc->factor);
     gc->factor_inv = malloc(n * n * sizeof *gc->factor_inv);
@@ -367,8 +369,9 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, br_
     }
     if (gram) {
 #ifdef BR_HAVE_LAPACK
+        int keep = gc != NULL;
         if (!gc) gc = &own;
-        if ((st = cached_factor(ctx, gram, n, gc))) goto done;
+        if ((st = cached_factor(ctx, gram, n, gc, keep))) goto done;
         factor = gc->factor;
         factor_inv = gc->factor_inv;
 #endif
