@@ -82,12 +82,11 @@ struct WgmmaArgs {
     int tma_store; /* the output block allows TMA stores (see above) */
 };
 
-template <int kKind, int kWgM, int kBT, int kASets> struct WgmmaCfg {
+template <int kKind, int kWgM, int kBT, int kASets, int kEpiSets = 1> struct WgmmaCfg {
     static constexpr bool kSmemA = kKind == PLANE_F16 || kASets == 0;
     static constexpr bool kExpand = kKind != PLANE_F16 && kASets == 0; /* producer expands */
     static constexpr int kBJ = 128 * kWgM;                             /* plane rows per CTA */
     static constexpr int kBK = 64; /* k per stage: one 128-byte swizzle row of f16 */
-    static constexpr int kStages = kSmemA || kBT > 128 ? 4 : 8;
     static constexpr int kActBytes = kBT * kBK * 2;
     static constexpr int kColsRowWords = kBJ / 32 + 1; /* COLS stage row, padded: no conflicts */
     static constexpr int kPlaneBytes = kSmemA                ? kBJ * kBK * 2
@@ -100,11 +99,21 @@ template <int kKind, int kWgM, int kBT, int kASets> struct WgmmaCfg {
     /* [tokens][32 rows] boxes a consumer fills per round: 2 (all its warps at once),
      * or 1 where f16 plane stages leave no room */
     static constexpr int kEpiBoxes = kSmemA ? 1 : 2;
+    /* kEpiSets = 2: two sets of a consumer's boxes, so that c for round q + 1 loads
+     * while round q runs (the f16 kernels with an epilogue); a fourth stage only
+     * where it still fits beside them */
+    static constexpr int kEpiBytes = 2 * kEpiSets * kEpiBoxes * kEpiBufBytes;
+    static constexpr int kStages = !(kSmemA || kBT > 128) ? 8
+                                   : kEpiSets == 1 ||
+                                           4 * (kActBytes + kPlaneBytes) + kEpiBytes + 3072 <=
+                                               227 * 1024
+                                       ? 4
+                                       : 3;
     static constexpr int kPlaneOff = kStages * kActBytes;
     static constexpr int kEpiOff = (kPlaneOff + kStages * kPlaneBytes + 1023) / 1024 * 1024;
-    static constexpr int kBarOff = kEpiOff + 2 * kEpiBoxes * kEpiBufBytes;
-    /* + one c-load barrier per consumer, + base alignment slack */
-    static constexpr int kSmem = kBarOff + 2 * kStages * 8 + 2 * 8 + 1024;
+    static constexpr int kBarOff = kEpiOff + kEpiBytes;
+    /* + one c-load barrier per consumer and set, + base alignment slack */
+    static constexpr int kSmem = kBarOff + 2 * kStages * 8 + 2 * kEpiSets * 8 + 1024;
     /* full barrier: the TMA thread's arrive (+ tx bytes), plus one arrive per
      * expanding producer warp, or one cp.async arrive per copying lane */
     static constexpr int kFullArrivals = kKind == PLANE_F16 ? 1 : kExpand ? 1 + 4 : 1 + 32;
@@ -116,6 +125,7 @@ template <int kKind, int kWgM, int kBT, int kASets> struct WgmmaCfg {
                                   4 * kWgM % (kASets > 0 ? kASets : 1) == 0),
                   "fragment sets must divide a stage's steps");
     static_assert(kSmem <= 227 * 1024, "shared memory");
+    static_assert(kEpiSets == 1 || kEpiBoxes == 1, "two box sets: one box per round");
 };
 
 /* ---------------------------------------------------------------- Hopper PTX */
@@ -339,13 +349,14 @@ __global__ void __launch_bounds__(384, 1)
                       const __grid_constant__ CUtensorMap tm_out,
                       const __grid_constant__ CUtensorMap tm_c, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets>;
+    constexpr int kSets = kKind == PLANE_F16 && kFullEpi ? 2 : 1;
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kSets>;
     constexpr int S = Cfg::kStages;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t act_s = base, plane_s = base + Cfg::kPlaneOff, epi_s = base + Cfg::kEpiOff;
     const uint32_t full = base + Cfg::kBarOff, empty = full + 8 * S; /* barrier s at +8·s */
-    const uint32_t cbar = empty + 8 * S; /* + 8·consumer: c boxes landed */
+    const uint32_t cbar = empty + 8 * S; /* + 8·(consumer·sets + set): c boxes landed */
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
     /* k blocks per work unit (all of k without split), units: tiles × splits */
@@ -358,10 +369,9 @@ __global__ void __launch_bounds__(384, 1)
             /* consumers' arrivals: per warp, or per thread (release_stage) */
             mbar_init(empty + 8 * s, Cfg::kSmemA || BR_WGMMA_LANE0_RELEASE ? 8 : 256);
         }
-        if (kFullEpi) {
-            mbar_init(cbar, 1);
-            mbar_init(cbar + 8, 1);
-        }
+        if (kFullEpi)
+            for (int b = 0; b < 2 * kSets; b++)
+                mbar_init(cbar + 8 * b, 1);
         mbar_init_fence();
     }
     __syncthreads();
@@ -472,18 +482,29 @@ __global__ void __launch_bounds__(384, 1)
     uint32_t phase = 0;
 
     /* c through the epilogue boxes (TMA stores with c, no split): tid 0 loads a
-     * round's c boxes by TMA into the boxes the round then fills, the first round's
-     * at the start of the tile (its load overlaps the main loop) */
+     * round's c boxes by TMA into the boxes the round then fills. One set of boxes:
+     * the first round's c at the start of the tile (its load overlaps the main
+     * loop), each later round's once the last round's stores have read the boxes.
+     * Two sets (kSets = 2, one box per round): rounds alternate between the sets,
+     * the first two rounds' c load at the tile start, and round q + 2's as soon as
+     * round q's stores have read its set, so a round's c has the whole previous
+     * round to land. Round q covers (mi, r, b0) = q in that nesting order. */
     constexpr int kB = Cfg::kEpiBoxes;
+    constexpr int kRoundsB = 2 / kB;                         /* rounds per (mi, r) */
+    constexpr int kQ = kWgM * Cfg::kEpiRounds * kRoundsB;    /* rounds per tile */
     const bool c_tma = kFullEpi && a.tma_store && a.c != nullptr && a.splits == 1;
-    const uint32_t my_cbar = cbar + 8 * cw;
-    uint32_t cphase = 0;
-    auto load_c = [&](int j0_, int t0_, int mi, int r, int b0) {
+    uint32_t cphase = 0; /* bit `set`: the phase of that set's barrier */
+    auto box_addr = [&](int set, int i) {
+        return epi_s + ((cw * kSets + set) * kB + i) * Cfg::kEpiBufBytes;
+    };
+    auto load_c = [&](int j0_, int t0_, int q) {
+        const int set = q % kSets, b0 = q % kRoundsB * kB, r = q / kRoundsB % Cfg::kEpiRounds,
+                  mi = q / kRoundsB / Cfg::kEpiRounds;
         const int jc = j0_ + (cw * kWgM + mi) * 64, tc = t0_ + r * Cfg::kEpiRows;
-        mbar_arrive_expect_tx(my_cbar, kB * Cfg::kEpiBufBytes);
+        const uint32_t bar = cbar + 8 * (cw * kSets + set);
+        mbar_arrive_expect_tx(bar, kB * Cfg::kEpiBufBytes);
         for (int b = b0; b < b0 + kB; b++) /* boxes past m or n are zero-filled */
-            tma_load(epi_s + (cw * kB + b - b0) * Cfg::kEpiBufBytes, &tm_c, my_cbar, jc + 32 * b,
-                     tc);
+            tma_load(box_addr(set, b - b0), &tm_c, bar, jc + 32 * b, tc);
     };
 
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
@@ -507,7 +528,8 @@ __global__ void __launch_bounds__(384, 1)
                             tma_prefetch_l2(&tm_c, j0 + (cw * kWgM + mi) * 64 + 32 * b,
                                             t0 + r * Cfg::kEpiRows);
             bulk_wait_read(); /* the last tile's stores have read the boxes */
-            load_c(j0, t0, 0, 0, 0);
+            load_c(j0, t0, 0);
+            if (kSets == 2 && kQ > 1) load_c(j0, t0, 1);
         }
 
         /* A stage is released once the wgmmas reading it are known complete: wgmma
@@ -615,19 +637,22 @@ __global__ void __launch_bounds__(384, 1)
                 for (int r = 0; r < Cfg::kEpiRounds; r++)
 #pragma unroll
                     for (int b0 = 0; b0 < 2; b0 += kB) {
-                        const bool first = mi == 0 && r == 0 && b0 == 0;
-                        if (tid == 0 && !(first && c_tma)) { /* first: at the tile start */
-                            bulk_wait_read();                /* the boxes are free again */
-                            if (c_tma) load_c(j0, t0, mi, r, b0);
+                        const int q = (mi * Cfg::kEpiRounds + r) * kRoundsB + b0 / kB;
+                        const int set = c_tma ? q % kSets : 0;
+                        /* with c, its boxes were loaded at the tile start or (one set)
+                         * are loaded here; without, wait until the stores read them */
+                        if (tid == 0 && !(c_tma && (q == 0 || kSets == 2))) {
+                            bulk_wait_read(); /* the boxes are free again */
+                            if (c_tma) load_c(j0, t0, q);
                         }
                         if (c_tma) {
-                            mbar_wait(my_cbar, cphase);
-                            cphase ^= 1;
+                            mbar_wait(cbar + 8 * (cw * kSets + set), cphase >> set & 1u);
+                            cphase ^= 1u << set;
                         } else {
                             named_barrier(1 + cw, 128);
                         }
                         if (box >= b0 && box < b0 + kB) {
-                            const uint32_t buf = epi_s + (cw * kB + box - b0) * Cfg::kEpiBufBytes;
+                            const uint32_t buf = box_addr(set, box - b0);
 #pragma unroll
                             for (int c = 0; c < kC; c++)
 #pragma unroll
@@ -652,10 +677,14 @@ __global__ void __launch_bounds__(384, 1)
                             const int jc = j0 + (cw * kWgM + mi) * 64, tc = t0 + r * Cfg::kEpiRows;
                             for (int b = b0; b < b0 + kB; b++)
                                 if (jc + 32 * b < a.n && tc < (raw ? a.mpad : a.m))
-                                    tma_store(&tm_out,
-                                              epi_s + (cw * kB + b - b0) * Cfg::kEpiBufBytes,
-                                              jc + 32 * b, row_off + tc);
+                                    tma_store(&tm_out, box_addr(set, b - b0), jc + 32 * b,
+                                              row_off + tc);
                             bulk_commit();
+                            /* two sets: round q + 2's c into this set once it is read */
+                            if (kSets == 2 && c_tma && q + 2 < kQ) {
+                                bulk_wait_read();
+                                load_c(j0, t0, q + 2);
+                            }
                         }
                     }
         } else {
@@ -688,7 +717,7 @@ __global__ void __launch_bounds__(384, 1)
 
 template <int kKind, int kWgM, int kBT, int kASets, bool kFullEpi>
 br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
-    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets>;
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kKind == PLANE_F16 && kFullEpi ? 2 : 1>;
     br_cuda *s = br_cuda_state(ctx);
     auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kFullEpi>;
     static std::atomic<uint64_t> attr_set{0}; /* per device: the attribute is per device */
