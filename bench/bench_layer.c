@@ -3,12 +3,15 @@
  * and replayed, at the shapes of a Qwen3.5-0.8B-like step (4096 tokens, 2 paths).
  *
  *   bench_layer [--device cuda|cpu] [--runs N] [--mode latent|factored|exact|off]
- *               [--dx] [--quick] [--profile] [--shape 1|2|3]
+ *               [--dx] [--quick] [--profile] [--shape 1|2|3] [--residual]
  * --profile: after timing, three eager (not graph) steps under the op profiler,
  * its table on stderr: where a step's time goes, op by op.
  *
  * Per shape: a random layer and target, then the step: dy = (y − y*)/N straight
- * from the forward (br_blr_forward_residual), the backward, the optimizer; 5
+ * from the forward, staged for the backward in the output GEMM's epilogue
+ * (br_blr_forward_loss, no f32 dy; --residual: br_blr_forward_residual writes dy in
+ * f32 and the backward stages it, as before 2026-11-29 night), the backward, the
+ * optimizer; 5
  * warm-up replays, then N (default 20, at least 20) replays each timed by device
  * timers (CUDA events) around the launch; the median and the minimum in ms.
  * --dx also forms the input gradient (a layer inside a network needs it; the
@@ -66,7 +69,21 @@ static float *rand_f32(br_rng *rng, size_t n, float lo, float hi) {
     return v;
 }
 
-static int g_profile;
+static int g_profile, g_residual;
+
+/* One training step: forward with the loss gradient, backward, (optimizer: caller). */
+static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, float inv, br_buf *bdy,
+                 br_buf *bdx, size_t T) {
+    /* |dy| ~ 1/(T·m) ≈ 7e-8: gs = 2^24 lifts dy out of the f16 subnormals */
+    const float gs = 16777216.0f;
+    if (g_residual) {
+        OK(br_blr_forward_residual(l, s, bx, bys, inv, bdy, T));
+        OK(br_blr_backward(l, s, bx, bdy, bdx, T, gs, 0));
+    } else {
+        OK(br_blr_forward_loss(l, s, bx, bys, inv, gs, NULL, T));
+        OK(br_blr_backward(l, s, bx, NULL, bdx, T, gs, 0));
+    }
+}
 
 /* Device timer slots of this program (above the profiler's). */
 #define SLOT0 4000
@@ -111,9 +128,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
 
     br_graph *gr = NULL;
     OK(br_graph_begin(g_ctx));
-    OK(br_blr_forward_residual(l, s, bx, bys, inv, bdy, T));
-    /* |dy| ~ 1/(T·m) ≈ 7e-8: gs = 2^24 lifts dy out of the f16 subnormals */
-    OK(br_blr_backward(l, s, bx, bdy, bdx, T, 16777216.0f, 0));
+    step(l, s, bx, bys, inv, bdy, bdx, T);
     OK(br_blr_opt_step(o));
     OK(br_graph_end(g_ctx, &gr));
     for (int i = 0; i < 5; i++)
@@ -131,8 +146,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
         OK(br_ctx_set_option(g_ctx, BR_OPT_PROFILE, 1));
         br_profile_reset(g_ctx);
         for (int i = 0; i < 3; i++) {
-            OK(br_blr_forward_residual(l, s, bx, bys, inv, bdy, T));
-            OK(br_blr_backward(l, s, bx, bdy, bdx, T, 16777216.0f, 0));
+            step(l, s, bx, bys, inv, bdy, bdx, T);
             OK(br_blr_opt_step(o));
         }
         fprintf(stderr, "profile of 3 eager steps, (m, n, r, P, T) = (%zu, %zu, %zu, %zu, %zu):\n",
@@ -158,12 +172,14 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     double med = t[runs / 2];
     printf(
         "{\"bench\":\"layer_step\",\"device\":\"%s\",\"m\":%zu,\"n\":%zu,\"r\":%zu,\"paths\":%zu,"
-        "\"tokens\":%zu,\"mode\":\"%s\",\"dx\":%s,\"ops\":%zu,\"runs\":%d,\"median_ms\":%.4f,"
+        "\"tokens\":%zu,\"mode\":\"%s\",\"dx\":%s,\"dy\":\"%s\",\"ops\":%zu,\"runs\":%d,\"median_"
+        "ms\":%.4f,"
         "\"min_ms\":%.4f,\"gflop\":%.2f,\"tflops\":%.1f,\"bytes_floor_mb\":%.1f,"
         "\"floor_ms\":%.4f,\"of_floor\":%.2f,\"flips_last_step\":%llu,\"refused\":%d}\n",
         br_ctx_device(g_ctx), m, n, r, P, T, mode_name, with_dx ? "true" : "false",
-        br_graph_op_count(gr), runs, med, t[0], flop / 1e9, flop / (med * 1e-3) / 1e12, bytes / 1e6,
-        floor_ms, med / floor_ms, (unsigned long long)flips, info.refused);
+        g_residual ? "residual" : "staged", br_graph_op_count(gr), runs, med, t[0], flop / 1e9,
+        flop / (med * 1e-3) / 1e12, bytes / 1e6, floor_ms, med / floor_ms,
+        (unsigned long long)flips, info.refused);
     fflush(stdout);
     free(t);
     br_graph_free(gr);
@@ -187,6 +203,8 @@ int main(int argc, char **argv) {
             with_dx = 1;
         else if (!strcmp(argv[i], "--profile"))
             g_profile = 1;
+        else if (!strcmp(argv[i], "--residual"))
+            g_residual = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
@@ -195,7 +213,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: bench_layer [--device cuda|cpu] [--runs N] "
                             "[--mode latent|factored|exact|off] [--dx] [--quick] [--profile] "
-                            "[--shape 1|2|3]\n");
+                            "[--shape 1|2|3] [--residual]\n");
             return 2;
         }
     }

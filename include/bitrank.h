@@ -648,20 +648,32 @@ void br_blr_scratch_free(br_blr_scratch *scratch);
 
 /* Forward: y [ntok][m] = Σ_p h_p ⊙ c_p (overwritten) for x f32 [ntok][n], 1 ≤ ntok ≤
  * the scratch's tokens, with (f16 operands, f32 accumulation)
- *     a_p = f16(x)·f16(g_p⊙S_V,p) (ONE GEMM for all paths),  c_p = f16(a_p⊙ℓ_p)·S_U,pᵀ
- * and h_p applied in the epilogue of c_p's GEMM: y = fl(h_0⊙c_0), then for p ≥ 1
- * y = fl(fl(h_p⊙c_p) + y). A, A'ᵀ and the staged f16(x)ᵀ stay in the scratch for
- * br_blr_backward. */
+ *     A = [a_1|…|a_P] = f16(x)·[f16(g_p⊙S_V,p)]ᵀ          (one GEMM, K = n)
+ *     y = [f16(a_p⊙ℓ_p)]_p · [f16(h_p⊙S_U,p)]_pᵀ           (one GEMM, K = P·r)
+ * (h enters as an f16 factor of the sign plane: every path's product and their sum
+ * are one f32 accumulation). A, A'ᵀ = f16(A⊙ℓ)ᵀ and the staged f16(x)ᵀ stay in the
+ * scratch for br_blr_backward. */
 br_status br_blr_forward(br_blr *layer, br_blr_scratch *s, const br_buf *x, br_buf *y, size_t ntok);
 /* The forward fused with a loss gradient: out = alpha·(y − target), formed in the
- * GEMM epilogues (path 0: (alpha·acc_0)·h_0 − alpha·target, then each later path
- * added as above), y as br_blr_forward makes it up to the rounding of those steps.
- * target f32 [ntok][m]; out f32 [ntok][m], either target itself (overwritten in
- * place) or apart from it (BR_E_ARG on a partial overlap); alpha finite. For
- * L = ½·alpha·‖y − target‖² (e.g. alpha = 1/N for a mean), out is ∂L/∂y: pass it as
- * dy to br_blr_backward. Keeps what br_blr_forward keeps. */
+ * output GEMM's epilogue as fl(fl(alpha·acc) + fl(−alpha·target)) (acc the f32 sum y
+ * is made of). target f32 [ntok][m]; out f32 [ntok][m], either target itself
+ * (overwritten in place) or apart from it (BR_E_ARG on a partial overlap); alpha
+ * finite. For L = ½·alpha·‖y − target‖² (e.g. alpha = 1/N for a mean), out is ∂L/∂y:
+ * pass it as dy to br_blr_backward. Keeps what br_blr_forward keeps. */
 br_status br_blr_forward_residual(br_blr *layer, br_blr_scratch *s, const br_buf *x,
                                   const br_buf *target, float alpha, br_buf *out, size_t ntok);
+/* The training step's forward: as br_blr_forward_residual, and the gradient is also
+ * staged for the backward — f16(dy·gscale) and its transpose, bit for bit what
+ * br_blr_backward would stage from out — straight from the GEMM's epilogue, so the
+ * f32 gradient need not go through memory: out may be NULL (not written; pass it to
+ * read the loss). Then call br_blr_backward with dy = NULL and the same gscale (a
+ * positive power of two, as there); the result is bit-identical to
+ * br_blr_forward_residual followed by br_blr_backward on its out. The staged gradient
+ * lives in the scratch's shared transients: an op of another layer sharing them in
+ * between overwrites it (the backward then fails with BR_E_STATE). */
+br_status br_blr_forward_loss(br_blr *layer, br_blr_scratch *s, const br_buf *x,
+                              const br_buf *target, float alpha, float gscale, br_buf *out,
+                              size_t ntok);
 /* Columns of the staged input f16(x): n rounded up to a multiple of 32. */
 size_t br_blr_stage_cols(const br_blr *layer);
 /* The staged input of any layers reading the same x f32 [ntok][n] (e.g. q, k, v):
@@ -689,9 +701,11 @@ br_status br_blr_forward_staged(br_blr *layer, br_blr_scratch *s, const br_buf *
  * overwritten (NULL: not formed, and its GEMMs skipped); it must not overlap x, dy
  * or a staged xt. gscale (gs) is a power of two that keeps dy·gs and b⊙ℓ·gs out of
  * the f16 subnormals and below the f16 maximum 65504 (e.g. 1024 for |dy| ~ 1e-3;
- * dy itself is staged now, not dy⊙h as before); it is divided back out. Everything
- * is formed from the bits as they are: an optimizer step afterwards flips bits for
- * the next forward. */
+ * dy itself is staged now, not dy⊙h as before); it is divided back out. dy = NULL:
+ * the gradient the last forward through `s` staged, which must have been
+ * br_blr_forward_loss under the same gscale (BR_E_STATE / BR_E_ARG otherwise).
+ * Everything is formed from the bits as they are: an optimizer step afterwards flips
+ * bits for the next forward. */
 br_status br_blr_backward(br_blr *layer, br_blr_scratch *s, const br_buf *x, const br_buf *dy,
                           br_buf *dx, size_t ntok, float gscale, int accumulate);
 

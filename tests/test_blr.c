@@ -345,6 +345,115 @@ static void residual_forward(void) {
     br_ctx_free(ctx);
 }
 
+/* br_blr_forward_loss + br_blr_backward(dy = NULL) against br_blr_forward_residual +
+ * br_blr_backward(out), the same layer and inputs: every gradient, dx and out (when
+ * asked for) bit for bit, with out NULL and given, at a shape whose every size is a
+ * multiple of nothing and at the bench's first shape scaled down; then what may not
+ * follow a loss forward: a backward of another gscale, a backward after the staged
+ * gradient was overwritten through the shared transients by another layer's op,
+ * and a backward with dy = NULL after a forward that staged nothing. */
+static void loss_forward_stages_dy(void) {
+    br_ctx *ctx = t_ctx();
+    static const size_t shapes[][5] = {
+        {100, 70, 64, 2, 45}, {448, 128, 96, 2, 260}, {37, 50, 32, 1, 1}};
+    const float gs = 4096.0f;
+    for (size_t c = 0; c < 3; c++) {
+        size_t m = shapes[c][0], n = shapes[c][1], r = shapes[c][2], P = shapes[c][3],
+               ntok = shapes[c][4];
+        br_rng rng = t_rng_for(40 + c);
+        ref_layer L = ref_random(&rng, m, n, r, P, 0);
+        br_blr *l = ref_upload(ctx, &L, BR_BLR_SIGN_GRADS);
+        br_blr_scratch *s = NULL;
+        CHECK_OK(ctx, br_blr_scratch_new(l, ntok, NULL, &s));
+        float *x = t_rand(&rng, ntok * n, 2.0f), *tg = t_rand(&rng, ntok * m, 0.05f);
+        float alpha = -0.75f / (float)ntok;
+        br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n),
+               *btg = t_buf_from(ctx, BR_F32, tg, ntok * m);
+        br_buf *out = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
+        br_buf *dx = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
+        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, out, ntok));
+        CHECK_OK(ctx, br_blr_backward(l, s, bx, out, dx, ntok, gs, 0));
+        float *want_out = t_download_f32(ctx, out, ntok * m),
+              *want_dx = t_download_f32(ctx, dx, ntok * n);
+        float *want[BR_BLR_MAX_PATHS][5];
+        grads_of(ctx, l, &L, want);
+        for (int keep = 0; keep < 2; keep++) {
+            br_buf *o2 = keep ? t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32) : NULL;
+            CHECK_OK(ctx, br_buf_fill(dx, 0, ntok * n, T_NAN32));
+            CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, btg, alpha, gs, o2, ntok));
+            CHECK_OK(ctx, br_blr_backward(l, s, bx, NULL, dx, ntok, gs, 0));
+            float *got_dx = t_download_f32(ctx, dx, ntok * n);
+            size_t bad = t_bits_differ32(got_dx, want_dx, ntok * n);
+            CHECK(bad == 0, "%zux%zu P%zu keep=%d: dx differs in %zu of %zu", m, n, P, keep, bad,
+                  ntok * n);
+            if (o2) {
+                float *got = t_download_f32(ctx, o2, ntok * m);
+                bad = t_bits_differ32(got, want_out, ntok * m);
+                CHECK(bad == 0, "%zux%zu P%zu: out differs in %zu of %zu", m, n, P, bad, ntok * m);
+                free(got);
+            }
+            float *got[BR_BLR_MAX_PATHS][5];
+            grads_of(ctx, l, &L, got);
+            static const char *const names[5] = {"dh", "dl", "dg", "G_U", "G_V"};
+            size_t len[5] = {m, r, n, m * r, n * r};
+            for (size_t p = 0; p < P; p++)
+                for (int i = 0; i < 5; i++) {
+                    bad = t_bits_differ32(got[p][i], want[p][i], len[i]);
+                    CHECK(bad == 0, "%zux%zu P%zu keep=%d: path %zu %s differs in %zu of %zu", m, n,
+                          P, keep, p, names[i], bad, len[i]);
+                    free(got[p][i]);
+                }
+            free(got_dx);
+            br_buf_free(o2);
+        }
+        /* a backward of another gscale; of no staged gradient */
+        CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, btg, alpha, gs, NULL, ntok));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "gscale",
+                        br_blr_backward(l, s, bx, NULL, dx, ntok, 2 * gs, 0));
+        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, out, ntok));
+        CHECK_FAILS(ctx, BR_E_STATE, br_blr_backward(l, s, bx, NULL, dx, ntok, gs, 0));
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss(l, s, bx, NULL, alpha, gs, NULL, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss(l, s, bx, btg, alpha, 1000.0f, NULL, ntok));
+        for (size_t p = 0; p < P; p++)
+            for (int i = 0; i < 5; i++)
+                free(want[p][i]);
+        free(want_out), free(want_dx), free(x), free(tg);
+        br_buf_free(bx), br_buf_free(btg), br_buf_free(out), br_buf_free(dx);
+        br_blr_scratch_free(s);
+        br_blr_free(l);
+        ref_free(&L);
+    }
+    /* two layers on one shared set: the second one's forward overwrites the staging */
+    {
+        br_rng rng = t_rng_for(49);
+        size_t m = 64, n = 40, r = 32, ntok = 20;
+        ref_layer L = ref_random(&rng, m, n, r, 1, 0);
+        br_blr *l1 = ref_upload(ctx, &L, 0), *l2 = ref_upload(ctx, &L, 0);
+        br_blr_shared *sh = NULL;
+        br_blr_scratch *s1 = NULL, *s2 = NULL;
+        CHECK_OK(ctx, br_blr_shared_new(ctx, ntok, m, n, r, 1, &sh));
+        CHECK_OK(ctx, br_blr_scratch_new(l1, ntok, sh, &s1));
+        CHECK_OK(ctx, br_blr_scratch_new(l2, ntok, sh, &s2));
+        float *x = t_rand(&rng, ntok * n, 1.0f), *tg = t_rand(&rng, ntok * m, 1.0f);
+        br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n),
+               *btg = t_buf_from(ctx, BR_F32, tg, ntok * m);
+        br_buf *y = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
+        CHECK_OK(ctx, br_blr_forward_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
+        CHECK_OK(ctx, br_blr_forward(l2, s2, bx, y, ntok));
+        CHECK_FAILS_MSG(ctx, BR_E_STATE, "overwritten",
+                        br_blr_backward(l1, s1, bx, NULL, NULL, ntok, 1.0f, 0));
+        CHECK_OK(ctx, br_blr_forward_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
+        CHECK_OK(ctx, br_blr_backward(l1, s1, bx, NULL, NULL, ntok, 1.0f, 0));
+        free(x), free(tg);
+        br_buf_free(bx), br_buf_free(btg), br_buf_free(y);
+        br_blr_scratch_free(s1), br_blr_scratch_free(s2);
+        br_blr_shared_free(sh);
+        br_blr_free(l1), br_blr_free(l2);
+        ref_free(&L);
+    }
+    br_ctx_free(ctx);
+}
+
 /* dh and dg come from the token-axis products M_U = dyᵀ·A', N_V = xᵀ·B' taken apart
  * per path (br_sign_rowdot), with and without sign gradients: against f64 at m, n
  * not multiples of 32 and three paths; the curvature sums Σ_t a², Σ_t x² too. */
@@ -657,5 +766,6 @@ static void bad_arguments(void) {
 }
 
 T_RUN("blr", T_CASE(spec_two_path_layer), T_CASE(awkward_shapes), T_CASE(two_paths_are_two_halves),
-      T_CASE(staged_and_shared), T_CASE(residual_forward), T_CASE(scale_grads_from_token_products),
-      T_CASE(graph_replay), T_CASE(host_transfers), T_CASE(bad_arguments))
+      T_CASE(staged_and_shared), T_CASE(residual_forward), T_CASE(loss_forward_stages_dy),
+      T_CASE(scale_grads_from_token_products), T_CASE(graph_replay), T_CASE(host_transfers),
+      T_CASE(bad_arguments))

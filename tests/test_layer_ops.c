@@ -4,7 +4,8 @@
  * random inputs and shapes (1 row, sizes that are multiples of nothing, the
  * layer's own), outputs poisoned first, buffers at aligned and odd offsets (the
  * kernels' vector and scalar paths); cvt_both also against br_cvt_pad and
- * br_cvt_t; then every class of bad argument. BITRANK_TEST_QUICK=1 (the
+ * br_cvt_t; mm_stage against mm + cvt_both (its definition); then every class of
+ * bad argument. BITRANK_TEST_QUICK=1 (the
  * compute-sanitizer runs) leaves out the shapes over 2^18 elements. */
 #include "harness.h"
 #include "ops/layer_ops.h"
@@ -299,6 +300,145 @@ static void cvt_both_matches_reference(void) {
     br_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- mm_stage */
+
+/* f16 bits of n random values in [-scale, scale) (never all zero). */
+static uint16_t *rand_f16(br_rng *r, size_t n, float scale) {
+    uint16_t *h = t_xmalloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = br_half_from_float(br_rng_sym(r) * scale);
+    return h;
+}
+
+/* br_mm_stage against br_mm + br_cvt_both on the same device (its definition), bit
+ * for bit: dst and dst_t whole (poisoned first, so pads must be written +0), out when
+ * kept (apart, in place over c, or NULL); and the staged values against an f64 product.
+ * Shapes of every tile size's remainders, the layer's output GEMM, buffers at odd
+ * offsets and widths that are not multiples of 4 (the composed path on CUDA), then
+ * every wgmma tile forced through BITRANK_GEMM_TILE at one shape. */
+static void mm_stage_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k, size_t ld,
+                          size_t off, int keep, float alpha, float scale, const char *tile) {
+    size_t nd = br_pad_rows(m) * ld, nt = br_pad_rows(n) * br_pad_tokens(m);
+    uint16_t *act = rand_f16(rng, m * k, 1.0f), *plane = rand_f16(rng, n * k, 1.0f);
+    float *c = t_rand(rng, m * n, 4.0f);
+    br_buf *pa, *pp, *pc, *po = NULL, *pd, *pt;
+    br_buf *ba = input_at(ctx, BR_F16, act, m * k, off, &pa);
+    br_buf *bp = input_at(ctx, BR_F16, plane, n * k, off, &pp);
+    br_buf *bc = input_at(ctx, BR_F32, c, m * n, off, &pc);
+    br_buf *bo = keep == 1 ? view_at(ctx, BR_F32, m * n, off, T_NAN32, &po) : keep == 2 ? bc : NULL;
+    br_buf *bd = view_at(ctx, BR_F16, nd, off, T_NAN16, &pd);
+    br_buf *bt = view_at(ctx, BR_F16, nt, off, T_NAN16, &pt);
+    br_gemm g = {.m = m, .n = n, .k = k, .oscale = alpha, .c = bc, .beta = -alpha};
+    /* the definition first (c is read before an in-place run overwrites it) */
+    br_buf *ro = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+    br_buf *rd = t_buf_poison(ctx, BR_F16, nd, T_NAN16),
+           *rt = t_buf_poison(ctx, BR_F16, nt, T_NAN16);
+    CHECK_OK(ctx, br_mm(ctx, ba, bp, ro, g));
+    CHECK_OK(ctx, br_cvt_both(ctx, ro, NULL, rd, rt, m, n, ld, scale));
+    CHECK_OK(ctx, br_mm_stage(ctx, ba, bp, bo, g, bd, bt, ld, scale));
+    uint16_t *got = t_download_f16(ctx, bd, nd), *got_t = t_download_f16(ctx, bt, nt);
+    uint16_t *want = t_download_f16(ctx, rd, nd), *want_t = t_download_f16(ctx, rt, nt);
+    size_t bad = t_bits_differ16(got, want, nd), bad_t = t_bits_differ16(got_t, want_t, nt);
+    CHECK(bad == 0,
+          "mm_stage %zux%zux%zu ld=%zu off=%zu keep=%d tile=%s: dst differs in %zu of %zu (first "
+          "%zu)",
+          m, n, k, ld, off, keep, tile, bad, nd, t_first_diff16(got, want, nd));
+    CHECK(bad_t == 0,
+          "mm_stage %zux%zux%zu off=%zu keep=%d tile=%s: dst_t differs in %zu of %zu (first %zu)",
+          m, n, k, off, keep, tile, bad_t, nt, t_first_diff16(got_t, want_t, nt));
+    if (bo) {
+        float *go = t_download_f32(ctx, bo, m * n), *wo = t_download_f32(ctx, ro, m * n);
+        bad = t_bits_differ32(go, wo, m * n);
+        CHECK(bad == 0, "mm_stage %zux%zux%zu keep=%d tile=%s: out differs in %zu of %zu", m, n, k,
+              keep, tile, bad, m * n);
+        free(go), free(wo);
+    }
+    /* f64: every 7th value near alpha·(act·planeᵀ − c)·scale */
+    size_t far = 0;
+    for (size_t i = 0; i < m; i += 7)
+        for (size_t j = i % 5; j < n; j += 5) {
+            double acc = 0, mag = 0;
+            for (size_t q = 0; q < k; q++) {
+                double t = t_f16_value(act[i * k + q]) * t_f16_value(plane[j * k + q]);
+                acc += t, mag += fabs(t);
+            }
+            double v = alpha * (acc - c[i * n + j]) * scale;
+            /* f32 sums (k roundings of up to mag), the epilogue's, f16's half ulp */
+            double tol =
+                fabs(alpha * scale) * (mag * (double)k * 0x1p-24 + fabs(c[i * n + j]) * 0x1p-22) +
+                fabs(v) * 0x1p-11 * 1.01 + 0x1p-25;
+            far += fabs(t_f16_value(got[i * ld + j]) - v) > tol;
+        }
+    CHECK(far == 0, "mm_stage %zux%zux%zu: %zu values off the f64 product", m, n, k, far);
+    free(got), free(got_t), free(want), free(want_t), free(act), free(plane), free(c);
+    br_buf_free(ro), br_buf_free(rd), br_buf_free(rt);
+    free_view(ba, pa), free_view(bp, pp), free_view(bc, pc), free_view(bd, pd), free_view(bt, pt);
+    if (keep == 1) free_view(bo, po);
+}
+
+static void mm_stage_matches_mm_then_cvt_both(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(63);
+    /* (tokens, n, k): the layer's output GEMMs, remainders of every tile, tiny ones */
+    static const size_t fixed[][3] = {{4096, 3584, 768}, {1, 8, 32},     {100, 36, 64},
+                                      {300, 1000, 96},   {129, 64, 32},  {512, 520, 128},
+                                      {260, 448, 192},   {45, 100, 128}, {1000, 257, 64}};
+    const size_t nfixed = sizeof fixed / sizeof fixed[0];
+    for (size_t c = 0; c < nfixed + 4; c++) {
+        size_t m, n, k;
+        if (c < nfixed)
+            m = fixed[c][0], n = fixed[c][1], k = fixed[c][2];
+        else
+            m = t_rand_size(&rng, 1, 700), n = t_rand_size(&rng, 1, 700),
+            k = 32 * t_rand_size(&rng, 1, 8);
+        if (too_big(m * n)) continue;
+        size_t ld = c % 3 == 2 ? n + t_rand_size(&rng, 1, 40) : (n + 31) / 32 * 32;
+        size_t off = c % 4 == 3 ? 3 : 0;
+        int keep = (int)(c % 3); /* 0: out NULL, 1: out apart, 2: in place over c */
+        float alpha = (c % 2 ? -1.0f : 1.0f) * (float)(0.1 + br_rng_unit(&rng));
+        float scale = c % 2 ? 64.0f : (float)(0.5 + br_rng_unit(&rng)); /* |v·scale| < 65504 */
+        mm_stage_case(ctx, &rng, m, n, k, ld, off, keep, alpha, scale, "auto");
+    }
+    static const char *const tiles[] = {"256x128", "256x112", "128x256",
+                                        "128x128", "128x192", "256x96"};
+    for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
+        setenv("BITRANK_GEMM_TILE", tiles[i], 1);
+        mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i]);
+        unsetenv("BITRANK_GEMM_TILE");
+    }
+    br_ctx_free(ctx);
+}
+
+static void mm_stage_bad_arguments(void) {
+    br_ctx *ctx = t_ctx();
+    br_buf *a = t_buf_poison(ctx, BR_F16, 64 * 64, 0), *p = t_buf_poison(ctx, BR_F16, 64 * 64, 0);
+    br_buf *c = t_buf_poison(ctx, BR_F32, 64 * 64, 0), *o = t_buf_poison(ctx, BR_F32, 64 * 64, 0);
+    br_buf *d = t_buf_poison(ctx, BR_F16, 128 * 64, 0), *t = t_buf_poison(ctx, BR_F16, 128 * 64, 0);
+    br_gemm g = {.m = 64, .n = 64, .k = 64, .oscale = 1.0f, .c = c, .beta = -1.0f};
+    CHECK_OK(ctx, br_mm_stage(ctx, a, p, NULL, g, d, t, 64, 1.0f));
+    CHECK_OK(ctx, br_mm_stage(ctx, a, p, o, g, d, t, 64, 1.0f));
+    br_gemm nc = g;
+    nc.c = NULL;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "c", br_mm_stage(ctx, a, p, o, nc, d, t, 64, 1.0f));
+    br_buf *c65 = t_buf_poison(ctx, BR_F32, 64 * 65, 0),
+           *o65 = t_buf_poison(ctx, BR_F32, 64 * 65, 0);
+    br_gemm wide = g;
+    wide.ldo = 65, wide.c = c65;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ldo", br_mm_stage(ctx, a, p, o65, wide, d, t, 64, 1.0f));
+    br_buf_free(c65), br_buf_free(o65);
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ld", br_mm_stage(ctx, a, p, o, g, d, t, 63, 1.0f));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "dst_t", br_mm_stage(ctx, a, p, o, g, d, NULL, 64, 1.0f));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps", br_mm_stage(ctx, a, p, o, g, d, d, 64, 1.0f));
+    br_buf *big = t_buf_poison(ctx, BR_F16, 128 * 64, 0); /* act in its first half */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "act", br_mm_stage(ctx, big, p, o, g, d, big, 64, 1.0f));
+    br_buf_free(big);
+    CHECK_FAILS(ctx, BR_E_NONFINITE, br_mm_stage(ctx, a, p, o, g, d, t, 64, NAN));
+    CHECK_FAILS(ctx, BR_E_SIZE, br_mm_stage(ctx, a, p, o, g, d, t, 128, 1.0f));
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_mm_stage(ctx, a, p, o, g, c, t, 64, 1.0f));
+    br_buf_free(a), br_buf_free(p), br_buf_free(c), br_buf_free(o), br_buf_free(d), br_buf_free(t);
+    br_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- bad arguments */
 
 static void layer_ops_bad_arguments(void) {
@@ -415,4 +555,5 @@ static void layer_ops_bad_arguments(void) {
 }
 
 T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference), T_CASE(sign_rowdot_matches_reference),
-      T_CASE(cvt_both_matches_reference), T_CASE(layer_ops_bad_arguments))
+      T_CASE(cvt_both_matches_reference), T_CASE(mm_stage_matches_mm_then_cvt_both),
+      T_CASE(mm_stage_bad_arguments), T_CASE(layer_ops_bad_arguments))

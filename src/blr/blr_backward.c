@@ -2,7 +2,7 @@
  * along the rank axis as in the forward; gs the gradient staging scale, a power of
  * two divided back out by the GEMMs' oscale):
  *     dy16, dyᵀ = f16(dy·gs), its transpose   [pad_rows(T)][mpad], [pad_rows(m)][pad_tokens(T)]
- *                                               br_cvt_both
+ *                                               br_cvt_both (or staged by forward_loss)
  *     W_U = [f16(h_p ⊙ S_U,p)]ᵀ                 [R][mpad]   br_expand_scaled per path
  *     B   = dy16 · W_Uᵀ / gs = [b_1|b_2|…]      [T][R]      br_mm, ONE GEMM, K = mpad
  *     dℓ += Σ_t A⊙B;  B', B'ᵀ = f16(B⊙ℓ·gs)     [R]         br_colsum_fused (CVT_B)
@@ -28,7 +28,10 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     br_blr_shared *sh = s->shared;
     const int sign = (l->flags & BR_BLR_SIGN_GRADS) != 0;
     size_t m = l->m, n = l->n, r = l->r, P = l->paths, R = P * r, tpad = br_pad_tokens(ntok);
-    BR_TRY(br_cvt_both(ctx, dy, NULL, sh->stage, sh->t_dy, ntok, m, l->mpad, gs));
+    if (dy) { /* else br_blr_forward_loss staged it */
+        sh->stage_writes++;
+        BR_TRY(br_cvt_both(ctx, dy, NULL, sh->stage, sh->t_dy, ntok, m, l->mpad, gs));
+    }
     for (size_t p = 0; p < P; p++) {
         br_buf *const *v = l->path[p].part;
         BR_TRY(br_expand_scaled(ctx, v[BR_BLR_BITS_U], m, r, v[BR_BLR_H], 1.0f, s->wu[p], l->mpad));
@@ -82,6 +85,14 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     return BR_OK;
 }
 
+br_status br_blr_check_gscale(const br_blr *l, const char *fn, float gscale) {
+    int e = 0;
+    if (!(gscale > 0) || !isfinite(gscale) || frexpf(gscale, &e) != 0.5f)
+        return br_fail(l->ctx, BR_E_ARG, "%s: gscale = %g is not a positive power of two", fn,
+                       (double)gscale);
+    return BR_OK;
+}
+
 br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const br_buf *dy,
                           br_buf *dx, size_t ntok, float gscale, int accumulate) {
     static const char fn[] = "br_blr_backward";
@@ -91,19 +102,32 @@ br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const b
     BR_TRY(br_check_mul(ctx, fn, "ntok·n", ntok, l->n, &xn));
     BR_TRY(br_check_mul(ctx, fn, "ntok·m", ntok, l->m, &yn));
     BR_TRY(br_check_buf(ctx, fn, "x", x, BR_F32, xn));
-    BR_TRY(br_check_buf(ctx, fn, "dy", dy, BR_F32, yn));
+    if (dy) BR_TRY(br_check_buf(ctx, fn, "dy", dy, BR_F32, yn));
     BR_TRY(br_check_opt_buf(ctx, fn, "dx", dx, BR_F32, xn));
-    int e = 0;
-    if (!(gscale > 0) || !isfinite(gscale) || frexpf(gscale, &e) != 0.5f)
-        return br_fail(ctx, BR_E_ARG, "%s: gscale = %g is not a positive power of two", fn,
-                       (double)gscale);
+    BR_TRY(br_blr_check_gscale(l, fn, gscale));
     if (!s->xt) return br_fail(ctx, BR_E_STATE, "%s: no forward has run through this scratch", fn);
     if (ntok != s->fwd_ntok)
         return br_fail(ctx, BR_E_ARG, "%s: ntok = %zu, the last forward had %zu tokens", fn, ntok,
                        s->fwd_ntok);
+    if (!dy) { /* the gradient br_blr_forward_loss staged: still there, same scale */
+        if (!s->dy_staged)
+            return br_fail(ctx, BR_E_STATE,
+                           "%s: dy is NULL but the last forward through this scratch was not "
+                           "br_blr_forward_loss",
+                           fn);
+        if (s->dy_writes != s->shared->stage_writes)
+            return br_fail(ctx, BR_E_STATE,
+                           "%s: dy is NULL but the staged dy was overwritten by another layer's op "
+                           "on the shared transients",
+                           fn);
+        if (gscale != s->dy_gs)
+            return br_fail(ctx, BR_E_ARG,
+                           "%s: gscale = %g, the forward_loss staged dy under gscale = %g", fn,
+                           (double)gscale, (double)s->dy_gs);
+    }
     /* dx is written last, but x and dy stay the inputs of record: they must be apart */
     BR_TRY(br_check_apart(ctx, fn, "dx", dx, dx ? xn : 0, "x", x, xn));
-    BR_TRY(br_check_apart(ctx, fn, "dx", dx, dx ? xn : 0, "dy", dy, yn));
+    if (dy) BR_TRY(br_check_apart(ctx, fn, "dx", dx, dx ? xn : 0, "dy", dy, yn));
     if (dx)
         BR_TRY(br_check_apart(ctx, fn, "dx", dx, xn, "the staged f16(x)ᵀ", s->xt,
                               br_buf_count(s->xt)));

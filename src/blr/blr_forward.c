@@ -45,12 +45,16 @@ static br_status stage(const br_blr *l, const br_buf *x, br_buf *x16, br_buf *xt
     return br_cvt_both(l->ctx, x, NULL, x16, xt, ntok, l->n, l->npad, 1.0f);
 }
 
-/* Everything after the staging of x: A, A', A'ᵀ, and out. */
+/* Everything after the staging of x: A, A', A'ᵀ, and out. gs > 0 (forward_loss):
+ * out (may be NULL) is also staged as f16(out·gs) and its transpose into the shared
+ * stage and t_dy for the backward, from the GEMM's epilogue. */
 static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, const br_buf *xt,
-                              const br_buf *target, float alpha, br_buf *out, size_t ntok) {
+                              const br_buf *target, float alpha, br_buf *out, size_t ntok,
+                              float gs) {
     br_ctx *ctx = l->ctx;
     br_blr_shared *sh = s->shared;
     size_t m = l->m, r = l->r, R = l->paths * r;
+    s->dy_staged = 0; /* a new forward: whatever was staged is not its gradient */
     for (size_t p = 0; p < l->paths; p++) {
         br_buf *const *v = l->path[p].part;
         BR_TRY(br_buf_copy(s->lcat, p * r, l->params, br_blr_param_off(l, p) + m, r));
@@ -66,50 +70,69 @@ static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, c
     }
     br_gemm gy = {.m = ntok, .n = m, .k = R, .oscale = alpha};
     if (target) gy.c = target, gy.beta = -alpha;
-    BR_TRY(br_mm(ctx, sh->act, sh->plane, out, gy));
     s->xt = xt;
     s->fwd_ntok = ntok;
+    if (!(gs > 0)) return br_mm(ctx, sh->act, sh->plane, out, gy);
+    /* x16 (in stage) was read by A's GEMM: the stage takes f16(dy·gs) */
+    BR_TRY(br_mm_stage(ctx, sh->act, sh->plane, out, gy, sh->stage, sh->t_dy, l->mpad, gs));
+    sh->stage_writes++;
+    s->dy_staged = 1;
+    s->dy_gs = gs;
+    s->dy_writes = sh->stage_writes;
     return BR_OK;
 }
 
-/* out [ntok][m] f32; target (may be NULL) f32 [ntok][m], out itself or apart from it. */
+/* out [ntok][m] f32 (NULL only where out_optional); target (may be NULL) f32
+ * [ntok][m], out itself or apart from it. */
 static br_status check_out(br_blr *l, const char *fn, const br_buf *target, const br_buf *out,
-                           size_t ntok) {
+                           int out_optional, size_t ntok) {
     size_t need;
     BR_TRY(br_check_mul(l->ctx, fn, "ntok·m", ntok, l->m, &need));
-    BR_TRY(br_check_buf(l->ctx, fn, target ? "out" : "y", out, BR_F32, need));
+    if (out || !out_optional)
+        BR_TRY(br_check_buf(l->ctx, fn, target ? "out" : "y", out, BR_F32, need));
     if (!target) return BR_OK;
     BR_TRY(br_check_buf(l->ctx, fn, "target", target, BR_F32, need));
-    if (!(target->mem == out->mem && target->offset == out->offset))
+    if (out && !(target->mem == out->mem && target->offset == out->offset))
         BR_TRY(br_check_apart(l->ctx, fn, "out", out, need, "target", target, need));
     return BR_OK;
 }
 
+/* gs > 0: forward_loss (out may be NULL) */
 static br_status forward_x(br_blr *l, br_blr_scratch *s, const char *fn, const br_buf *x,
-                           const br_buf *target, float alpha, br_buf *out, size_t ntok) {
+                           const br_buf *target, float alpha, br_buf *out, size_t ntok, float gs) {
     BR_TRY(br_blr_check_run(l, s, fn, ntok));
     size_t xn;
     BR_TRY(br_check_mul(l->ctx, fn, "ntok·n", ntok, l->n, &xn));
     BR_TRY(br_check_buf(l->ctx, fn, "x", x, BR_F32, xn));
-    BR_TRY(check_out(l, fn, target, out, ntok));
+    BR_TRY(check_out(l, fn, target, out, gs > 0, ntok));
     BR_TRY(br_check_finite(l->ctx, fn, "alpha", alpha));
     br_tag_scope tag;
     br_tag_push(l->ctx, &tag, "blr.fwd");
+    s->shared->stage_writes++;
     br_status st = stage(l, x, s->shared->stage, s->t_x, ntok);
-    if (st == BR_OK) st = forward_core(l, s, s->shared->stage, s->t_x, target, alpha, out, ntok);
+    if (st == BR_OK)
+        st = forward_core(l, s, s->shared->stage, s->t_x, target, alpha, out, ntok, gs);
     br_tag_pop(l->ctx, &tag);
     return st;
 }
 
 br_status br_blr_forward(br_blr *l, br_blr_scratch *s, const br_buf *x, br_buf *y, size_t ntok) {
-    return forward_x(l, s, "br_blr_forward", x, NULL, 1.0f, y, ntok);
+    return forward_x(l, s, "br_blr_forward", x, NULL, 1.0f, y, ntok, 0.0f);
 }
 
 br_status br_blr_forward_residual(br_blr *l, br_blr_scratch *s, const br_buf *x,
                                   const br_buf *target, float alpha, br_buf *out, size_t ntok) {
     static const char fn[] = "br_blr_forward_residual";
     if (l && !target) return br_fail(l->ctx, BR_E_ARG, "%s: target is NULL", fn);
-    return forward_x(l, s, fn, x, target, alpha, out, ntok);
+    return forward_x(l, s, fn, x, target, alpha, out, ntok, 0.0f);
+}
+
+br_status br_blr_forward_loss(br_blr *l, br_blr_scratch *s, const br_buf *x, const br_buf *target,
+                              float alpha, float gscale, br_buf *out, size_t ntok) {
+    static const char fn[] = "br_blr_forward_loss";
+    if (l && !target) return br_fail(l->ctx, BR_E_ARG, "%s: target is NULL", fn);
+    if (l) BR_TRY(br_blr_check_gscale(l, fn, gscale));
+    return forward_x(l, s, fn, x, target, alpha, out, ntok, gscale);
 }
 
 br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16, const br_buf *xt,
@@ -117,7 +140,7 @@ br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16,
     static const char fn[] = "br_blr_forward_staged";
     BR_TRY(br_blr_check_run(l, s, fn, ntok));
     br_ctx *ctx = l->ctx;
-    BR_TRY(check_out(l, fn, NULL, y, ntok));
+    BR_TRY(check_out(l, fn, NULL, y, 0, ntok));
     size_t n16, nt;
     BR_TRY(stage_sizes(ctx, fn, l, ntok, &n16, &nt));
     BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
@@ -134,7 +157,7 @@ br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16,
     }
     br_tag_scope tag;
     br_tag_push(ctx, &tag, "blr.fwd");
-    br_status st = forward_core(l, s, x16, xt, NULL, 1.0f, y, ntok);
+    br_status st = forward_core(l, s, x16, xt, NULL, 1.0f, y, ntok, 0.0f);
     br_tag_pop(ctx, &tag);
     return st;
 }

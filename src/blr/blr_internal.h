@@ -54,6 +54,9 @@ struct br_blr_shared {
     br_buf *t_b;    /* f16 [pad_rows(R)][pad_tokens(ntok)]: B'ᵀ */
     br_buf *rowmat; /* f32 [max(m, n)][R]: M_U, then N_V */
     br_buf *dl;     /* f32 [R]: dℓ of every path side by side */
+    /* ops so far that wrote stage or t_dy: a dy staged by br_blr_forward_loss is
+     * still there while this is the count its scratch noted */
+    unsigned long long stage_writes;
 };
 
 /* A layer's scratch: what its forward keeps for its backward, and its views of the
@@ -72,6 +75,11 @@ struct br_blr_scratch {
      * NULL / 0 before the first */
     const br_buf *xt;
     size_t fwd_ntok;
+    /* br_blr_forward_loss staged f16(dy·dy_gs) and its transpose in the shared stage
+     * and t_dy (valid while shared->stage_writes == dy_writes) */
+    int dy_staged;
+    float dy_gs;
+    unsigned long long dy_writes;
     br_buf **wv; /* [paths] views of shared->plane: W_V rows p·r.., row stride npad */
     br_buf **wu; /* [paths] views of shared->plane: W_U rows p·r.., row stride mpad */
     br_buf **pu; /* [paths] views of shared->plane: columns p·r.. of Y_U [m][P·r] */
@@ -81,5 +89,7 @@ struct br_blr_scratch {
 /* The checks every layer op starts with: layer, scratch made for it, 1 ≤ ntok ≤ the
  * scratch's tokens (blr_forward.c). */
 br_status br_blr_check_run(const br_blr *l, const br_blr_scratch *s, const char *fn, size_t ntok);
+/* gscale is a positive power of two (BR_E_ARG otherwise) (blr_backward.c). */
+br_status br_blr_check_gscale(const br_blr *l, const char *fn, float gscale);
 
 #endif

@@ -3,7 +3,7 @@
  * The original W [m][n] becomes a frozen f16 plane; its outputs y* on a pool of
  * calibration inputs are computed once (br_plane_linear). Each step takes the
  * next batch of the pool (views, no copies), runs the layer forward fused with the
- * loss gradient dy = (ŷ − y*)·c, c = 1/rms(y*) (br_blr_forward_residual: the loss
+ * loss gradient dy = (ŷ − y*)·c, c = 1/rms(y*) (br_blr_forward_loss: the loss
  * ½‖ŷ − y*‖² scaled to O(1): Adam and the sign optimizer do not care about the
  * scale, the f16 operands do) and the backward on it, then one optimizer step:
  * Adam on h, ℓ, g with relative steps, latent Adam on the signs. The learning
@@ -296,10 +296,14 @@ br_status br_train_layer(br_ctx *ctx, const float *w, const br_train_in *in,
         }
         if (!st) st = br_buf_view(t.x_pool, b * T * t.n, T * t.n, &xv);
         if (!st) st = br_buf_view(t.y_pool, b * T * t.m, T * t.m, &yv);
-        if (!st) st = br_blr_forward_residual(t.layer, t.scratch, xv, yv, (float)t.c, t.dy, T);
-        if (!st) st = br_blr_backward(t.layer, t.scratch, xv, t.dy, NULL, T, (float)gs, 0);
+        /* the gradient goes to the backward staged in f16; in f32 only when logged */
+        const int logged = s % every == 0 || s == steps - 1;
+        if (!st)
+            st = br_blr_forward_loss(t.layer, t.scratch, xv, yv, (float)t.c, (float)gs,
+                                     logged ? t.dy : NULL, T);
+        if (!st) st = br_blr_backward(t.layer, t.scratch, xv, NULL, NULL, T, (float)gs, 0);
         double loss = -1;
-        if (!st && (s % every == 0 || s == steps - 1)) {
+        if (!st && logged) {
             double sq = 0;
             st = br_sumsq_host(ctx, t.dy, T * t.m, &sq);
             loss = sq / (t.c * t.c * t.batch_norm2[b]);

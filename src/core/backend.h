@@ -28,6 +28,10 @@ typedef struct br_backend {
      * elapsed milliseconds between two recorded marks (waits as needed). */
     br_status (*timer_mark)(br_ctx *ctx, size_t slot);
     br_status (*timer_elapsed)(br_ctx *ctx, size_t from, size_t to, double *ms);
+    /* Workspace bytes (br_submit's ws_bytes) an MM_STAGE op needs on this device:
+     * room for the f32 product where the backend cannot stage it without one and
+     * mm.out is NULL. NULL: none (the backend finds its own room). */
+    size_t (*mm_stage_ws)(br_ctx *ctx, const br_mm_stage_args *a);
     br_op_fn ops[BR_OP_COUNT];
 } br_backend;
 

@@ -6,13 +6,15 @@
 
 #include "core/backend.h"
 #include "ops/check.h"
+#include "ops/layer_ops.h"
 #include "ops/op.h"
 
-/* The checks shared by both front-ends: the shapes, act, out and the epilogue's
+/* The checks shared by the front-ends: the shapes, act, out and the epilogue's
  * operands. On success g->ldo and g->lda hold the resolved strides and
- * *plane_elems n·k (the f16 plane's size, which also bounds the bitmap's). */
+ * *plane_elems n·k (the f16 plane's size, which also bounds the bitmap's). out may
+ * be NULL only where out_optional (br_mm_stage). */
 static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, const br_buf *out,
-                            br_gemm *g, size_t *plane_elems) {
+                            int out_optional, br_gemm *g, size_t *plane_elems) {
     BR_TRY(br_check_dim(ctx, fn, "m", g->m));
     BR_TRY(br_check_dim(ctx, fn, "n", g->n));
     BR_TRY(br_check_dim(ctx, fn, "k", g->k));
@@ -49,7 +51,7 @@ static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, cons
     BR_TRY(br_check_mul(ctx, fn, "n·k", g->n, g->k, plane_elems));
     size_t out_need = rows_before + g->ocol + g->n;
     BR_TRY(br_check_buf(ctx, fn, "act", act, BR_F16, act_before + g->k));
-    BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, out_need));
+    if (out || !out_optional) BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, out_need));
     BR_TRY(br_check_finite(ctx, fn, "oscale", g->oscale));
     BR_TRY(br_check_opt_buf(ctx, fn, "colscale", g->colscale, BR_F32, g->n));
     BR_TRY(br_check_apart(ctx, fn, "colscale", g->colscale, g->n, "out", out, out_need));
@@ -58,7 +60,7 @@ static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, cons
         BR_TRY(br_check_finite(ctx, fn, "beta", g->beta));
         /* in place (c is out, element for element) or apart: a shifted overlap would
          * read elements another tile has already written */
-        if (!(g->c->mem == out->mem && g->c->offset == out->offset) &&
+        if (out && !(g->c->mem == out->mem && g->c->offset == out->offset) &&
             br_bufs_overlap(g->c, out_need, out, out_need))
             return br_fail(ctx, BR_E_ARG,
                            "%s: c overlaps out without being out itself (offsets %zu and %zu)", fn,
@@ -88,7 +90,7 @@ br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out
     static const char fn[] = "br_mm";
     BR_TRY(br_check_ctx(ctx));
     size_t plane_elems;
-    BR_TRY(check_gemm(ctx, fn, act, out, &g, &plane_elems));
+    BR_TRY(check_gemm(ctx, fn, act, out, 0, &g, &plane_elems));
     BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
     br_op op = {.kind = BR_OP_MM};
     size_t ws = split_ws_bytes(&g);
@@ -128,7 +130,7 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
     static const char fn[] = "br_mm_bits";
     BR_TRY(br_check_ctx(ctx));
     size_t plane_elems, bits_need;
-    BR_TRY(check_gemm(ctx, fn, act, out, &g, &plane_elems));
+    BR_TRY(check_gemm(ctx, fn, act, out, 0, &g, &plane_elems));
     if (layout == BR_BITS_ROWS) { /* bits u32 [n][k/32] */
         BR_TRY(br_check_mul(ctx, fn, "n·(k/32)", g.n, g.k / 32, &bits_need));
     } else if (layout == BR_BITS_COLS) { /* bits u32 [k][ceil(n/32)] */
@@ -161,5 +163,49 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
     br_op op = {.kind = BR_OP_MM};
     size_t ws = split_ws_bytes(&g);
     op.u.mm = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws};
+    return br_submit(ctx, &op, ws);
+}
+
+br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g,
+                      br_buf *dst, br_buf *dst_t, size_t ld, float scale) {
+    static const char fn[] = "br_mm_stage";
+    BR_TRY(br_check_ctx(ctx));
+    size_t plane_elems, n_out, n_dst, n_dst_t;
+    BR_TRY(check_gemm(ctx, fn, act, out, 1, &g, &plane_elems));
+    BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
+    if (!g.c) return br_fail(ctx, BR_E_ARG, "%s: c is NULL (the staged GEMM needs c)", fn);
+    if (g.ocol != 0 || g.ldo != g.n)
+        return br_fail(ctx, BR_E_SHAPE,
+                       "%s: out must be a whole [m][n] matrix (ocol = %zu, ldo = %zu, n = %zu)", fn,
+                       g.ocol, g.ldo, g.n);
+    if (g.colscale) return br_fail(ctx, BR_E_ARG, "%s: colscale is not supported", fn);
+    if (ld < g.n) return br_fail(ctx, BR_E_SHAPE, "%s: ld = %zu is less than n = %zu", fn, ld, g.n);
+    BR_TRY(br_check_mul(ctx, fn, "m·n", g.m, g.n, &n_out));
+    BR_TRY(br_check_mul(ctx, fn, "br_pad_rows(m)·ld", br_pad_rows(g.m), ld, &n_dst));
+    BR_TRY(br_check_mul(ctx, fn, "br_pad_rows(n)·br_pad_tokens(m)", br_pad_rows(g.n),
+                        br_pad_tokens(g.m), &n_dst_t));
+    BR_TRY(br_check_finite(ctx, fn, "scale", scale));
+    BR_TRY(br_check_buf(ctx, fn, "dst", dst, BR_F16, n_dst));
+    BR_TRY(br_check_buf(ctx, fn, "dst_t", dst_t, BR_F16, n_dst_t));
+    /* the outputs are written while act, plane and c are read */
+    const br_buf *in[] = {act, plane, g.c, out};
+    static const char *const in_names[] = {"act", "plane", "c", "out"};
+    const size_t in_n[] = {br_buf_count(act), plane_elems, n_out, n_out};
+    br_buf *const outs[] = {dst, dst_t};
+    static const char *const out_names[] = {"dst", "dst_t"};
+    const size_t outs_n[] = {n_dst, n_dst_t};
+    for (size_t o = 0; o < 2; o++)
+        for (size_t i = 0; i < 4; i++)
+            if (in[i])
+                BR_TRY(br_check_apart(ctx, fn, out_names[o], outs[o], outs_n[o], in_names[i], in[i],
+                                      in_n[i]));
+    BR_TRY(br_check_apart(ctx, fn, "dst", dst, n_dst, "dst_t", dst_t, n_dst_t));
+    br_op op = {.kind = BR_OP_MM_STAGE};
+    op.u.mm_stage = (br_mm_stage_args){.mm = {.act = act, .plane = plane, .out = out, .g = g},
+                                       .dst = dst,
+                                       .dst_t = dst_t,
+                                       .ld = ld,
+                                       .scale = scale};
+    size_t ws = ctx->be->mm_stage_ws ? ctx->be->mm_stage_ws(ctx, &op.u.mm_stage) : 0;
     return br_submit(ctx, &op, ws);
 }

@@ -42,6 +42,7 @@ typedef enum br_op_kind {
     BR_OP_SIGN_ROWDOT,   /* layer_ops.c: sign gradients and Σ_k s·M per row */
     BR_OP_CVT_BOTH,      /* layer_ops.c: cvt_pad and cvt_t from one read */
     BR_OP_SIGN_STEPS,    /* sign_ops.c: sign steps of up to BR_SIGN_STEPS_MAX matrices */
+    BR_OP_MM_STAGE,      /* gemm.c: br_mm with c, its result staged as br_cvt_both would */
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT
 } br_op_kind;
@@ -244,6 +245,15 @@ typedef struct br_cvt_both_args {
     float scale;
 } br_cvt_both_args;
 
+/* MM_STAGE: mm.out may be NULL (the f32 result is not kept); mm.g.c is set. */
+typedef struct br_mm_stage_args {
+    br_mm_args mm;
+    br_buf *dst;   /* f16 [br_pad_rows(g.m)][ld] */
+    br_buf *dst_t; /* f16 [br_pad_rows(g.n)][br_pad_tokens(g.m)] */
+    size_t ld;
+    float scale;
+} br_mm_stage_args;
+
 typedef struct br_op {
     br_op_kind kind;
     char tag[32];
@@ -272,6 +282,7 @@ typedef struct br_op {
         br_expand_scaled_args expand_scaled;
         br_sign_rowdot_args sign_rowdot;
         br_cvt_both_args cvt_both;
+        br_mm_stage_args mm_stage;
     } u;
 } br_op;
 

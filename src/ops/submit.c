@@ -37,6 +37,7 @@ static const char *const op_names[BR_OP_COUNT] = {
     [BR_OP_SIGN_ROWDOT] = "sign_rowdot",
     [BR_OP_CVT_BOTH] = "cvt_both",
     [BR_OP_SIGN_STEPS] = "sign_step",
+    [BR_OP_MM_STAGE] = "mm_stage",
 };
 
 const char *br_op_name(br_op_kind kind) {

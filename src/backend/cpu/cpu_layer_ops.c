@@ -137,3 +137,33 @@ br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op) {
     if (dst_t) memset(dst_t + k * tpad, 0, (kpad - k) * tpad * sizeof *dst_t);
     return BR_OK;
 }
+
+/* ---------------------------------------------------------------- mm_stage */
+
+/* br_mm into out (or a buffer of its own when out is NULL), then br_cvt_both of it:
+ * the definition of the op, as the CUDA backend's fused epilogue must match it. */
+br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op) {
+    const br_mm_stage_args *a = &op->u.mm_stage;
+    br_op mm = {.kind = BR_OP_MM};
+    mm.u.mm = a->mm;
+    br_buf *own = NULL;
+    if (!mm.u.mm.out) {
+        BR_TRY(br_buf_new(ctx, BR_F32, a->mm.g.m * a->mm.g.n, &own));
+        mm.u.mm.out = own;
+    }
+    br_status st = br_cpu_mm(ctx, &mm);
+    if (st == BR_OK) {
+        br_op cb = {.kind = BR_OP_CVT_BOTH};
+        cb.u.cvt_both = (br_cvt_both_args){.src = mm.u.mm.out,
+                                           .col = NULL,
+                                           .dst = a->dst,
+                                           .dst_t = a->dst_t,
+                                           .m = a->mm.g.m,
+                                           .k = a->mm.g.n,
+                                           .ld = a->ld,
+                                           .scale = a->scale};
+        st = br_cpu_cvt_both(ctx, &cb);
+    }
+    br_buf_free(own);
+    return st;
+}

@@ -54,5 +54,6 @@ br_status br_cpu_sign_steps(br_ctx *ctx, const br_op *op);
 br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op);
+br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op);
 
 #endif

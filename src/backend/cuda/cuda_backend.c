@@ -269,6 +269,7 @@ static const br_backend cuda_backend = {
     .graph_release = cuda_graph_release,
     .timer_mark = cuda_timer_mark,
     .timer_elapsed = cuda_timer_elapsed,
+    .mm_stage_ws = br_cuda_mm_stage_ws,
     .ops =
         {
             [BR_OP_FILL] = br_cuda_fill,
@@ -300,6 +301,7 @@ static const br_backend cuda_backend = {
             [BR_OP_EXPAND_SCALED] = br_cuda_expand_scaled,
             [BR_OP_SIGN_ROWDOT] = br_cuda_sign_rowdot,
             [BR_OP_CVT_BOTH] = br_cuda_cvt_both,
+            [BR_OP_MM_STAGE] = br_cuda_mm_stage,
         },
 };
 

@@ -95,7 +95,7 @@ br_status launch_reduce_splits(br_ctx *ctx, const Problem &p, int splits, int mp
 
 br_status encode_tmap_2d(br_ctx *ctx, CUtensorMap *map, CUtensorMapDataType type, const void *base,
                          uint64_t inner, uint64_t rows, uint64_t row_bytes, uint32_t box_inner,
-                         uint32_t box_rows) {
+                         uint32_t box_rows, CUtensorMapSwizzle swizzle) {
     PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
     if (!fn)
         return br_fail(ctx, BR_E_DEVICE,
@@ -103,8 +103,8 @@ br_status encode_tmap_2d(br_ctx *ctx, CUtensorMap *map, CUtensorMapDataType type
     const cuuint64_t dims[2] = {inner, rows}, strides[1] = {row_bytes};
     const cuuint32_t box[2] = {box_inner, box_rows}, unit[2] = {1, 1};
     CUresult r = fn(map, type, 2, const_cast<void *>(base), dims, strides, box, unit,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return br_fail(ctx, BR_E_DEVICE,
                        "mm: cuTensorMapEncodeTiled failed (error %d) for a [%llu][%llu] tensor at "
@@ -218,14 +218,15 @@ void env_overrides(WgmmaTile *tile, WgmmaASource *src, int *splits) {
     }
 }
 
-br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family, WgmmaTile tile,
-              WgmmaASource src) {
-    br_cuda *s = br_cuda_state(ctx);
-    const char *name = kind == PLANE_F16 ? "mm" : "mm_bits";
+br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name, Family family,
+                      WgmmaTile tile, WgmmaASource src);
+
+/* The resolved problem of an op's arguments (no split, no staging). */
+static Problem problem_of(const br_mm_args &args, PlaneKind kind) {
     Problem p;
     p.act = static_cast<const uint16_t *>(br_ptr(args.act));
     p.plane = br_ptr(args.plane);
-    p.out = static_cast<float *>(br_ptr(args.out)) + args.g.ocol;
+    p.out = args.out ? static_cast<float *>(br_ptr(args.out)) + args.g.ocol : nullptr;
     p.colscale = args.g.colscale ? static_cast<const float *>(br_ptr(args.g.colscale)) : nullptr;
     p.c = args.g.c ? static_cast<const float *>(br_ptr(args.g.c)) + args.g.ocol : nullptr;
     p.ldo = (long long)args.g.ldo;
@@ -239,24 +240,50 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
     p.splits = 1;
     p.ws = nullptr;
     p.ws_bytes = 0;
+    return p;
+}
 
-    if (family == FAMILY_AUTO)
-        family = ctx->opt_gemm_kernel == 1   ? FAMILY_MMA
-                 : ctx->opt_gemm_kernel == 2 ? FAMILY_WGMMA
-                 : s->has_wgmma              ? FAMILY_WGMMA
-                                             : FAMILY_MMA;
-    if (family == FAMILY_WGMMA && !s->has_wgmma)
+/* The family a problem runs on: AUTO resolved by the context's option and the device
+ * (wgmma where it can), SIMPLE for operands not 16-byte aligned; BR_E_UNSUPPORTED
+ * for a forced wgmma where there is none. */
+static br_status pick_family(br_ctx *ctx, const Problem &p, const char *name, Family *family) {
+    br_cuda *s = br_cuda_state(ctx);
+    Family f = *family;
+    if (f == FAMILY_AUTO)
+        f = ctx->opt_gemm_kernel == 1   ? FAMILY_MMA
+            : ctx->opt_gemm_kernel == 2 ? FAMILY_WGMMA
+            : s->has_wgmma              ? FAMILY_WGMMA
+                                        : FAMILY_MMA;
+    if (f == FAMILY_WGMMA && !s->has_wgmma)
         return br_fail(ctx, BR_E_UNSUPPORTED,
                        "%s: the wgmma kernels (BR_OPT_GEMM_KERNEL = 2) need a compute capability "
                        "9.0 GPU and sm_90a code; cuda:%d is sm_%d and this build %s sm_90a code",
                        name, s->device, s->cc, br_cuda_built_wgmma() ? "has" : "has no");
     /* 16-byte loads (cp.async, TMA) need 16-byte aligned operand rows: the base and
      * the act row stride (plane rows are k·2 bytes apart, k % 32 == 0) */
-    if (family == FAMILY_SIMPLE || !aligned16(p.act) || p.lda % 8 != 0 ||
-        (kind == PLANE_F16 && !aligned16(p.plane)))
-        return launch_simple(ctx, p);
+    if (f == FAMILY_SIMPLE || !aligned16(p.act) || p.lda % 8 != 0 ||
+        (p.kind == PLANE_F16 && !aligned16(p.plane)))
+        f = FAMILY_SIMPLE;
+    *family = f;
+    return BR_OK;
+}
+
+br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family, WgmmaTile tile,
+              WgmmaASource src) {
+    const char *name = kind == PLANE_F16 ? "mm" : "mm_bits";
+    Problem p = problem_of(args, kind);
+    return run_problem(ctx, p, args.ws_bytes, name, family, tile, src);
+}
+
+/* run() on a resolved problem; ws_bytes: the workspace the op reserved (split-K). */
+br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name, Family family,
+                      WgmmaTile tile, WgmmaASource src) {
+    br_cuda *s = br_cuda_state(ctx);
+    const PlaneKind kind = p.kind;
+    BR_TRY(pick_family(ctx, p, name, &family));
+    if (family == FAMILY_SIMPLE) return launch_simple(ctx, p);
     if (family == FAMILY_MMA) return launch_mma(ctx, p);
-    p.ws_bytes = args.ws_bytes;
+    p.ws_bytes = ws_bytes;
     int splits = 1;
     if (tile == TILE_AUTO || src == A_AUTO) {
         WgmmaTile t;
@@ -272,7 +299,7 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
     if (splits > 1 && tile >= 0 && tile < TILE_COUNT) {
         const int bt = tile_tokens(tile);
         const size_t need = split_ws_bytes(splits, (p.m + bt - 1) / bt * bt, p.n);
-        if (need <= args.ws_bytes) {
+        if (need <= ws_bytes) {
             void *ws = nullptr;
             BR_TRY(br_cuda_workspace(ctx, need, &ws));
             p.ws = static_cast<float *>(ws);
@@ -288,7 +315,59 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
     return br_fail(ctx, BR_E_ARG, "%s: unknown plane kind %d", name, (int)kind);
 }
 
+/* The problem of an MM_STAGE op, staging outputs included. */
+static Problem stage_problem(const br_mm_stage_args &a) {
+    const size_t m = a.mm.g.m, n = a.mm.g.n;
+    Problem p = problem_of(a.mm, PLANE_F16);
+    p.o16 = static_cast<uint16_t *>(br_ptr(a.dst));
+    p.o16t = static_cast<uint16_t *>(br_ptr(a.dst_t));
+    p.ld16 = (long long)a.ld;
+    p.ld16t = (long long)br_pad_tokens(m);
+    p.rows16 = (int)br_pad_rows(m);
+    p.rows16t = (int)br_pad_rows(n);
+    p.s16 = a.scale;
+    return p;
+}
+
+/* Whether an MM_STAGE op runs fused (the staging wgmma kernel), else as the
+ * product (in out, or the workspace) followed by cvt_both. */
+static bool stage_fused(br_ctx *ctx, const br_mm_stage_args &a) {
+    Problem p = stage_problem(a);
+    Family f = FAMILY_AUTO;
+    if (pick_family(ctx, p, "mm_stage", &f) != BR_OK) return false;
+    return f == FAMILY_WGMMA && stage_aligned(p);
+}
+
 } // namespace br_gemm_cuda
+
+extern "C" size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a) {
+    if (a->mm.out || br_gemm_cuda::stage_fused(ctx, *a)) return 0;
+    return a->mm.g.m * a->mm.g.n * sizeof(float); /* room for the product */
+}
+
+extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
+    using namespace br_gemm_cuda;
+    const br_mm_stage_args &a = op->u.mm_stage;
+    const size_t m = a.mm.g.m, n = a.mm.g.n;
+    if (stage_fused(ctx, a)) {
+        Problem p = stage_problem(a);
+        WgmmaTile tile;
+        WgmmaASource src;
+        int splits = 1;
+        pick_wgmma(p, br_cuda_state(ctx)->sm_count, &tile, &src);
+        env_overrides(&tile, &src, &splits);
+        return launch_wgmma_f16_stage(ctx, p, tile);
+    }
+    Problem p = problem_of(a.mm, PLANE_F16);
+    if (!p.out) { /* the product goes through the workspace the op reserved */
+        void *ws = nullptr;
+        BR_TRY(br_cuda_workspace(ctx, m * n * sizeof(float), &ws));
+        p.out = static_cast<float *>(ws);
+    }
+    BR_TRY(run_problem(ctx, p, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
+    return br_cuda_cvt_both_ptr(ctx, p.out, nullptr, static_cast<uint16_t *>(br_ptr(a.dst)),
+                                static_cast<uint16_t *>(br_ptr(a.dst_t)), m, n, a.ld, a.scale);
+}
 
 extern "C" br_status br_cuda_mm(br_ctx *ctx, const br_op *op) {
     return br_gemm_cuda::run(ctx, op->u.mm, br_gemm_cuda::PLANE_F16, br_gemm_cuda::FAMILY_AUTO,

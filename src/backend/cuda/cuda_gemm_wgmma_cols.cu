@@ -5,8 +5,8 @@
 namespace br_gemm_cuda {
 
 br_status launch_wgmma_cols(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src) {
-    return plain_problem(p) ? launch_wgmma_kind<PLANE_COLS, false>(ctx, p, tile, src)
-                            : launch_wgmma_kind<PLANE_COLS, true>(ctx, p, tile, src);
+    return plain_problem(p) ? launch_wgmma_kind<PLANE_COLS, EPI_PLAIN>(ctx, p, tile, src)
+                            : launch_wgmma_kind<PLANE_COLS, EPI_FULL>(ctx, p, tile, src);
 }
 
 } // namespace br_gemm_cuda

@@ -6,8 +6,8 @@
 namespace br_gemm_cuda {
 
 br_status launch_wgmma_rows(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src) {
-    return plain_problem(p) ? launch_wgmma_kind<PLANE_ROWS, false>(ctx, p, tile, src)
-                            : launch_wgmma_kind<PLANE_ROWS, true>(ctx, p, tile, src);
+    return plain_problem(p) ? launch_wgmma_kind<PLANE_ROWS, EPI_PLAIN>(ctx, p, tile, src)
+                            : launch_wgmma_kind<PLANE_ROWS, EPI_FULL>(ctx, p, tile, src);
 }
 
 } // namespace br_gemm_cuda

@@ -293,25 +293,26 @@ template <bool VEC> __global__ void cvt_both_kernel(cvt_both_job j) {
     }
 }
 
-extern "C" br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op) {
-    const br_cvt_both_args *a = &op->u.cvt_both;
+extern "C" br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const float *col,
+                                          uint16_t *dst, uint16_t *dst_t, size_t m, size_t k,
+                                          size_t ld, float scale) {
     br_cuda *s = br_cuda_state(ctx);
     cvt_both_job j;
     memset(&j, 0, sizeof j);
-    j.src = (const float *)br_ptr(a->src);
-    j.col = (const float *)br_ptr(a->col);
-    j.dst = (uint16_t *)br_ptr(a->dst);
-    j.dst_t = (uint16_t *)br_ptr(a->dst_t);
-    j.m = (unsigned)a->m;
-    j.k = (unsigned)a->k;
-    j.ld = (unsigned)a->ld;
-    j.mpad = (unsigned)br_pad_rows(a->m);
-    j.kpad = (unsigned)br_pad_rows(a->k);
-    j.tpad = (unsigned)br_pad_tokens(a->m);
+    j.src = src;
+    j.col = col;
+    j.dst = dst;
+    j.dst_t = dst_t;
+    j.m = (unsigned)m;
+    j.k = (unsigned)k;
+    j.ld = (unsigned)ld;
+    j.mpad = (unsigned)br_pad_rows(m);
+    j.kpad = (unsigned)br_pad_rows(k);
+    j.tpad = (unsigned)br_pad_tokens(m);
     j.text = j.dst ? j.mpad : j.tpad; /* mpad ≥ tpad */
     j.cext = j.dst ? j.ld : 0;
     if (j.dst_t && j.kpad > j.cext) j.cext = j.kpad;
-    j.scale = a->scale;
+    j.scale = scale;
     size_t tiles = (size_t)((j.cext + CB_TILE - 1) / CB_TILE) * ((j.text + CB_TILE - 1) / CB_TILE);
     unsigned blocks = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
     int vec = j.k % 8 == 0 && j.ld % 8 == 0 && br_aligned(16, j.src, j.dst, j.dst_t);
@@ -321,4 +322,11 @@ extern "C" br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op) {
         cvt_both_kernel<false><<<blocks, THREADS, 0, s->stream>>>(j);
     BR_CUDA_LAUNCHED(ctx, "cvt_both_kernel");
     return BR_OK;
+}
+
+extern "C" br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op) {
+    const br_cvt_both_args *a = &op->u.cvt_both;
+    return br_cuda_cvt_both_ptr(ctx, (const float *)br_ptr(a->src), (const float *)br_ptr(a->col),
+                                (uint16_t *)br_ptr(a->dst), (uint16_t *)br_ptr(a->dst_t), a->m,
+                                a->k, a->ld, a->scale);
 }

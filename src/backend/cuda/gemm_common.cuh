@@ -34,6 +34,12 @@ struct Problem {
     int splits; /* split-K factor the wgmma kernels use (1: none) */
     float *ws;  /* split-K partials (ws_bytes of them) or NULL */
     size_t ws_bytes;
+    /* MM_STAGE (launch_wgmma_f16_stage): out (may be NULL) staged as f16(out·s16) into
+     * o16 [rows16][ld16] and, transposed, o16t [rows16t][ld16t], +0 outside m × n */
+    uint16_t *o16 = nullptr, *o16t = nullptr;
+    long long ld16 = 0, ld16t = 0;
+    int rows16 = 0, rows16t = 0;
+    float s16 = 1.0f;
 };
 
 /* Workspace bytes of a split-K run: `splits` partial blocks of mpad (tokens padded to
@@ -82,6 +88,8 @@ br_status launch_simple(br_ctx *ctx, const Problem &p);
 br_status launch_wgmma_f16(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
 br_status launch_wgmma_rows(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
 br_status launch_wgmma_cols(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
+/* The f16-plane kernels with the MM_STAGE epilogue (p.o16, p.o16t set; p.c required). */
+br_status launch_wgmma_f16_stage(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* out[i][j] = epilogue(Σ_s ws[s·mpad + i][j], s = 0, 1, … in order) for a split-K run
  * (cuda_gemm.cu). */
 br_status launch_reduce_splits(br_ctx *ctx, const Problem &p, int splits, int mpad);

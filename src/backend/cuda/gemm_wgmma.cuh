@@ -34,11 +34,16 @@
  * inner dimension at 16-byte granularity), or c is not, each thread stores its
  * values directly instead (reading c per element).
  *
- * kFullEpi: each kernel is built twice. false: the plain product (no colscale, no
- * c, no split), out = acc·oscale with the epilogue's features compiled out, so its
- * boxes are filled by straight-line multiplies and stores; runtime tests per
- * element (c or not, colscale or not), unrolled over 128 accumulators, make the
- * epilogue about 3.5× larger in code and branchy. true: colscale, c and split-K.
+ * kEpi: each kernel is built per epilogue. EPI_PLAIN: the plain product (no
+ * colscale, no c, no split), out = acc·oscale with the epilogue's features compiled
+ * out, so its boxes are filled by straight-line multiplies and stores; runtime
+ * tests per element (c or not, colscale or not), unrolled over 128 accumulators,
+ * make the epilogue about 3.5× larger in code and branchy. EPI_FULL: colscale, c
+ * and split-K. EPI_STAGE (f16 planes, the MM_STAGE op): v = acc·oscale + beta·c
+ * leaves as f16(v·s16) twice, tokens-major and transposed (the next GEMMs' K-major
+ * operands), through f16 boxes beside c's, and as f32 out only when asked: the
+ * layer's loss gradient goes to its backward without an f32 pass through memory.
+ * TMA only (the launcher sends unaligned operands to the unfused path).
  *
  * Split-K (a.splits > 1): the work units are tiles × splits, unit u the tile
  * u % tiles over k blocks [split·nkb_unit, (split+1)·nkb_unit) with split =
@@ -54,6 +59,7 @@
 
 #include <cuda.h> /* CUtensorMap (the driver entry point is fetched at run time) */
 
+#include <algorithm>
 #include <atomic>
 #include <string.h>
 
@@ -63,11 +69,12 @@
 namespace br_gemm_cuda {
 
 /* Encodes a 2-D row-major tensor map: `inner` elements per row (contiguous), `rows`
- * rows `row_bytes` apart, boxes of box_inner × box_rows, 128-byte swizzle, zero
- * fill out of bounds (cuda_gemm.cu). */
+ * rows `row_bytes` apart, boxes of box_inner × box_rows, 128-byte swizzle unless
+ * told, zero fill out of bounds (cuda_gemm.cu). */
 br_status encode_tmap_2d(br_ctx *ctx, CUtensorMap *map, CUtensorMapDataType type, const void *base,
                          uint64_t inner, uint64_t rows, uint64_t row_bytes, uint32_t box_inner,
-                         uint32_t box_rows);
+                         uint32_t box_rows,
+                         CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
 
 struct WgmmaArgs {
     const uint32_t *bits;      /* the bitmap (ROWS, COLS) */
@@ -80,7 +87,21 @@ struct WgmmaArgs {
     int splits, nkb_unit, mpad; /* split-K: units = tiles · splits (1: no split) */
     float oscale;
     int tma_store; /* the output block allows TMA stores (see above) */
+    /* EPI_STAGE: f16(out·s16) to o16 [rows16][ld16] and o16t [rows16t][ld16t] */
+    uint16_t *o16, *o16t;
+    long long ld16, ld16t;
+    int rows16, rows16t;
+    float s16;
 };
+
+/* The epilogue a kernel is built with (see the top of this file). */
+enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2 };
+/* Sets of epilogue boxes in shared memory: two for the f16-plane kernels with an
+ * epilogue (EPI_FULL: c of the next round loads into the other; EPI_STAGE: the
+ * second holds the f16 boxes), else one. */
+constexpr int epi_box_sets(int kind, int epi) {
+    return kind == PLANE_F16 && epi != EPI_PLAIN ? 2 : 1;
+}
 
 template <int kKind, int kWgM, int kBT, int kASets, int kEpiSets = 1> struct WgmmaCfg {
     static constexpr bool kSmemA = kKind == PLANE_F16 || kASets == 0;
@@ -103,12 +124,10 @@ template <int kKind, int kWgM, int kBT, int kASets, int kEpiSets = 1> struct Wgm
      * while round q runs (the f16 kernels with an epilogue); a fourth stage only
      * where it still fits beside them */
     static constexpr int kEpiBytes = 2 * kEpiSets * kEpiBoxes * kEpiBufBytes;
-    static constexpr int kStages = !(kSmemA || kBT > 128) ? 8
-                                   : kEpiSets == 1 ||
-                                           4 * (kActBytes + kPlaneBytes) + kEpiBytes + 3072 <=
-                                               227 * 1024
-                                       ? 4
-                                       : 3;
+    static constexpr int kStages =
+        !(kSmemA || kBT > 128)                                                            ? 8
+        : kEpiSets == 1 || 4 * (kActBytes + kPlaneBytes) + kEpiBytes + 3072 <= 227 * 1024 ? 4
+                                                                                          : 3;
     static constexpr int kPlaneOff = kStages * kActBytes;
     static constexpr int kEpiOff = (kPlaneOff + kStages * kPlaneBytes + 1023) / 1024 * 1024;
     static constexpr int kBarOff = kEpiOff + kEpiBytes;
@@ -207,6 +226,12 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void sts16(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"((uint16_t)v) : "memory");
+}
+__device__ __forceinline__ void sts32u(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 __device__ __forceinline__ void sts32(uint32_t addr, float v) {
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
@@ -342,15 +367,21 @@ __device__ __forceinline__ void expand_stage(const StageBits<kWgM> &b, uint32_t 
 
 /* ---------------------------------------------------------------- the kernel */
 
-template <int kKind, int kWgM, int kBT, int kASets, bool kFullEpi>
+template <int kKind, int kWgM, int kBT, int kASets, int kEpi>
 __global__ void __launch_bounds__(384, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tm_act,
                       const __grid_constant__ CUtensorMap tm_plane,
                       const __grid_constant__ CUtensorMap tm_out,
-                      const __grid_constant__ CUtensorMap tm_c, const WgmmaArgs a) {
+                      const __grid_constant__ CUtensorMap tm_c,
+                      const __grid_constant__ CUtensorMap tm_16,
+                      const __grid_constant__ CUtensorMap tm_16t, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int kSets = kKind == PLANE_F16 && kFullEpi ? 2 : 1;
-    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kSets>;
+    constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
+    static_assert(!kStage || kKind == PLANE_F16, "the staging epilogue is built for f16 planes");
+    constexpr int kArea = epi_box_sets(kKind, kEpi);
+    /* box sets c rotates through (EPI_STAGE: set 0 takes c, set 1 the f16 boxes) */
+    constexpr int kSets = kKind == PLANE_F16 && kEpi == EPI_FULL ? 2 : 1;
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kArea>;
     constexpr int S = Cfg::kStages;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -490,12 +521,12 @@ __global__ void __launch_bounds__(384, 1)
      * round q's stores have read its set, so a round's c has the whole previous
      * round to land. Round q covers (mi, r, b0) = q in that nesting order. */
     constexpr int kB = Cfg::kEpiBoxes;
-    constexpr int kRoundsB = 2 / kB;                         /* rounds per (mi, r) */
-    constexpr int kQ = kWgM * Cfg::kEpiRounds * kRoundsB;    /* rounds per tile */
+    constexpr int kRoundsB = 2 / kB;                      /* rounds per (mi, r) */
+    constexpr int kQ = kWgM * Cfg::kEpiRounds * kRoundsB; /* rounds per tile */
     const bool c_tma = kFullEpi && a.tma_store && a.c != nullptr && a.splits == 1;
     uint32_t cphase = 0; /* bit `set`: the phase of that set's barrier */
     auto box_addr = [&](int set, int i) {
-        return epi_s + ((cw * kSets + set) * kB + i) * Cfg::kEpiBufBytes;
+        return epi_s + ((cw * kArea + set) * kB + i) * Cfg::kEpiBufBytes;
     };
     auto load_c = [&](int j0_, int t0_, int q) {
         const int set = q % kSets, b0 = q % kRoundsB * kB, r = q / kRoundsB % Cfg::kEpiRounds,
@@ -624,7 +655,91 @@ __global__ void __launch_bounds__(384, 1)
             const float x = __fmul_rn(v, os);
             return has_cs ? __fmul_rn(x, cs[mi][h]) : x;
         };
-        if (a.tma_store) {
+        if (kStage) { /* always by TMA: the launcher checks the alignment */
+            /* Per round (one [kEpiRows tokens][32 plane rows] box, c in set 0's box):
+             * each value v = (acc·oscale) + beta·c is written as f16(v·s16) to the
+             * f16 box (tokens × 32 rows, 64-byte swizzle: o16's rows) and, tokens
+             * 2t, 2t+1 as one word, to the transposed boxes (32 rows × 16 tokens,
+             * 32-byte swizzle: o16t's rows), both in set 1; with out also v in place
+             * of c. Without out, c's box is free once every thread has read it, so
+             * the next round's c loads right after this round's stores are issued. */
+            constexpr int kC = Cfg::kEpiRows / 8;
+            const int col = 16 * (warp & 1) + g, box = warp / 2;
+            const float beta = a.beta, s16 = a.s16;
+            const bool keep = a.out != nullptr;
+            const uint32_t cb = box_addr(0, 0), hb = box_addr(1, 0), tb = hb + Cfg::kEpiRows * 64;
+#pragma unroll
+            for (int mi = 0; mi < kWgM; mi++)
+#pragma unroll
+                for (int r = 0; r < Cfg::kEpiRounds; r++)
+#pragma unroll
+                    for (int b0 = 0; b0 < 2; b0++) {
+                        const int q = (mi * Cfg::kEpiRounds + r) * 2 + b0;
+                        const int jc = j0 + (cw * kWgM + mi) * 64 + 32 * b0;
+                        const int tc = t0 + r * Cfg::kEpiRows;
+                        if (tid == 0 && q > 0) {
+                            bulk_wait_read();            /* the last round's stores read */
+                            if (keep) load_c(j0, t0, q); /* c's box was out's too */
+                        }
+                        named_barrier(1 + cw, 128); /* the f16 boxes are free */
+                        mbar_wait(cbar + 8 * cw, cphase & 1u);
+                        cphase ^= 1u;
+                        if (box == b0) {
+                            const bool edge = tc + Cfg::kEpiRows > a.m || jc + 32 > a.n;
+#pragma unroll
+                            for (int c = 0; c < kC; c++) {
+                                const int cc = r * kC + c;
+                                uint32_t pk0 = 0, pk1 = 0;
+#pragma unroll
+                                for (int e = 0; e < 2; e++) {
+                                    const int row = 8 * c + 2 * t + e, x = row & 7;
+                                    const uint32_t line = cb + row * 128 + (col & 3) * 4;
+                                    const uint32_t a0 = line + (((col >> 2) ^ x) << 4);
+                                    const uint32_t a1 = line + ((((col + 8) >> 2) ^ x) << 4);
+                                    const float v0 = __fadd_rn(scaled(mi, 0, acc[mi][4 * cc + e]),
+                                                               __fmul_rn(beta, ldsf(a0)));
+                                    const float v1 =
+                                        __fadd_rn(scaled(mi, 1, acc[mi][4 * cc + 2 + e]),
+                                                  __fmul_rn(beta, ldsf(a1)));
+                                    if (keep) {
+                                        sts32(a0, v0);
+                                        sts32(a1, v1);
+                                    }
+                                    uint32_t h0 = br_dev_f16_bits(__fmul_rn(v0, s16));
+                                    uint32_t h1 = br_dev_f16_bits(__fmul_rn(v1, s16));
+                                    if (edge) { /* pads past m or n: +0 */
+                                        const bool past = tc + row >= a.m;
+                                        if (past || jc + col >= a.n) h0 = 0;
+                                        if (past || jc + col + 8 >= a.n) h1 = 0;
+                                    }
+                                    const uint32_t hl = hb + row * 64, sw = (row >> 1) & 3;
+                                    sts16(hl + (((col >> 3) ^ sw) << 4) + (col & 7) * 2, h0);
+                                    sts16(hl + ((((col + 8) >> 3) ^ sw) << 4) + (col & 7) * 2, h1);
+                                    pk0 |= h0 << (16 * e);
+                                    pk1 |= h1 << (16 * e);
+                                }
+                                const uint32_t ts = tb + (c >> 1) * 1024; /* 16 tokens each */
+                                sts32u(ts + col * 32 + (((c & 1) ^ ((col >> 2) & 1)) << 4) + 4 * t,
+                                       pk0);
+                                sts32u(ts + (col + 8) * 32 +
+                                           (((c & 1) ^ (((col + 8) >> 2) & 1)) << 4) + 4 * t,
+                                       pk1);
+                            }
+                        }
+                        fence_proxy_async();
+                        named_barrier(1 + cw, 128);
+                        if (tid == 0) {
+                            if (jc < a.ld16 && tc < a.rows16) tma_store(&tm_16, hb, jc, tc);
+                            if (jc < a.rows16t)
+                                for (int u = 0; u < Cfg::kEpiRows / 16; u++)
+                                    if (tc + 16 * u < a.ld16t)
+                                        tma_store(&tm_16t, tb + u * 1024, tc + 16 * u, jc);
+                            if (keep && jc < a.n && tc < a.m) tma_store(&tm_out, cb, jc, tc);
+                            bulk_commit();
+                            if (!keep && q + 1 < kQ) load_c(j0, t0, q + 1);
+                        }
+                    }
+        } else if (a.tma_store) {
             /* warp w fills box w/2 (rows 32·(w/2) .. of its 64-row slice), column
              * 16·(w&1) + g (+ 8 for the row g+8 values) of it; with c the box holds
              * c first (TMA), and each thread adds beta·c at the place it writes */
@@ -715,11 +830,20 @@ __global__ void __launch_bounds__(384, 1)
 
 /* ---------------------------------------------------------------- host launch */
 
-template <int kKind, int kWgM, int kBT, int kASets, bool kFullEpi>
+/* The staging kernel's TMA boxes: c and out (when kept) with 16-byte rows (n, ldo
+ * multiples of 4), f16 outputs with 16-byte rows, every base 16-byte aligned. */
+inline bool stage_aligned(const Problem &p) {
+    return p.c && (uintptr_t)p.c % 16 == 0 && (uintptr_t)p.out % 16 == 0 && p.ldo % 4 == 0 &&
+           p.n % 4 == 0 && (uintptr_t)p.o16 % 16 == 0 && (uintptr_t)p.o16t % 16 == 0 &&
+           p.ld16 % 8 == 0 && p.ld16t % 8 == 0;
+}
+
+template <int kKind, int kWgM, int kBT, int kASets, int kEpi>
 br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
-    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kKind == PLANE_F16 && kFullEpi ? 2 : 1>;
+    constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, epi_box_sets(kKind, kEpi)>;
     br_cuda *s = br_cuda_state(ctx);
-    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kFullEpi>;
+    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kEpi>;
     static std::atomic<uint64_t> attr_set{0}; /* per device: the attribute is per device */
     const uint64_t dev_bit = s->device >= 0 && s->device < 64 ? 1ull << s->device : 0;
     if (!dev_bit || !(attr_set.load() & dev_bit)) {
@@ -727,10 +851,14 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
                                               Cfg::kSmem));
         attr_set.fetch_or(dev_bit);
     }
-    CUtensorMap tm_act, tm_plane, tm_out, tm_c;
+    CUtensorMap tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t;
     memset(&tm_plane, 0, sizeof tm_plane);
     memset(&tm_out, 0, sizeof tm_out);
     memset(&tm_c, 0, sizeof tm_c);
+    memset(&tm_16, 0, sizeof tm_16);
+    memset(&tm_16t, 0, sizeof tm_16t);
+    if (kStage && (!p.c || !p.o16 || !p.o16t || p.splits > 1))
+        return br_fail(ctx, BR_E_STATE, "mm_stage: the staging kernel needs c and both outputs");
     BR_TRY(encode_tmap_2d(ctx, &tm_act, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.act, (uint64_t)p.k,
                           (uint64_t)p.m, (uint64_t)p.lda * 2, Cfg::kBK, kBT));
     if (kKind == PLANE_F16)
@@ -742,8 +870,14 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     a.c = p.c;
     a.beta = p.beta;
     a.m = p.m, a.n = p.n, a.k = p.k, a.words = p.words;
-    a.tiles_j = (p.n + Cfg::kBJ - 1) / Cfg::kBJ;
-    const int tiles_t = (p.m + kBT - 1) / kBT;
+    a.o16 = p.o16, a.o16t = p.o16t;
+    a.ld16 = p.ld16, a.ld16t = p.ld16t, a.rows16 = p.rows16, a.rows16t = p.rows16t;
+    a.s16 = p.s16;
+    /* the staging's tiles also cover its outputs' pads (zero operands there: +0) */
+    const int grid_m = kStage ? std::max(p.m, std::max(p.rows16, (int)p.ld16t)) : p.m;
+    const int grid_n = kStage ? std::max(p.n, std::max((int)p.ld16, p.rows16t)) : p.n;
+    a.tiles_j = (grid_n + Cfg::kBJ - 1) / Cfg::kBJ;
+    const int tiles_t = (grid_m + kBT - 1) / kBT;
     a.tiles = a.tiles_j * tiles_t;
     a.oscale = p.oscale;
     const int nkb = (p.k + Cfg::kBK - 1) / Cfg::kBK;
@@ -769,10 +903,20 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
         /* TMA stores clip the inner dimension at 16 bytes: n·4 must be a multiple */
         a.tma_store = (uintptr_t)p.out % 16 == 0 && p.ldo % 4 == 0 && p.n % 4 == 0 &&
                       (uintptr_t)p.c % 16 == 0; /* c's rows are read as float4 */
-        if (a.tma_store)
+        if (kStage && !(a.tma_store && stage_aligned(p)))
+            return br_fail(ctx, BR_E_STATE, "mm_stage: operands not aligned for TMA");
+        if (a.tma_store && p.out)
             BR_TRY(encode_tmap_2d(ctx, &tm_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.out,
                                   (uint64_t)p.n, (uint64_t)p.m, (uint64_t)p.ldo * 4, 32,
                                   Cfg::kEpiRows));
+        if (kStage) {
+            BR_TRY(encode_tmap_2d(ctx, &tm_16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16,
+                                  (uint64_t)p.ld16, (uint64_t)p.rows16, (uint64_t)p.ld16 * 2, 32,
+                                  Cfg::kEpiRows, CU_TENSOR_MAP_SWIZZLE_64B));
+            BR_TRY(encode_tmap_2d(ctx, &tm_16t, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16t,
+                                  (uint64_t)p.ld16t, (uint64_t)p.rows16t, (uint64_t)p.ld16t * 2, 16,
+                                  32, CU_TENSOR_MAP_SWIZZLE_32B));
+        }
         if (a.tma_store && p.c) /* c's boxes land where the epilogue writes out's */
             BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.c, (uint64_t)p.n,
                                   (uint64_t)p.m, (uint64_t)p.ldo * 4, 32, Cfg::kEpiRows));
@@ -781,7 +925,7 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     if (!kFullEpi && (p.colscale || p.c || a.splits > 1))
         return br_fail(ctx, BR_E_STATE, "mm: the plain wgmma kernel got an epilogue");
     const int grid = units < s->sm_count ? units : s->sm_count;
-    kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, tm_c, a);
+    kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t, a);
     BR_CUDA_LAUNCHED(ctx, "wgmma_gemm_kernel");
     if (a.splits > 1) return launch_reduce_splits(ctx, p, a.splits, a.mpad);
     return BR_OK;
@@ -790,14 +934,13 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
 /* The A source of the bitmap kernels: 0 = expanded into shared memory by the
  * producer, 2 or 4 = register fragments with that many sets in flight (4 only
  * beside fewer than 128 accumulators: ptxas would serialize the wgmmas). */
-template <int kKind, int kWgM, int kBT, bool kFullEpi>
+template <int kKind, int kWgM, int kBT, int kEpi>
 br_status launch_wgmma_asets(br_ctx *ctx, const Problem &p, WgmmaASource src) {
     constexpr bool kBits = kKind != PLANE_F16;
     constexpr int kReg2 = kBits ? 2 : 0, kReg4 = kBits && kWgM * kBT < 256 ? 4 : 0;
-    if (!kBits || src == A_SMEM) return launch_wgmma_shape<kKind, kWgM, kBT, 0, kFullEpi>(ctx, p);
-    if (src == A_REG2) return launch_wgmma_shape<kKind, kWgM, kBT, kReg2, kFullEpi>(ctx, p);
-    if (src == A_REG4 && kReg4)
-        return launch_wgmma_shape<kKind, kWgM, kBT, kReg4, kFullEpi>(ctx, p);
+    if (!kBits || src == A_SMEM) return launch_wgmma_shape<kKind, kWgM, kBT, 0, kEpi>(ctx, p);
+    if (src == A_REG2) return launch_wgmma_shape<kKind, kWgM, kBT, kReg2, kEpi>(ctx, p);
+    if (src == A_REG4 && kReg4) return launch_wgmma_shape<kKind, kWgM, kBT, kReg4, kEpi>(ctx, p);
     return br_fail(ctx, BR_E_UNSUPPORTED, "mm_bits: A source %d is not built for this tile",
                    (int)src);
 }
@@ -808,17 +951,18 @@ inline bool plain_problem(const Problem &p) {
     return p.colscale == nullptr && p.c == nullptr && p.splits <= 1;
 }
 
-/* The kernels of one plane kind: kFullEpi = false for the plain product, true for
- * colscale, c or split-K (see the top of this file). */
-template <int kKind, bool kFullEpi>
+/* The kernels of one plane kind and epilogue: EPI_PLAIN for the plain product,
+ * EPI_FULL for colscale, c or split-K, EPI_STAGE for MM_STAGE (see the top of this
+ * file). */
+template <int kKind, int kEpi>
 br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src) {
     switch (tile) {
-    case TILE_256x128: return launch_wgmma_asets<kKind, 2, 128, kFullEpi>(ctx, p, src);
-    case TILE_256x112: return launch_wgmma_asets<kKind, 2, 112, kFullEpi>(ctx, p, src);
-    case TILE_128x256: return launch_wgmma_asets<kKind, 1, 256, kFullEpi>(ctx, p, src);
-    case TILE_128x128: return launch_wgmma_asets<kKind, 1, 128, kFullEpi>(ctx, p, src);
-    case TILE_128x192: return launch_wgmma_asets<kKind, 1, 192, kFullEpi>(ctx, p, src);
-    case TILE_256x96: return launch_wgmma_asets<kKind, 2, 96, kFullEpi>(ctx, p, src);
+    case TILE_256x128: return launch_wgmma_asets<kKind, 2, 128, kEpi>(ctx, p, src);
+    case TILE_256x112: return launch_wgmma_asets<kKind, 2, 112, kEpi>(ctx, p, src);
+    case TILE_128x256: return launch_wgmma_asets<kKind, 1, 256, kEpi>(ctx, p, src);
+    case TILE_128x128: return launch_wgmma_asets<kKind, 1, 128, kEpi>(ctx, p, src);
+    case TILE_128x192: return launch_wgmma_asets<kKind, 1, 192, kEpi>(ctx, p, src);
+    case TILE_256x96: return launch_wgmma_asets<kKind, 2, 96, kEpi>(ctx, p, src);
     default: break;
     }
     return br_fail(ctx, BR_E_ARG, "mm: unknown wgmma tile %d", (int)tile);
