@@ -314,8 +314,9 @@ static uint16_t *rand_f16(br_rng *r, size_t n, float scale) {
  * for bit: dst and dst_t whole (poisoned first, so pads must be written +0), out when
  * kept (apart, in place over c, or NULL); and the staged values against an f64 product.
  * Shapes of every tile size's remainders, the layer's output GEMM, buffers at odd
- * offsets and widths that are not multiples of 4 (the composed path on CUDA), then
- * every wgmma tile forced through BITRANK_GEMM_TILE at one shape. */
+ * offsets and widths that are not multiples of 4 (the composed path on CUDA), each
+ * with and without BITRANK_MM_STAGE=fused (the CUDA staging kernel), then every
+ * wgmma tile of that kernel forced through BITRANK_GEMM_TILE at one shape. */
 static void mm_stage_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k, size_t ld,
                           size_t off, int keep, float alpha, float scale, const char *tile) {
     size_t nd = br_pad_rows(m) * ld, nt = br_pad_rows(n) * br_pad_tokens(m);
@@ -397,13 +398,21 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
         int keep = (int)(c % 3); /* 0: out NULL, 1: out apart, 2: in place over c */
         float alpha = (c % 2 ? -1.0f : 1.0f) * (float)(0.1 + br_rng_unit(&rng));
         float scale = c % 2 ? 64.0f : (float)(0.5 + br_rng_unit(&rng)); /* |v·scale| < 65504 */
-        mm_stage_case(ctx, &rng, m, n, k, ld, off, keep, alpha, scale, "auto");
+        /* CUDA: the fused kernel (BITRANK_MM_STAGE=fused) and the unfused path */
+        for (int fused = 0; fused < 2; fused++) {
+            if (fused) setenv("BITRANK_MM_STAGE", "fused", 1);
+            mm_stage_case(ctx, &rng, m, n, k, ld, off, keep, alpha, scale,
+                          fused ? "fused" : "auto");
+            unsetenv("BITRANK_MM_STAGE");
+        }
     }
     static const char *const tiles[] = {"256x128", "256x112", "128x256",
                                         "128x128", "128x192", "256x96"};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
         setenv("BITRANK_GEMM_TILE", tiles[i], 1);
+        setenv("BITRANK_MM_STAGE", "fused", 1);
         mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i]);
+        unsetenv("BITRANK_MM_STAGE");
         unsetenv("BITRANK_GEMM_TILE");
     }
     br_ctx_free(ctx);
