@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A/B of a patch on the lent H200: the tree as carried ("head") against the tree +
+# the patch ("fix"), both built for sm_90a only.
+#
+# Setup here (the patch and this script travel in an ignored folder named in carry):
+#   mkdir -p build-ab-in && cp docs/wip/stage-after-plain/{ab.sh,stage-after-plain.patch} build-ab-in/
+# Device call (run tool, carry ["build-ab-in"]), about 3 min:
+#   bash build-ab-in/ab.sh build && bash build-ab-in/ab.sh bench && bash build-ab-in/ab.sh test
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+root=$(pwd)
+out=${OUT:-$root/build-ab-out}
+patch_file=${AB_PATCH:-$root/build-ab-in/stage-after-plain.patch}
+mkdir -p "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
+targets="test_layer_ops test_blr test_cross_backend bench_layer"
+
+step_build() {
+  local t0=$(date +%s)
+  rm -rf build-ab-src && mkdir -p build-ab-src
+  tar --exclude='./build*' --exclude='./.git' -cf - . | tar -xf - -C build-ab-src || return 1
+  (cd build-ab-src && patch -p1 --forward <"$patch_file") >"$out/patch.log" 2>&1 ||
+    { cat "$out/patch.log"; echo "ab: PATCH DOES NOT APPLY"; return 1; }
+  local flags=(-DCMAKE_BUILD_TYPE=Release -DBITRANK_CUDA=ON -DBITRANK_NATIVE=OFF
+    "-DBR_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a")
+  cmake -S . -B build-ab-head "${flags[@]}" >"$out/build-head.log" 2>&1 &&
+    cmake -S build-ab-src -B build-ab-fix "${flags[@]}" >"$out/build-fix.log" 2>&1 ||
+    { echo "ab: CONFIGURE FAILED"; tail -n 20 "$out"/build-*.log; return 1; }
+  local jobs=$(($(nproc) / 2 + 1)) rc=0
+  for v in head fix; do
+    cmake --build build-ab-$v -j"$jobs" --target $targets >>"$out/build-$v.log" 2>&1 &
+  done
+  wait -n || rc=1
+  wait -n || rc=1
+  for v in head fix; do
+    [ -x build-ab-$v/bench_layer ] && echo "build $v: ok" ||
+      { echo "build $v: FAILED"; grep -E "error" "$out/build-$v.log" | head; rc=1; }
+  done
+  echo "build: $(($(date +%s) - t0)) s"
+  return $rc
+}
+
+step_bench() {
+  for round in 1 2; do
+    for v in head fix; do
+      timeout 120 build-ab-$v/bench_layer >"$out/layer-$v-$round.jsonl" 2>/dev/null
+      echo "bench_layer $v round $round: rc=$?"
+      python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    r=json.loads(l); print('   ', r['m'], r['n'], r['r'], r['median_ms'])" "$out/layer-$v-$round.jsonl"
+    done
+  done
+}
+
+step_test() {
+  local rc=0
+  for t in test_layer_ops test_blr test_cross_backend; do
+    BITRANK_TEST_DEVICE=cuda timeout 150 build-ab-fix/$t >"$out/$t-fix.log" 2>&1
+    local r=$?
+    echo "$t fix: rc=$r $(tail -n 1 "$out/$t-fix.log")"
+    ((r != 0 && r != 77)) && rc=1
+  done
+  return $rc
+}
+
+case "${1:-}" in
+  build) step_build ;;
+  bench) step_bench ;;
+  test) step_test ;;
+  *) echo "usage: $0 build|bench|test" >&2; exit 2 ;;
+esac
