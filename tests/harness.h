@@ -1,7 +1,8 @@
 /* The test harness: a context on the device under test, fresh random data,
  * poisoned outputs, f64 comparisons, and CHECK macros that count and report.
  *
- * The device under test is BITRANK_TEST_DEVICE (default "cpu"). A test binary run
+ * The device under test is BITRANK_TEST_DEVICE (default "cpu"); BITRANK_TEST_CASES
+ * (comma-separated case names) runs only those cases. A test binary run
  * with a device it cannot open exits 77, which CTest reports as skipped. */
 #ifndef BR_TESTS_HARNESS_H
 #define BR_TESTS_HARNESS_H
@@ -264,10 +265,40 @@ typedef struct t_case {
     t_fn fn;
 } t_case;
 
-/* Runs every case; prints one summary line; exit status 0 only if all passed. */
+/* Whether `name` is in the comma-separated list `list`. */
+static inline int t_listed(const char *list, const char *name) {
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncmp(p, name, len) == 0) return 1;
+        p += n + (end != NULL);
+    }
+    return 0;
+}
+
+/* Runs every case (BITRANK_TEST_CASES=a,b,…: only those; a name the suite does not
+ * have is an error, exit status 2); prints one summary line; exit status 0 only if
+ * all passed. */
 static inline int t_run(const char *suite, const t_case *cases, size_t n) {
+    const char *only = getenv("BITRANK_TEST_CASES");
+    if (only && *only) {
+        for (const char *p = only; *p;) {
+            const char *end = strchr(p, ',');
+            size_t len = end ? (size_t)(end - p) : strlen(p), i = 0;
+            while (i < n && !(strlen(cases[i].name) == len && !strncmp(cases[i].name, p, len)))
+                i++;
+            if (i == n) {
+                fprintf(stderr, "%s: BITRANK_TEST_CASES names %.*s, which this suite has not\n",
+                        suite, (int)len, p);
+                return 2;
+            }
+            p += len + (end != NULL);
+        }
+    }
     t_seed();
     for (size_t i = 0; i < n; i++) {
+        if (only && *only && !t_listed(only, cases[i].name)) continue;
         t_current = cases[i].name;
         int before = t_failures;
         cases[i].fn();
