@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# A/B of a patch on the lent H200: the tree as carried ("head") against the tree +
-# the patch ("fix"), both built for sm_90a only.
+# A/B of a docs/wip patch on the lent H200: the tree as carried ("head") against the
+# tree + the patch ("fix"), both built for sm_90a only.
 #
-# Setup here (the patch and this script travel in an ignored folder named in carry):
-#   mkdir -p build-ab-in && cp docs/wip/stage-after-plain/{ab.sh,stage-after-plain.patch} build-ab-in/
-# Device call (run tool, carry ["build-ab-in"]), about 3 min:
-#   bash build-ab-in/ab.sh build && bash build-ab-in/ab.sh bench && bash build-ab-in/ab.sh test
+# Setup here (the script and patches travel in an ignored folder named in carry):
+#   mkdir -p build-ab-in && cp docs/wip/ab.sh docs/wip/*/*.patch build-ab-in/
+# Device call (run tool, carry ["build-ab-in"]), about 3 min per patch:
+#   for p in sumsq-depth stage-after-plain; do
+#     bash build-ab-in/ab.sh build $p && bash build-ab-in/ab.sh bench $p && bash build-ab-in/ab.sh test $p
+#   done
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
-out=${OUT:-$root/build-ab-out}
-patch_file=${AB_PATCH:-$root/build-ab-in/stage-after-plain.patch}
+name=${2:?usage: ab.sh build|bench|test <patch name>}
+patch_file=$root/build-ab-in/$name.patch
+out=${OUT:-$root/build-ab-out}/$name
 mkdir -p "$out"
 export PATH="$PATH:/usr/local/cuda/bin"
-targets="test_layer_ops test_blr test_cross_backend bench_layer"
+targets="test_optim_ops test_cross_backend test_layer_ops test_blr bench_ops bench_layer"
+tests="test_optim_ops test_cross_backend test_layer_ops test_blr"
 
 step_build() {
   local t0=$(date +%s)
@@ -36,7 +40,7 @@ step_build() {
     [ -x build-ab-$v/bench_layer ] && echo "build $v: ok" ||
       { echo "build $v: FAILED"; grep -E "error" "$out/build-$v.log" | head; rc=1; }
   done
-  echo "build: $(($(date +%s) - t0)) s"
+  echo "build ($name): $(($(date +%s) - t0)) s"
   return $rc
 }
 
@@ -49,13 +53,15 @@ step_bench() {
 import json,sys
 for l in open(sys.argv[1]):
     r=json.loads(l); print('   ', r['m'], r['n'], r['r'], r['median_ms'])" "$out/layer-$v-$round.jsonl"
+      timeout 120 build-ab-$v/bench_ops >"$out/ops-$v-$round.jsonl" 2>/dev/null
+      grep -E '"(sumsq|cvt_both)"' "$out/ops-$v-$round.jsonl" | head -n 3
     done
   done
 }
 
 step_test() {
   local rc=0
-  for t in test_layer_ops test_blr test_cross_backend; do
+  for t in $tests; do
     BITRANK_TEST_DEVICE=cuda timeout 150 build-ab-fix/$t >"$out/$t-fix.log" 2>&1
     local r=$?
     echo "$t fix: rc=$r $(tail -n 1 "$out/$t-fix.log")"
@@ -68,5 +74,5 @@ case "${1:-}" in
   build) step_build ;;
   bench) step_bench ;;
   test) step_test ;;
-  *) echo "usage: $0 build|bench|test" >&2; exit 2 ;;
+  *) echo "usage: $0 build|bench|test <patch name>" >&2; exit 2 ;;
 esac
