@@ -70,15 +70,17 @@ static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, c
     }
     br_gemm gy = {.m = ntok, .n = m, .k = R, .oscale = alpha};
     if (target) gy.c = target, gy.beta = -alpha;
+    if (gs > 0) { /* x16 (in stage) was read by A's GEMM: the stage takes f16(dy·gs) */
+        sh->stage_writes++;
+        BR_TRY(br_mm_stage(ctx, sh->act, sh->plane, out, gy, sh->stage, sh->t_dy, l->mpad, gs));
+        s->dy_staged = 1;
+        s->dy_gs = gs;
+        s->dy_writes = sh->stage_writes;
+    } else {
+        BR_TRY(br_mm(ctx, sh->act, sh->plane, out, gy));
+    }
     s->xt = xt;
     s->fwd_ntok = ntok;
-    if (!(gs > 0)) return br_mm(ctx, sh->act, sh->plane, out, gy);
-    /* x16 (in stage) was read by A's GEMM: the stage takes f16(dy·gs) */
-    BR_TRY(br_mm_stage(ctx, sh->act, sh->plane, out, gy, sh->stage, sh->t_dy, l->mpad, gs));
-    sh->stage_writes++;
-    s->dy_staged = 1;
-    s->dy_gs = gs;
-    s->dy_writes = sh->stage_writes;
     return BR_OK;
 }
 
