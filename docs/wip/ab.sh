@@ -16,8 +16,8 @@ patch_file=$root/build-ab-in/$name.patch
 out=${OUT:-$root/build-ab-out}/$name
 mkdir -p "$out"
 export PATH="$PATH:/usr/local/cuda/bin"
-targets="test_optim_ops test_cross_backend test_layer_ops test_blr bench_ops bench_layer"
-tests="test_optim_ops test_cross_backend test_layer_ops test_blr"
+targets="test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm bench_ops bench_layer bench_gemm"
+tests="test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm"
 
 step_build() {
   local t0=$(date +%s)
@@ -56,6 +56,15 @@ for l in open(sys.argv[1]):
       timeout 120 build-ab-$v/bench_ops >"$out/ops-$v-$round.jsonl" 2>/dev/null
       grep -E '"(sumsq|cvt_both)"' "$out/ops-$v-$round.jsonl" | head -n 3
     done
+  done
+  for v in head fix; do # every GEMM of the layer step as the layer calls it
+    timeout 200 build-ab-$v/bench_gemm --layer-only >"$out/gemm-layer-$v.jsonl" 2>/dev/null
+    echo "bench_gemm --layer-only $v: rc=$?"
+    python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    r=json.loads(l)
+    if r.get('bench')=='gemm_layer': print('   ', r['layer'], r['gemm'], r['after_tile'], r['after_us'])" "$out/gemm-layer-$v.jsonl"
   done
 }
 
