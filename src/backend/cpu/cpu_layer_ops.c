@@ -47,14 +47,24 @@ br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
 /* ---------------------------------------------------------------- sign_rowdot */
 
 /* Σ_k s(k)·m[k] over one row of r (a multiple of 32): lane l sums k ≡ l (mod 32)
- * in increasing k from +0, then the halving tree of layer_ops.h. */
+ * in increasing k from +0, then the halving tree of layer_ops.h. Word by word, the
+ * 32 lanes side by side (vectorizable: each lane keeps its own order); s = −1 flips
+ * the sign bit of m[k], exactly as −m[k]. */
 static float row_sign_dot(const float *m, const uint32_t *bits, size_t r) {
     float lane[32];
     for (int l = 0; l < 32; l++)
         lane[l] = 0.0f;
-    for (size_t k = 0; k < r; k++) {
-        float x = m[k];
-        lane[k % 32] = lane[k % 32] + (bits[k / 32] >> (k % 32) & 1u ? x : -x);
+    for (size_t w = 0; w < r / 32; w++) {
+        uint32_t word = bits[w];
+        const float *x = m + 32 * w;
+        for (unsigned l = 0; l < 32; l++) {
+            uint32_t u;
+            float v;
+            memcpy(&u, &x[l], sizeof u);
+            u ^= (~word >> l & 1u) << 31;
+            memcpy(&v, &u, sizeof v);
+            lane[l] = lane[l] + v;
+        }
     }
     for (int s = 16; s >= 1; s >>= 1)
         for (int t = 0; t < s; t++)
@@ -76,10 +86,12 @@ br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op) {
         const float *m = mat + i * a->ldm + a->col0;
         if (grad) {
             float h = rowscale[i], *g = grad + i * r;
-            for (size_t k = 0; k < r; k++) {
-                float p = h * m[k];
-                g[k] = a->accumulate ? g[k] + p : p;
-            }
+            if (a->accumulate)
+                for (size_t k = 0; k < r; k++)
+                    g[k] = g[k] + h * m[k];
+            else
+                for (size_t k = 0; k < r; k++)
+                    g[k] = h * m[k];
         }
         if (dsum) dsum[i] = dsum[i] + row_sign_dot(m, bits + i * words, r);
     }
