@@ -192,6 +192,8 @@ br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op) {
         float *lat = br_ptr(a->latent), *m1 = br_ptr(a->m1), *v = br_ptr(a->v);
         float mean = 0;
         if (a->factored) mean = factored_update(a, grad, gm, v, v + rows, colsums, colsums + r);
+        /* every entry on its own: rows in parallel, the count summed */
+        OMP("omp parallel for reduction(+ : count) schedule(static) if (n >= PARALLEL_MIN_ELEMS)")
         for (size_t i = 0; i < rows; i++)
             for (size_t k = 0; k < r; k++) {
                 size_t e = i * r + k;
@@ -222,6 +224,7 @@ br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op) {
         const float *rowq = a->rowq ? br_ptr(a->rowq) : NULL;
         const float *colq = a->colq ? br_ptr(a->colq) : NULL;
         float c = a->normsrc ? a->curv2 * lane_sumsq_f64(br_ptr(a->normsrc), a->nnorm) : a->curv2;
+        OMP("omp parallel for reduction(+ : count) schedule(static) if (n >= PARALLEL_MIN_ELEMS)")
         for (size_t i = 0; i < rows; i++) {
             float qr = rowf[i] * rowf[i];
             if (rowq) qr = qr * rowq[i];
