@@ -621,6 +621,34 @@ static void profiler_counts_ops(void) {
 /* The batch conversion (F16C where the CPU has it) gives br_half_from_float's bits:
  * every rounding boundary of the ladder, the specials, NaNs with payloads, and
  * random patterns, at lengths that leave every tail size (n % 8). */
+/* br_half_to_float_n against br_half_to_float for all 65536 patterns (NaNs with their
+ * payloads, signaling ones too), at every alignment of a group of 8 and with tails;
+ * nothing written past n. */
+static void half_to_float_batch_matches(void) {
+    size_t cap = 65536 + 16;
+    uint16_t *h = t_xmalloc(cap * sizeof *h);
+    for (size_t i = 0; i < cap; i++)
+        h[i] = (uint16_t)(i * 40503u); /* every pattern, in a scattered order */
+    float *got = t_xmalloc(cap * sizeof *got);
+    size_t bad = 0;
+    for (size_t off = 0; off < 8; off++)
+        for (size_t len = cap - 16 - off; len <= cap - off; len += 5) {
+            memset(got, 0xab, cap * sizeof *got);
+            br_half_to_float_n(h + off, got, len);
+            for (size_t i = 0; i < len; i++) {
+                float w = br_half_to_float(h[off + i]);
+                bad += memcmp(&got[i], &w, 4) != 0;
+            }
+            uint32_t poison;
+            for (size_t i = len; i < cap; i++) {
+                memcpy(&poison, &got[i], 4);
+                bad += poison != 0xabababab;
+            }
+        }
+    CHECK(bad == 0, "br_half_to_float_n: %zu values differ from br_half_to_float", bad);
+    free(h), free(got);
+}
+
 static void half_from_float_batch_matches(void) {
     init_ladder();
     br_rng rng = t_rng_for(9);
@@ -655,6 +683,6 @@ static void half_from_float_batch_matches(void) {
 }
 
 T_RUN("core", T_CASE(half_every_pattern_round_trips), T_CASE(half_from_float_is_exact_rounding),
-      T_CASE(half_from_float_batch_matches),
+      T_CASE(half_from_float_batch_matches), T_CASE(half_to_float_batch_matches),
       T_CASE(buffer_new_and_views), T_CASE(buffer_fill_and_copy), T_CASE(context_device_strings),
       T_CASE(context_options), T_CASE(graph_records_and_replays), T_CASE(profiler_counts_ops))

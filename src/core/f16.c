@@ -75,8 +75,8 @@ __attribute__((target("avx,f16c"))) static void half_from_float_f16c(const float
                                                                      size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m128i h =
+            _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         _mm_storeu_si128((__m128i *)(void *)(out + i), h);
     }
     for (; i < n; i++)
@@ -101,6 +101,38 @@ static int have_f16c(void) {
     return v;
 }
 #endif
+
+#ifdef BR_F16C_DISPATCH
+/* vcvtph2ps is exact for every f16 but quiets a signaling NaN; br_half_to_float
+ * keeps NaN payloads as they are, so a group of 8 holding a NaN goes one by one. */
+__attribute__((target("avx,f16c"))) static void half_to_float_f16c(const uint16_t *h, float *out,
+                                                                   size_t n) {
+    const __m128i mag = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(h + i));
+        if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(v, mag), inf))) {
+            for (size_t j = i; j < i + 8; j++)
+                out[j] = br_half_to_float(h[j]);
+        } else {
+            _mm256_storeu_ps(out + i, _mm256_cvtph_ps(v));
+        }
+    }
+    for (; i < n; i++)
+        out[i] = br_half_to_float(h[i]);
+}
+#endif
+
+void br_half_to_float_n(const uint16_t *h, float *out, size_t n) {
+#ifdef BR_F16C_DISPATCH
+    if (have_f16c()) {
+        half_to_float_f16c(h, out, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        out[i] = br_half_to_float(h[i]);
+}
 
 void br_half_from_float_n(const float *x, uint16_t *out, size_t n) {
 #ifdef BR_F16C_DISPATCH

@@ -89,8 +89,7 @@ static void bt_slice(const plane_src *src, float *bt, size_t n, size_t k, size_t
 /* Rows i0 .. i1−1 of act (f16, lda apart) → f32 [..][k]. */
 static void act_rows(const uint16_t *src, size_t lda, float *act, size_t k, size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; i++)
-        for (size_t kk = 0; kk < k; kk++)
-            act[i * k + kk] = half_to_f32(src[i * lda + kk]);
+        br_half_to_float_n(src + i * lda, act + i * k, k);
 }
 
 #ifdef BR_HAVE_CBLAS
