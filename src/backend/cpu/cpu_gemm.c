@@ -32,25 +32,6 @@
 #include "core/blas_threads.h" /* br_blas_serial_begin/end: one lock for the process */
 #include "core/gemm_panels.h"
 
-/* f16 bit pattern → f32, exactly br_half_to_float (all 65536 patterns checked) but
- * without its loop for subnormals: the 15 magnitude bits placed under f32's exponent
- * field, then an exact multiply by 2^112 rebiases the exponent (f16 subnormals enter
- * as f32 subnormals and leave normal). Inf and NaN get the all-ones exponent. */
-static inline float half_to_f32(uint16_t h) {
-    uint32_t mag = (uint32_t)(h & 0x7fffu) << 13, u;
-    float f;
-    if ((h & 0x7c00u) == 0x7c00u) {
-        u = mag | 0x7f800000u;
-    } else {
-        memcpy(&f, &mag, 4);
-        f *= 0x1p112f;
-        memcpy(&u, &f, 4);
-    }
-    u |= (uint32_t)(h & 0x8000u) << 16;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Where bt [k][n] comes from: an f16 plane [n][k], or a bitmap (bit 1 = +1)
  * ROWS: bits [n][k/32], plane[j][kk] = bit kk%32 of word kk/32 of row j;
  * COLS: bits [k][ceil(n/32)], plane[j][kk] = bit j%32 of word j/32 of row kk. */
@@ -66,9 +47,12 @@ static void bt_slice(const plane_src *src, float *bt, size_t n, size_t k, size_t
     for (size_t k0 = 0; k0 < k; k0 += 32) { /* k is a multiple of 32 for bitmaps */
         size_t k1 = k0 + 32 < k ? k0 + 32 : k;
         if (src->f16) {
-            for (size_t j = j0; j < j1; j++)
+            float row[32]; /* a plane row's 32 values, converted 8 at a time, then spread */
+            for (size_t j = j0; j < j1; j++) {
+                br_half_to_float_n(src->f16 + j * k + k0, row, k1 - k0);
                 for (size_t kk = k0; kk < k1; kk++)
-                    bt[kk * n + j] = half_to_f32(src->f16[j * k + kk]);
+                    bt[kk * n + j] = row[kk - k0];
+            }
         } else if (src->layout == BR_BITS_ROWS) {
             for (size_t j = j0; j < j1; j++) {
                 uint32_t word = src->bits[j * (k / 32) + k0 / 32];
