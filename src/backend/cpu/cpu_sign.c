@@ -209,7 +209,10 @@ br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op) {
                 }
                 float mh = m / bc1, vh = ve / bc2;
                 float upd = lr * mh / (sqrtf(vh) + a->eps);
-                float l = fminf(fmaxf(lat[e] - upd, -a->clamp), a->clamp);
+                /* fminf(fmaxf(x, −clamp), clamp) for clamp finite > 0 (the front-end's
+                 * check), NaN to −clamp as there, without the two libm calls */
+                float x = lat[e] - upd, l = x >= -a->clamp ? x : -a->clamp;
+                l = l <= a->clamp ? l : a->clamp;
                 lat[e] = l;
                 int bit = (bits[i * words + k / 32] >> (k % 32)) & 1u;
                 int cand = (l > 0) != bit && fabsf(l) > a->hyst;
