@@ -5,7 +5,7 @@
 # Setup here (the script and patches travel in an ignored folder named in carry):
 #   mkdir -p build-ab-in && cp docs/wip/ab.sh docs/wip/*/*.patch build-ab-in/
 # Device call (run tool, carry ["build-ab-in"]), about 3 min per patch:
-#   for p in sumsq-depth stage-after-plain; do
+#   for p in sumsq-depth stage-after-plain f16-epi-wide; do
 #     bash build-ab-in/ab.sh build $p && bash build-ab-in/ab.sh bench $p && bash build-ab-in/ab.sh test $p
 #   done
 set -uo pipefail
