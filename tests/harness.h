@@ -265,15 +265,20 @@ typedef struct t_case {
     t_fn fn;
 } t_case;
 
+/* The name at p of a comma-separated list: its length; *next is the name after it
+ * (NULL after the last). */
+static inline size_t t_item(const char *p, const char **next) {
+    const char *end = strchr(p, ',');
+    *next = end ? end + 1 : NULL;
+    return end ? (size_t)(end - p) : strlen(p);
+}
+static inline int t_item_is(const char *p, size_t len, const char *name) {
+    return strlen(name) == len && strncmp(p, name, len) == 0;
+}
 /* Whether `name` is in the comma-separated list `list`. */
 static inline int t_listed(const char *list, const char *name) {
-    size_t len = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (n == len && strncmp(p, name, len) == 0) return 1;
-        p += n + (end != NULL);
-    }
+    for (const char *p = list, *next; p; p = next)
+        if (t_item_is(p, t_item(p, &next), name)) return 1;
     return 0;
 }
 
@@ -282,20 +287,17 @@ static inline int t_listed(const char *list, const char *name) {
  * all passed. */
 static inline int t_run(const char *suite, const t_case *cases, size_t n) {
     const char *only = getenv("BITRANK_TEST_CASES");
-    if (only && *only) {
-        for (const char *p = only; *p;) {
-            const char *end = strchr(p, ',');
-            size_t len = end ? (size_t)(end - p) : strlen(p), i = 0;
-            while (i < n && !(strlen(cases[i].name) == len && !strncmp(cases[i].name, p, len)))
+    if (only && *only)
+        for (const char *p = only, *next; p; p = next) {
+            size_t len = t_item(p, &next), i = 0;
+            while (i < n && !t_item_is(p, len, cases[i].name))
                 i++;
             if (i == n) {
                 fprintf(stderr, "%s: BITRANK_TEST_CASES names %.*s, which this suite has not\n",
                         suite, (int)len, p);
                 return 2;
             }
-            p += len + (end != NULL);
         }
-    }
     t_seed();
     for (size_t i = 0; i < n; i++) {
         if (only && *only && !t_listed(only, cases[i].name)) continue;

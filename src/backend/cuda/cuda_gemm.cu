@@ -336,10 +336,9 @@ static Problem stage_problem(const br_mm_stage_args &a) {
  * saves (layer step 0.3545 / 0.3098 / 0.5874 ms against 0.3462 / 0.2906 / 0.5620
  * unfused at the bench shapes, 2026-11-29); it is kept, tested bit for bit, for the
  * overlapped epilogue it is waiting on. */
-static bool stage_fused(br_ctx *ctx, const br_mm_stage_args &a) {
+static bool stage_fused(br_ctx *ctx, const Problem &p) {
     const char *e = getenv("BITRANK_MM_STAGE");
     if (!e || strcmp(e, "fused") != 0) return false;
-    Problem p = stage_problem(a);
     Family f = FAMILY_AUTO;
     if (pick_family(ctx, p, "mm_stage", &f) != BR_OK) return false;
     return f == FAMILY_WGMMA && stage_aligned(p);
@@ -348,7 +347,7 @@ static bool stage_fused(br_ctx *ctx, const br_mm_stage_args &a) {
 } // namespace br_gemm_cuda
 
 extern "C" size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a) {
-    if (a->mm.out || br_gemm_cuda::stage_fused(ctx, *a)) return 0;
+    if (a->mm.out || br_gemm_cuda::stage_fused(ctx, br_gemm_cuda::stage_problem(*a))) return 0;
     return a->mm.g.m * a->mm.g.n * sizeof(float); /* room for the product */
 }
 
@@ -356,14 +355,14 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
     const br_mm_stage_args &a = op->u.mm_stage;
     const size_t m = a.mm.g.m, n = a.mm.g.n;
-    if (stage_fused(ctx, a)) {
-        Problem p = stage_problem(a);
+    const Problem staged = stage_problem(a);
+    if (stage_fused(ctx, staged)) {
         WgmmaTile tile;
         WgmmaASource src;
         int splits = 1;
-        pick_wgmma(p, br_cuda_state(ctx)->sm_count, &tile, &src);
+        pick_wgmma(staged, br_cuda_state(ctx)->sm_count, &tile, &src);
         env_overrides(&tile, &src, &splits);
-        return launch_wgmma_f16_stage(ctx, p, tile);
+        return launch_wgmma_f16_stage(ctx, staged, tile);
     }
     Problem p = problem_of(a.mm, PLANE_F16);
     if (!p.out) { /* the product goes through the workspace the op reserved */
