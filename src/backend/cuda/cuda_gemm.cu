@@ -365,14 +365,26 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
         return launch_wgmma_f16_stage(ctx, staged, tile);
     }
     Problem p = problem_of(a.mm, PLANE_F16);
-    if (!p.out) { /* the product goes through the workspace the op reserved */
-        void *ws = nullptr;
-        BR_TRY(br_cuda_workspace(ctx, m * n * sizeof(float), &ws));
-        p.out = static_cast<float *>(ws);
+    uint16_t *dst = static_cast<uint16_t *>(br_ptr(a.dst));
+    uint16_t *dst_t = static_cast<uint16_t *>(br_ptr(a.dst_t));
+    if (p.out) { /* the product with c in out, then staged */
+        BR_TRY(run_problem(ctx, p, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
+        return br_cuda_cvt_both_ptr(ctx, p.out, nullptr, dst, dst_t, m, n, a.ld, a.scale, nullptr,
+                                    1.0f, 0.0f);
     }
-    BR_TRY(run_problem(ctx, p, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
-    return br_cuda_cvt_both_ptr(ctx, p.out, nullptr, static_cast<uint16_t *>(br_ptr(a.dst)),
-                                static_cast<uint16_t *>(br_ptr(a.dst_t)), m, n, a.ld, a.scale);
+    /* out not kept: the plain product (acc exactly: oscale 1, no c) in the workspace,
+     * and the staging pass applies c's epilogue, reading c there instead of in the
+     * GEMM (whose epilogue does not overlap its main loop) */
+    void *ws = nullptr;
+    BR_TRY(br_cuda_workspace(ctx, m * n * sizeof(float), &ws));
+    Problem plain = p;
+    plain.out = static_cast<float *>(ws);
+    plain.c = nullptr;
+    plain.beta = 0.0f;
+    plain.oscale = 1.0f;
+    BR_TRY(run_problem(ctx, plain, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
+    return br_cuda_cvt_both_ptr(ctx, plain.out, nullptr, dst, dst_t, m, n, a.ld, a.scale, p.c,
+                                p.oscale, p.beta);
 }
 
 extern "C" br_status br_cuda_mm(br_ctx *ctx, const br_op *op) {

@@ -98,9 +98,12 @@ br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op);
 br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op);
 br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op);
-/* cvt_both on device pointers (the MM_STAGE op's unfused path stages with it). */
+/* cvt_both on device pointers (the MM_STAGE op's unfused path stages with it); with
+ * c (col NULL) the value staged is fl(fl(src·alpha) + fl(beta·c)), a GEMM epilogue
+ * with c applied to the plain product src. */
 br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const float *col, uint16_t *dst,
-                               uint16_t *dst_t, size_t m, size_t k, size_t ld, float scale);
+                               uint16_t *dst_t, size_t m, size_t k, size_t ld, float scale,
+                               const float *c, float alpha, float beta);
 /* cuda_gemm.cu (dispatch to the mma.sync and wgmma kernels) */
 br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op);
 size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a);

@@ -197,7 +197,31 @@ typedef struct cvt_both_job {
     unsigned m, k, ld, mpad, kpad, tpad;
     unsigned text, cext; /* tokens and columns the tiles cover */
     float scale;
+    /* RES: the staged value is of fl(fl(src·alpha) + fl(beta·c)) (col NULL): the
+     * epilogue of a GEMM with c, applied to its plain product */
+    const float *c; /* f32 [m][k] */
+    float alpha, beta;
 } cvt_both_job;
+
+/* Eight floats of row s from column c (< k: zeros past k or where !row_ok): two
+ * 16-byte loads with VEC (k % 8 == 0, 16-byte aligned rows), else one at a time. */
+template <bool VEC>
+static __device__ __forceinline__ void load8(float (&x)[8], const float *s, bool row_ok, unsigned c,
+                                             unsigned k) {
+    if (VEC) {
+        float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
+        if (row_ok && c < k) {
+            lo = reinterpret_cast<const float4 *>(s)[0];
+            hi = reinterpret_cast<const float4 *>(s)[1];
+        }
+        x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w;
+        x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+    } else {
+#pragma unroll
+        for (unsigned u = 0; u < 8; u++)
+            x[u] = row_ok && c + u < k ? s[u] : 0.0f;
+    }
+}
 
 /* Phase 1 of a tile (t0, c0): item q of 512 is token tt, column group g (8 columns
  * c0 + 8g ..): a warp takes 8 tokens × 4 groups, so it reads 128 contiguous bytes
@@ -206,34 +230,23 @@ typedef struct cvt_both_job {
  * Phase 2 (dst_t): item q is tile column cc, token group g: 4 columns × 8 groups
  * per warp, 128 contiguous bytes of 4 dst_t rows, one 16-byte store each.
  * VEC: k % 8 == 0 and ld % 8 == 0 (a group is wholly inside or outside the data and
- * dst's rows), src, dst, dst_t 16-byte aligned. Grid-stride over tiles. */
-template <bool VEC> __global__ void cvt_both_kernel(cvt_both_job j) {
+ * dst's rows), src, dst, dst_t 16-byte aligned (and c with RES). Grid-stride
+ * over tiles. */
+template <bool VEC, bool RES> __global__ void cvt_both_kernel(cvt_both_job j) {
     __shared__ __align__(16) uint16_t tile[CB_TILE][CB_STRIDE]; /* [column][token] */
     unsigned ctiles = (j.cext + CB_TILE - 1) / CB_TILE;
     unsigned tiles = ctiles * ((j.text + CB_TILE - 1) / CB_TILE);
     for (unsigned tl = blockIdx.x; tl < tiles; tl += gridDim.x) {
         unsigned c0 = (tl % ctiles) * CB_TILE, t0 = (tl / ctiles) * CB_TILE;
-        float x[CB_ITEMS][8];
-        /* every load of the tile first: 16 floats in flight per thread */
+        float x[CB_ITEMS][8], xc[RES ? CB_ITEMS : 1][8];
+        /* every load of the tile first: 16 floats in flight per thread (32 with RES) */
 #pragma unroll
         for (unsigned it = 0; it < CB_ITEMS; it++) {
             unsigned q = threadIdx.x + it * THREADS;
             unsigned g = q % 4 + 4 * (q / 32 % 2), tt = q / 4 % 8 + 8 * (q / 64);
             unsigned t = t0 + tt, c = c0 + 8 * g;
-            const float *s = j.src + (size_t)t * j.k + c;
-            if (VEC) {
-                float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
-                if (t < j.m && c < j.k) {
-                    lo = reinterpret_cast<const float4 *>(s)[0];
-                    hi = reinterpret_cast<const float4 *>(s)[1];
-                }
-                x[it][0] = lo.x, x[it][1] = lo.y, x[it][2] = lo.z, x[it][3] = lo.w;
-                x[it][4] = hi.x, x[it][5] = hi.y, x[it][6] = hi.z, x[it][7] = hi.w;
-            } else {
-#pragma unroll
-                for (unsigned u = 0; u < 8; u++)
-                    x[it][u] = t < j.m && c + u < j.k ? s[u] : 0.0f;
-            }
+            load8<VEC>(x[it], j.src + (size_t)t * j.k + c, t < j.m, c, j.k);
+            if (RES) load8<VEC>(xc[RES ? it : 0], j.c + (size_t)t * j.k + c, t < j.m, c, j.k);
         }
 #pragma unroll
         for (unsigned it = 0; it < CB_ITEMS; it++) {
@@ -245,8 +258,11 @@ template <bool VEC> __global__ void cvt_both_kernel(cvt_both_job j) {
             for (unsigned u = 0; u < 8; u++) {
                 h[u] = 0u;
                 if (t < j.m && c + u < j.k) {
-                    float v = j.col ? __fmul_rn(__fmul_rn(x[it][u], j.col[c + u]), j.scale)
-                                    : __fmul_rn(x[it][u], j.scale);
+                    float v = RES     ? __fmul_rn(__fadd_rn(__fmul_rn(x[it][u], j.alpha),
+                                                            __fmul_rn(j.beta, xc[RES ? it : 0][u])),
+                                                  j.scale)
+                              : j.col ? __fmul_rn(__fmul_rn(x[it][u], j.col[c + u]), j.scale)
+                                      : __fmul_rn(x[it][u], j.scale);
                     h[u] = br_dev_f16_bits(v);
                 }
             }
@@ -295,7 +311,8 @@ template <bool VEC> __global__ void cvt_both_kernel(cvt_both_job j) {
 
 extern "C" br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const float *col,
                                           uint16_t *dst, uint16_t *dst_t, size_t m, size_t k,
-                                          size_t ld, float scale) {
+                                          size_t ld, float scale, const float *c, float alpha,
+                                          float beta) {
     br_cuda *s = br_cuda_state(ctx);
     cvt_both_job j;
     memset(&j, 0, sizeof j);
@@ -313,13 +330,21 @@ extern "C" br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const f
     j.cext = j.dst ? j.ld : 0;
     if (j.dst_t && j.kpad > j.cext) j.cext = j.kpad;
     j.scale = scale;
+    j.c = c;
+    j.alpha = alpha;
+    j.beta = beta;
     size_t tiles = (size_t)((j.cext + CB_TILE - 1) / CB_TILE) * ((j.text + CB_TILE - 1) / CB_TILE);
     unsigned blocks = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
-    int vec = j.k % 8 == 0 && j.ld % 8 == 0 && br_aligned(16, j.src, j.dst, j.dst_t);
-    if (vec)
-        cvt_both_kernel<true><<<blocks, THREADS, 0, s->stream>>>(j);
+    int vec = j.k % 8 == 0 && j.ld % 8 == 0 && br_aligned(16, j.src, j.dst, j.dst_t) &&
+              br_aligned(16, j.c, NULL, NULL);
+    if (c && vec)
+        cvt_both_kernel<true, true><<<blocks, THREADS, 0, s->stream>>>(j);
+    else if (c)
+        cvt_both_kernel<false, true><<<blocks, THREADS, 0, s->stream>>>(j);
+    else if (vec)
+        cvt_both_kernel<true, false><<<blocks, THREADS, 0, s->stream>>>(j);
     else
-        cvt_both_kernel<false><<<blocks, THREADS, 0, s->stream>>>(j);
+        cvt_both_kernel<false, false><<<blocks, THREADS, 0, s->stream>>>(j);
     BR_CUDA_LAUNCHED(ctx, "cvt_both_kernel");
     return BR_OK;
 }
@@ -328,5 +353,5 @@ extern "C" br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op) {
     const br_cvt_both_args *a = &op->u.cvt_both;
     return br_cuda_cvt_both_ptr(ctx, (const float *)br_ptr(a->src), (const float *)br_ptr(a->col),
                                 (uint16_t *)br_ptr(a->dst), (uint16_t *)br_ptr(a->dst_t), a->m,
-                                a->k, a->ld, a->scale);
+                                a->k, a->ld, a->scale, NULL, 1.0f, 0.0f);
 }
