@@ -239,6 +239,7 @@ struct Variant {
 /* The A sources built for a tile of a plane kind (f16: shared memory only). */
 std::vector<WgmmaASource> asources(PlaneKind kind, WgmmaTile tile) {
     if (kind == PLANE_F16) return {A_SMEM};
+    if (tile == TILE_PP128x128) return {A_REG2};
     if (tile == TILE_256x112 || tile == TILE_128x128 || tile == TILE_128x192 || tile == TILE_256x96)
         return {A_SMEM, A_REG2, A_REG4};
     return {A_SMEM, A_REG2};

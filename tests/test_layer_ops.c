@@ -406,8 +406,8 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
             unsetenv("BITRANK_MM_STAGE");
         }
     }
-    static const char *const tiles[] = {"256x128", "256x112", "128x256",
-                                        "128x128", "128x192", "256x96"};
+    static const char *const tiles[] = {"256x128", "256x112", "128x256",  "128x128",
+                                        "128x192", "256x96",  "pp128x128"};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
         setenv("BITRANK_GEMM_TILE", tiles[i], 1);
         setenv("BITRANK_MM_STAGE", "fused", 1);
@@ -415,6 +415,16 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
         unsetenv("BITRANK_MM_STAGE");
         unsetenv("BITRANK_GEMM_TILE");
     }
+    /* ping-pong on one CTA: 9 units of 10 k blocks, the consumers taking turns */
+    setenv("BITRANK_GEMM_TILE", "pp128x128", 1);
+    setenv("BITRANK_GEMM_CTAS", "1", 1);
+    for (int fused = 0; fused < 2; fused++) {
+        if (fused) setenv("BITRANK_MM_STAGE", "fused", 1);
+        mm_stage_case(ctx, &rng, 333, 300, 640, 320, 0, fused, 0.7f, 256.0f, "pp128x128 1 CTA");
+        unsetenv("BITRANK_MM_STAGE");
+    }
+    unsetenv("BITRANK_GEMM_CTAS");
+    unsetenv("BITRANK_GEMM_TILE");
     br_ctx_free(ctx);
 }
 

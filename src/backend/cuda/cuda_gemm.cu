@@ -122,6 +122,7 @@ const char *tile_name(WgmmaTile tile) {
     case TILE_128x128: return "128x128";
     case TILE_128x192: return "128x192";
     case TILE_256x96: return "256x96";
+    case TILE_PP128x128: return "pp128x128";
     default: return "auto";
     }
 }
@@ -130,7 +131,8 @@ int tile_tokens(WgmmaTile tile) {
     switch (tile) {
     case TILE_256x112: return 112;
     case TILE_256x128:
-    case TILE_128x128: return 128;
+    case TILE_128x128:
+    case TILE_PP128x128: return 128;
     case TILE_128x192: return 192;
     case TILE_256x96: return 96;
     default: return 256;
@@ -153,7 +155,9 @@ const char *asource_name(WgmmaASource src) {
  * waves = ⌈tiles · splits / SMs⌉. The speeds were measured on the H200 with
  * bench_gemm (2026-11-29; 128x192 and 256x96 estimated from their shared-memory
  * traffic per flop). Splits 2..8 where the workspace holds the partials and every
- * unit keeps ≥ 4 k blocks. Bitmaps expand into A-fragment registers, 2 sets. */
+ * unit keeps ≥ 4 k blocks. Bitmaps expand into A-fragment registers, 2 sets. The
+ * ping-pong tile (only with BITRANK_GEMM_PP=1): a CTA per two units, 0.1 µs per
+ * unit (its fill and epilogue overlap the other consumer's main loop). */
 void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src, int *splits,
                 bool legacy) {
     struct Cand {
@@ -163,10 +167,12 @@ void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *s
     };
     static const Cand dense[] = {{TILE_128x256, 128, 256, 1.0},  {TILE_256x128, 256, 128, 1.0},
                                  {TILE_256x112, 256, 112, 1.0},  {TILE_128x128, 128, 128, 0.8},
-                                 {TILE_128x192, 128, 192, 0.97}, {TILE_256x96, 256, 96, 0.95}};
-    static const Cand bits[] = {{TILE_128x256, 128, 256, 1.0},  {TILE_256x128, 256, 128, 0.78},
-                                {TILE_256x112, 256, 112, 0.75}, {TILE_128x128, 128, 128, 0.67},
-                                {TILE_128x192, 128, 192, 0.95}, {TILE_256x96, 256, 96, 0.72}};
+                                 {TILE_128x192, 128, 192, 0.97}, {TILE_256x96, 256, 96, 0.95},
+                                 {TILE_PP128x128, 128, 128, 1.0}};
+    static const Cand bits[] = {{TILE_128x256, 128, 256, 1.0},   {TILE_256x128, 256, 128, 0.78},
+                                {TILE_256x112, 256, 112, 0.75},  {TILE_128x128, 128, 128, 0.67},
+                                {TILE_128x192, 128, 192, 0.95},  {TILE_256x96, 256, 96, 0.72},
+                                {TILE_PP128x128, 128, 128, 0.78}};
     static_assert(sizeof dense / sizeof dense[0] == TILE_COUNT, "one candidate per tile");
     const Cand *cand = p.kind == PLANE_F16 ? dense : bits;
     const long long sms = sm_count > 0 ? sm_count : 1;
@@ -175,7 +181,12 @@ void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *s
     WgmmaTile best = cand[0].tile;
     int best_splits = 1;
     double best_cost = 0;
+    /* ping-pong tiles only where BITRANK_GEMM_PP=1 (read on every call): not yet
+     * measured against the others (2026-11-30) */
+    const char *pp_env = getenv("BITRANK_GEMM_PP");
+    const bool pp = !legacy && pp_env && !strcmp(pp_env, "1");
     for (int i = 0; i < (legacy ? 4 : TILE_COUNT); i++) {
+        if (cand[i].tile == TILE_PP128x128 && !pp) continue;
         const long long tiles_t = (p.m + cand[i].bt - 1) / cand[i].bt;
         const long long tiles = (long long)((p.n + cand[i].bj - 1) / cand[i].bj) * tiles_t;
         for (int sp = 1; sp <= (splits && !legacy ? 8 : 1); sp++) {
@@ -183,10 +194,15 @@ void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *s
             if (sp > 1 &&
                 (unit_kb < 4 || split_ws_bytes(sp, (int)(tiles_t * cand[i].bt), p.n) > p.ws_bytes))
                 break;
+            /* a ping-pong unit's fill and epilogue overlap the other consumer's loop */
             const double unit_s =
                 2.0 * cand[i].bj * cand[i].bt * 64.0 * unit_kb / (sm_flops * cand[i].speed) +
-                0.5e-6;
-            double cost = (double)((tiles * sp + sms - 1) / sms) * unit_s;
+                (cand[i].tile == TILE_PP128x128 ? 0.1e-6 : 0.5e-6);
+            /* ping-pong: a CTA per two units (its consumers' main loops take turns) */
+            const long long ctas = cand[i].tile == TILE_PP128x128
+                                       ? std::min((tiles * sp + 1) / 2, sms)
+                                       : std::min(tiles * sp, sms);
+            double cost = (double)((tiles * sp + ctas - 1) / ctas) * unit_s;
             if (sp > 1) cost += (double)sp * p.m * ((p.n + 3) / 4 * 4) * 4 / bandwidth + 2e-6;
             if ((i == 0 && sp == 1) || cost < best_cost)
                 best = cand[i].tile, best_splits = sp, best_cost = cost;

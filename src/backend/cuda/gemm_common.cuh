@@ -70,7 +70,10 @@ enum WgmmaTile {
     TILE_128x128 = 3, /* 128 × 128: more CTAs for narrow planes */
     TILE_128x192 = 4, /* 128 × 192: 4096 tokens × 768 plane rows fill 132 SMs in one wave */
     TILE_256x96 = 5,  /* 256 × 96: the same area, fewer plane-row tiles */
-    TILE_COUNT = 6,
+    /* ping-pong: 128 × 128 per consumer warpgroup, two tiles per CTA at a time, the
+     * epilogue of one beside the main loop of the other (bitmaps: reg2 only) */
+    TILE_PP128x128 = 6,
+    TILE_COUNT = 7,
 };
 
 /* Where the Hopper bitmap kernels take the ±1 plane (wgmma's A operand) from. */

@@ -45,6 +45,16 @@
  * layer's loss gradient goes to its backward without an f32 pass through memory.
  * TMA only (the launcher sends unaligned operands to the unfused path).
  *
+ * Ping-pong (kPP, the pp128x128 tile): each consumer owns whole tiles of 64·kWgM
+ * plane rows × BT tokens, the CTA's units alternating between the two, and their
+ * main loops take turns (a turn barrier each), so that one consumer's epilogue runs
+ * beside the other's main loop. The stages, now a tile's alone, are deeper (as
+ * many as fit). On the H200 (bench_gemm --layer-only, 2026-11-30) it helps where
+ * the epilogue is heavy (the output GEMM with c at 4096 × 3584 × 768: 79 → 69 µs)
+ * and not elsewhere (the plain product there 45.6 → 46.1 µs; long-K GEMMs with few
+ * tiles lose: a CTA per two tiles leaves SMs idle), so the picker takes it only
+ * where BITRANK_GEMM_PP=1. Bitmaps: register fragments only.
+ *
  * Split-K (a.splits > 1): the work units are tiles × splits, unit u the tile
  * u % tiles over k blocks [split·nkb_unit, (split+1)·nkb_unit) with split =
  * u / tiles. A unit stores its raw sums (no epilogue) to the workspace, split s at
@@ -61,6 +71,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/gemm_common.cuh"
@@ -103,10 +114,18 @@ constexpr int epi_box_sets(int kind, int epi) {
     return kind == PLANE_F16 && epi != EPI_PLAIN ? 2 : 1;
 }
 
-template <int kKind, int kWgM, int kBT, int kASets, int kEpiSets = 1> struct WgmmaCfg {
+/* The most pipeline stages of `stage_bytes` that fit beside `fixed` bytes (≤ 8). */
+constexpr int stages_fitting(int stage_bytes, int fixed) {
+    return (227 * 1024 - fixed) / stage_bytes < 8 ? (227 * 1024 - fixed) / stage_bytes : 8;
+}
+
+template <int kKind, int kWgM, int kBT, int kASets, int kEpiSets = 1, bool kPP = false>
+struct WgmmaCfg {
     static constexpr bool kSmemA = kKind == PLANE_F16 || kASets == 0;
     static constexpr bool kExpand = kKind != PLANE_F16 && kASets == 0; /* producer expands */
-    static constexpr int kBJ = 128 * kWgM;                             /* plane rows per CTA */
+    /* plane rows per tile: a tile per CTA split between the consumers, or (ping-pong)
+     * a tile per consumer */
+    static constexpr int kBJ = (kPP ? 64 : 128) * kWgM;
     static constexpr int kBK = 64; /* k per stage: one 128-byte swizzle row of f16 */
     static constexpr int kActBytes = kBT * kBK * 2;
     static constexpr int kColsRowWords = kBJ / 32 + 1; /* COLS stage row, padded: no conflicts */
@@ -124,15 +143,19 @@ template <int kKind, int kWgM, int kBT, int kASets, int kEpiSets = 1> struct Wgm
      * while round q runs (the f16 kernels with an epilogue); a fourth stage only
      * where it still fits beside them */
     static constexpr int kEpiBytes = 2 * kEpiSets * kEpiBoxes * kEpiBufBytes;
+    /* ping-pong: as many as fit (the epilogue of one consumer runs beside the other's
+     * main loop, which the stages then feed alone) */
     static constexpr int kStages =
-        !(kSmemA || kBT > 128)                                                            ? 8
+        kPP                      ? stages_fitting(kActBytes + kPlaneBytes, kEpiBytes + 3072)
+        : !(kSmemA || kBT > 128) ? 8
         : kEpiSets == 1 || 4 * (kActBytes + kPlaneBytes) + kEpiBytes + 3072 <= 227 * 1024 ? 4
                                                                                           : 3;
     static constexpr int kPlaneOff = kStages * kActBytes;
     static constexpr int kEpiOff = (kPlaneOff + kStages * kPlaneBytes + 1023) / 1024 * 1024;
     static constexpr int kBarOff = kEpiOff + kEpiBytes;
-    /* + one c-load barrier per consumer and set, + base alignment slack */
-    static constexpr int kSmem = kBarOff + 2 * kStages * 8 + 2 * kEpiSets * 8 + 1024;
+    /* + one c-load barrier per consumer and set, + (ping-pong) one turn barrier per
+     * consumer, + base alignment slack */
+    static constexpr int kSmem = kBarOff + 2 * kStages * 8 + 2 * kEpiSets * 8 + 2 * 8 + 1024;
     /* full barrier: the TMA thread's arrive (+ tx bytes), plus one arrive per
      * expanding producer warp, or one cp.async arrive per copying lane */
     static constexpr int kFullArrivals = kKind == PLANE_F16 ? 1 : kExpand ? 1 + 4 : 1 + 32;
@@ -145,6 +168,8 @@ template <int kKind, int kWgM, int kBT, int kASets, int kEpiSets = 1> struct Wgm
                   "fragment sets must divide a stage's steps");
     static_assert(kSmem <= 227 * 1024, "shared memory");
     static_assert(kEpiSets == 1 || kEpiBoxes == 1, "two box sets: one box per round");
+    static_assert(!kPP || !kExpand, "ping-pong: the producer warpgroup only loads");
+    static_assert(kStages >= 2, "pipeline stages");
 };
 
 /* ---------------------------------------------------------------- Hopper PTX */
@@ -367,7 +392,7 @@ __device__ __forceinline__ void expand_stage(const StageBits<kWgM> &b, uint32_t 
 
 /* ---------------------------------------------------------------- the kernel */
 
-template <int kKind, int kWgM, int kBT, int kASets, int kEpi>
+template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP>
 __global__ void __launch_bounds__(384, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tm_act,
                       const __grid_constant__ CUtensorMap tm_plane,
@@ -381,13 +406,14 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kArea = epi_box_sets(kKind, kEpi);
     /* box sets c rotates through (EPI_STAGE: set 0 takes c, set 1 the f16 boxes) */
     constexpr int kSets = kKind == PLANE_F16 && kEpi == EPI_FULL ? 2 : 1;
-    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kArea>;
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kArea, kPP>;
     constexpr int S = Cfg::kStages;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t act_s = base, plane_s = base + Cfg::kPlaneOff, epi_s = base + Cfg::kEpiOff;
     const uint32_t full = base + Cfg::kBarOff, empty = full + 8 * S; /* barrier s at +8·s */
-    const uint32_t cbar = empty + 8 * S; /* + 8·(consumer·sets + set): c boxes landed */
+    const uint32_t cbar = empty + 8 * S;        /* + 8·(consumer·sets + set): c boxes landed */
+    const uint32_t turn = cbar + 8 * 2 * kSets; /* + 8·consumer: its main loop may start */
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
     /* k blocks per work unit (all of k without split), units: tiles × splits */
@@ -397,12 +423,18 @@ __global__ void __launch_bounds__(384, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(full + 8 * s, Cfg::kFullArrivals);
-            /* consumers' arrivals: per warp, or per thread (release_stage) */
-            mbar_init(empty + 8 * s, Cfg::kSmemA || BR_WGMMA_LANE0_RELEASE ? 8 : 256);
+            /* consumers' arrivals: per warp, or per thread (release_stage), of both
+             * consumers or (ping-pong) of the one whose tile the stage holds */
+            mbar_init(empty + 8 * s,
+                      (Cfg::kSmemA || BR_WGMMA_LANE0_RELEASE ? 8 : 256) / (kPP ? 2 : 1));
         }
         if (kFullEpi)
             for (int b = 0; b < 2 * kSets; b++)
                 mbar_init(cbar + 8 * b, 1);
+        if (kPP) {
+            mbar_init(turn, 1);
+            mbar_init(turn + 8, 1);
+        }
         mbar_init_fence();
     }
     __syncthreads();
@@ -506,11 +538,11 @@ __global__ void __launch_bounds__(384, 1)
         regs_claim<224>();
     else
         regs_claim<232>();
-    const int cw = wg - 1; /* which half of the CTA's plane rows */
+    const int cw = wg - 1; /* which half of the CTA's plane rows, or (ping-pong) of its tiles */
+    /* this consumer's first plane row in the tile, in 64-row blocks */
+    const int wrow = kPP ? 0 : cw * kWgM;
     const int g = lane / 4, t = lane % 4;
     float acc[kWgM][kBT / 2];
-    int s = 0;
-    uint32_t phase = 0;
 
     /* c through the epilogue boxes (TMA stores with c, no split): tid 0 loads a
      * round's c boxes by TMA into the boxes the round then fills. One set of boxes:
@@ -531,15 +563,26 @@ __global__ void __launch_bounds__(384, 1)
     auto load_c = [&](int j0_, int t0_, int q) {
         const int set = q % kSets, b0 = q % kRoundsB * kB, r = q / kRoundsB % Cfg::kEpiRounds,
                   mi = q / kRoundsB / Cfg::kEpiRounds;
-        const int jc = j0_ + (cw * kWgM + mi) * 64, tc = t0_ + r * Cfg::kEpiRows;
+        const int jc = j0_ + (wrow + mi) * 64, tc = t0_ + r * Cfg::kEpiRows;
         const uint32_t bar = cbar + 8 * (cw * kSets + set);
         mbar_arrive_expect_tx(bar, kB * Cfg::kEpiBufBytes);
         for (int b = b0; b < b0 + kB; b++) /* boxes past m or n are zero-filled */
             tma_load(box_addr(set, b - b0), &tm_c, bar, jc + 32 * b, tc);
     };
 
-    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    /* Ping-pong: the CTA's units alternate between the consumers (its n-th unit is
+     * consumer n % 2's), whose main loops take turns: a consumer starts its unit's
+     * main loop once the other has waited for all of its own unit's stages, so the
+     * one's epilogue runs beside the other's main loop. The turn also keeps the
+     * stage barriers' parity waits sound: a consumer skips the other's stages, and
+     * waits on a stage only after the phase before the one it waits for completed. */
+    constexpr int kStride = kPP ? 2 : 1;
+    for (int nth = kPP ? cw : 0, unit = blockIdx.x + nth * gridDim.x; unit < units;
+         nth += kStride, unit += kStride * gridDim.x) {
         const int tile = kFullEpi ? unit % a.tiles : unit, split = kFullEpi ? unit / a.tiles : 0;
+        /* the unit's first stage: the producer fills nkb stages per unit, in order */
+        int s = (int)((long long)nth * nkb % S);
+        uint32_t phase = (uint32_t)((long long)nth * nkb / S) & 1u;
         const int j0 = (tile % a.tiles_j) * Cfg::kBJ, t0 = (tile / a.tiles_j) * kBT;
 #pragma unroll
         for (int mi = 0; mi < kWgM; mi++)
@@ -556,18 +599,24 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                     for (int b = 0; b < 2; b++)
                         if (mi || r || b >= kB)
-                            tma_prefetch_l2(&tm_c, j0 + (cw * kWgM + mi) * 64 + 32 * b,
+                            tma_prefetch_l2(&tm_c, j0 + (wrow + mi) * 64 + 32 * b,
                                             t0 + r * Cfg::kEpiRows);
             bulk_wait_read(); /* the last tile's stores have read the boxes */
             load_c(j0, t0, 0);
             if (kSets == 2 && kQ > 1) load_c(j0, t0, 1);
         }
 
+        /* ping-pong: the other consumer's last unit has had all its stages (its n-th
+         * main loop ended: phase n of this consumer's turn barrier) */
+        if (kPP && nth > 0) mbar_wait(turn + 8 * cw, (uint32_t)((nth - 1) / 2) & 1u);
+
         /* A stage is released once the wgmmas reading it are known complete: wgmma
          * groups stay in flight across steps and k blocks. */
         int held = -1;
         for (int kb = 0; kb < nkb; kb++) {
             mbar_wait(full + 8 * s, phase);
+            /* the last stage has landed: the other consumer's turn */
+            if (kPP && kb == nkb - 1 && tid == 0) mbar_arrive(turn + 8 * (1 - cw));
             __syncwarp();
             const uint32_t act_tile = act_s + s * Cfg::kActBytes;
             const uint32_t plane_tile = plane_s + s * Cfg::kPlaneBytes;
@@ -578,7 +627,7 @@ __global__ void __launch_bounds__(384, 1)
                 for (int kk = 0; kk < 4; kk++)
 #pragma unroll
                     for (int mi = 0; mi < kWgM; mi++) {
-                        const uint32_t a_tile = plane_tile + ((cw * kWgM + mi) * 64) * 128;
+                        const uint32_t a_tile = plane_tile + ((wrow + mi) * 64) * 128;
                         Wgmma<kBT>::ss(acc[mi], sw128_desc(a_tile) + 2 * kk, desc_b + 2 * kk);
                     }
                 wgmma_commit();
@@ -600,7 +649,7 @@ __global__ void __launch_bounds__(384, 1)
                     /* all groups of the previous k block are done from here on */
                     if (q == kA - 1 && held >= 0) release_stage<true>(empty + 8 * held, lane);
                     if (kKind == PLANE_ROWS) {
-                        const int jl = (cw * kWgM + mi) * 64 + warp * 16 + g;
+                        const int jl = (wrow + mi) * 64 + warp * 16 + g;
                         const uint32_t wl = lds32(plane_tile + 8 * jl + 4 * (kk >> 1));
                         const uint32_t wh = lds32(plane_tile + 8 * (jl + 8) + 4 * (kk >> 1));
                         const int sh = 16 * (kk & 1) + 2 * t;
@@ -610,7 +659,7 @@ __global__ void __launch_bounds__(384, 1)
                         f[3] = pm1_pair(wh >> (sh + 8));
                     } else {
                         /* this warp's 16 rows share word column c, from bit `bit` */
-                        const int c = (cw * kWgM + mi) * 2 + warp / 2, bit = 16 * (warp & 1) + g;
+                        const int c = (wrow + mi) * 2 + warp / 2, bit = 16 * (warp & 1) + g;
                         const int k0 = 16 * kk + 2 * t;
                         const uint32_t col = plane_tile + 4 * c;
                         const uint32_t wa = lds32(col + 4 * Cfg::kColsRowWords * k0);
@@ -635,7 +684,7 @@ __global__ void __launch_bounds__(384, 1)
         release_stage<!Cfg::kSmemA>(empty + 8 * held, lane);
 
         /* acc[mi][4c + 2h + e] = outᵀ[row g + 8h of warp's 16][token 8c + 2t + e] */
-        const int jw = j0 + (cw * kWgM) * 64 + warp * 16 + g; /* + 64·mi + 8h */
+        const int jw = j0 + wrow * 64 + warp * 16 + g; /* + 64·mi + 8h */
         /* split-K: raw sums to this split's rows of the workspace, no epilogue */
         const bool raw = kFullEpi && a.splits > 1;
         const int row_off = raw ? split * a.mpad : 0;
@@ -675,7 +724,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                     for (int b0 = 0; b0 < 2; b0++) {
                         const int q = (mi * Cfg::kEpiRounds + r) * 2 + b0;
-                        const int jc = j0 + (cw * kWgM + mi) * 64 + 32 * b0;
+                        const int jc = j0 + (wrow + mi) * 64 + 32 * b0;
                         const int tc = t0 + r * Cfg::kEpiRows;
                         if (tid == 0 && q > 0) {
                             bulk_wait_read();            /* the last round's stores read */
@@ -789,7 +838,7 @@ __global__ void __launch_bounds__(384, 1)
                         fence_proxy_async();
                         named_barrier(1 + cw, 128);
                         if (tid == 0) {
-                            const int jc = j0 + (cw * kWgM + mi) * 64, tc = t0 + r * Cfg::kEpiRows;
+                            const int jc = j0 + (wrow + mi) * 64, tc = t0 + r * Cfg::kEpiRows;
                             for (int b = b0; b < b0 + kB; b++)
                                 if (jc + 32 * b < a.n && tc < (raw ? a.mpad : a.m))
                                     tma_store(&tm_out, box_addr(set, b - b0), jc + 32 * b,
@@ -838,12 +887,12 @@ inline bool stage_aligned(const Problem &p) {
            p.ld16 % 8 == 0 && p.ld16t % 8 == 0;
 }
 
-template <int kKind, int kWgM, int kBT, int kASets, int kEpi>
+template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP>
 br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
-    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, epi_box_sets(kKind, kEpi)>;
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, epi_box_sets(kKind, kEpi), kPP>;
     br_cuda *s = br_cuda_state(ctx);
-    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kEpi>;
+    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kEpi, kPP>;
     static std::atomic<uint64_t> attr_set{0}; /* per device: the attribute is per device */
     const uint64_t dev_bit = s->device >= 0 && s->device < 64 ? 1ull << s->device : 0;
     if (!dev_bit || !(attr_set.load() & dev_bit)) {
@@ -924,7 +973,13 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     const int units = a.tiles * a.splits;
     if (!kFullEpi && (p.colscale || p.c || a.splits > 1))
         return br_fail(ctx, BR_E_STATE, "mm: the plain wgmma kernel got an epilogue");
-    const int grid = units < s->sm_count ? units : s->sm_count;
+    /* ping-pong: a CTA runs two units at a time, so fewer CTAs than SMs where the
+     * units would leave consumers without any */
+    const int per_cta = kPP ? 2 : 1;
+    int grid = std::min((units + per_cta - 1) / per_cta, s->sm_count);
+    /* test hook, read on every call: BITRANK_GEMM_CTAS=<c> caps the persistent grid,
+     * so that small problems run many units per CTA */
+    if (const char *e = getenv("BITRANK_GEMM_CTAS")) grid = std::max(1, std::min(grid, atoi(e)));
     kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t, a);
     BR_CUDA_LAUNCHED(ctx, "wgmma_gemm_kernel");
     if (a.splits > 1) return launch_reduce_splits(ctx, p, a.splits, a.mpad);
@@ -933,14 +988,22 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
 
 /* The A source of the bitmap kernels: 0 = expanded into shared memory by the
  * producer, 2 or 4 = register fragments with that many sets in flight (4 only
- * beside fewer than 128 accumulators: ptxas would serialize the wgmmas). */
-template <int kKind, int kWgM, int kBT, int kEpi>
+ * beside fewer than 128 accumulators: ptxas would serialize the wgmmas). Ping-pong
+ * tiles (kPP) take register fragments only: their producer warpgroup loads. */
+template <int kKind, int kWgM, int kBT, int kEpi, bool kPP = false>
 br_status launch_wgmma_asets(br_ctx *ctx, const Problem &p, WgmmaASource src) {
     constexpr bool kBits = kKind != PLANE_F16;
     constexpr int kReg2 = kBits ? 2 : 0, kReg4 = kBits && kWgM * kBT < 256 ? 4 : 0;
-    if (!kBits || src == A_SMEM) return launch_wgmma_shape<kKind, kWgM, kBT, 0, kEpi>(ctx, p);
-    if (src == A_REG2) return launch_wgmma_shape<kKind, kWgM, kBT, kReg2, kEpi>(ctx, p);
-    if (src == A_REG4 && kReg4) return launch_wgmma_shape<kKind, kWgM, kBT, kReg4, kEpi>(ctx, p);
+    if constexpr (kBits && kPP) {
+        if (src == A_SMEM)
+            return br_fail(ctx, BR_E_UNSUPPORTED,
+                           "mm_bits: the ping-pong tiles take the bitmap in registers (reg2)");
+    } else if (!kBits || src == A_SMEM) {
+        return launch_wgmma_shape<kKind, kWgM, kBT, 0, kEpi, kPP>(ctx, p);
+    }
+    if (src == A_REG2) return launch_wgmma_shape<kKind, kWgM, kBT, kReg2, kEpi, kPP>(ctx, p);
+    if constexpr (kReg4 != 0)
+        if (src == A_REG4) return launch_wgmma_shape<kKind, kWgM, kBT, kReg4, kEpi, kPP>(ctx, p);
     return br_fail(ctx, BR_E_UNSUPPORTED, "mm_bits: A source %d is not built for this tile",
                    (int)src);
 }
@@ -963,6 +1026,7 @@ br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, Wgmma
     case TILE_128x128: return launch_wgmma_asets<kKind, 1, 128, kEpi>(ctx, p, src);
     case TILE_128x192: return launch_wgmma_asets<kKind, 1, 192, kEpi>(ctx, p, src);
     case TILE_256x96: return launch_wgmma_asets<kKind, 2, 96, kEpi>(ctx, p, src);
+    case TILE_PP128x128: return launch_wgmma_asets<kKind, 2, 128, kEpi, true>(ctx, p, src);
     default: break;
     }
     return br_fail(ctx, BR_E_ARG, "mm: unknown wgmma tile %d", (int)tile);
