@@ -347,11 +347,11 @@ static Problem stage_problem(const br_mm_stage_args &a) {
 
 /* Whether an MM_STAGE op runs fused (the staging wgmma kernel), else as the
  * product (in out, or the workspace) followed by cvt_both. The fused kernel runs
- * only where BITRANK_MM_STAGE=fused (read on every call): on the H200 its epilogue,
- * which is not overlapped with the main loop, costs more than the cvt_both pass it
- * saves (layer step 0.3545 / 0.3098 / 0.5874 ms against 0.3462 / 0.2906 / 0.5620
- * unfused at the bench shapes, 2026-11-29); it is kept, tested bit for bit, for the
- * overlapped epilogue it is waiting on. */
+ * only where BITRANK_MM_STAGE=fused (read on every call): on the H200 its epilogue
+ * costs more than the staging pass it saves (layer step 0.3522 / 0.3090 / 0.5863 ms
+ * against 0.3309 / 0.2878 / 0.5483 unfused at the bench shapes, 2026-11-30; 0.386 /
+ * 0.311 / 0.670 on the ping-pong tile, whose overlap does not make up for it); it is
+ * kept, tested bit for bit, for a faster epilogue (docs/wip/stage-wide). */
 static bool stage_fused(br_ctx *ctx, const Problem &p) {
     const char *e = getenv("BITRANK_MM_STAGE");
     if (!e || strcmp(e, "fused") != 0) return false;
