@@ -5,9 +5,11 @@
 # Setup here (the script and patches travel in an ignored folder named in carry):
 #   mkdir -p build-ab-in && cp docs/wip/ab.sh docs/wip/*/*.patch build-ab-in/
 # Device call (run tool, carry ["build-ab-in"]), about 3 min per patch:
-#   for p in sumsq-depth stage-after-plain f16-epi-wide; do
+#   for p in stage-wide f16-epi-wide; do
 #     bash build-ab-in/ab.sh build $p && bash build-ab-in/ab.sh bench $p && bash build-ab-in/ab.sh test $p
 #   done
+# The device copies the working tree when the call starts: edit nothing it carries
+# until the call is under way (2026-11-30: a patch stopped applying that way).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
@@ -16,8 +18,8 @@ patch_file=$root/build-ab-in/$name.patch
 out=${OUT:-$root/build-ab-out}/$name
 mkdir -p "$out"
 export PATH="$PATH:/usr/local/cuda/bin"
-targets="test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm bench_ops bench_layer bench_gemm"
-tests="test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm"
+targets="test_reduce test_sign test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm bench_ops bench_layer bench_gemm"
+tests="test_reduce test_sign test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm"
 
 step_build() {
   local t0=$(date +%s)
