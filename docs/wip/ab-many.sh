@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# A/B of several docs/wip patches in one device call: the tree as carried ("head")
+# and head + each patch, built side by side for sm_90a; the layer step of each,
+# interleaved, two rounds (plus the env variants a patch names in
+# build-ab-in/<name>.variants, one `VAR=value ...` per line); then every test suite
+# on cuda for each patched tree, the trees in parallel. About 7 minutes for three.
+#
+# Setup here (the script and patches travel in an ignored folder named in carry):
+#   mkdir -p build-ab-in && cp docs/wip/ab-many.sh docs/wip/*/*.patch docs/wip/*/*.variants build-ab-in/
+# Device call (run tool, carry ["build-ab-in"]):
+#   bash build-ab-in/ab-many.sh stage-wide pdl f16-epi-wide
+# The device copies the working tree when the call starts: edit nothing it carries
+# until the call is under way.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+root=$(pwd)
+(($#)) || { echo "usage: ab-many.sh <patch name>..." >&2; exit 2; }
+out=${OUT:-$root/build-ab-out}
+mkdir -p "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
+targets="test_reduce test_sign test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm bench_layer"
+tests="test_reduce test_sign test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm"
+flags=(-DCMAKE_BUILD_TYPE=Release -DBITRANK_CUDA=ON -DBITRANK_NATIVE=OFF
+  "-DBR_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a")
+t0=$(date +%s)
+
+# ---- build: head and one tree per patch, in parallel
+ok=()
+cmake -S . -B build-ab-head "${flags[@]}" >"$out/build-head.log" 2>&1 || { tail "$out/build-head.log"; exit 1; }
+for p in "$@"; do
+  rm -rf "build-ab-src-$p" && mkdir -p "build-ab-src-$p"
+  tar --exclude='./build*' --exclude='./.git' -cf - . | tar -xf - -C "build-ab-src-$p"
+  if (cd "build-ab-src-$p" && patch -p1 --forward <"$root/build-ab-in/$p.patch") >"$out/patch-$p.log" 2>&1 &&
+    cmake -S "build-ab-src-$p" -B "build-ab-$p" "${flags[@]}" >"$out/build-$p.log" 2>&1; then
+    ok+=("$p")
+  else
+    echo "$p: PATCH DOES NOT APPLY or configure failed"; tail -n 5 "$out/patch-$p.log"
+  fi
+done
+jobs=$(($(nproc) / (${#ok[@]} + 1) + 1))
+cmake --build build-ab-head -j"$jobs" --target $targets >>"$out/build-head.log" 2>&1 &
+for p in "${ok[@]}"; do
+  cmake --build "build-ab-$p" -j"$jobs" --target $targets >>"$out/build-$p.log" 2>&1 &
+done
+wait
+built=()
+for v in head "${ok[@]}"; do
+  if [ -x "build-ab-$v/bench_layer" ] && [ -x "build-ab-$v/test_gemm" ]; then
+    [ "$v" = head ] || built+=("$v")
+  else
+    echo "build $v: FAILED"; grep -E "error" "$out/build-$v.log" | head -n 5
+  fi
+done
+echo "builds: $(($(date +%s) - t0)) s"
+
+# ---- layer step, interleaved
+layer() { # label, binary, env assignments...
+  local label=$1 bin=$2
+  shift 2
+  env "$@" timeout 100 "$bin" >"$out/l.jsonl" 2>/dev/null
+  printf '%-44s %s\n' "$label" "$(python3 -c "
+import json,sys
+print(' '.join(str(json.loads(l)['median_ms']) for l in open(sys.argv[1])))" "$out/l.jsonl" 2>/dev/null)"
+}
+for round in 1 2; do
+  layer "head r$round" build-ab-head/bench_layer
+  for p in "${built[@]}"; do
+    layer "$p r$round" "build-ab-$p/bench_layer"
+    [ -f "build-ab-in/$p.variants" ] && while read -r vars; do
+      [ -n "$vars" ] && layer "$p [$vars] r$round" "build-ab-$p/bench_layer" $vars
+    done <"build-ab-in/$p.variants"
+  done
+done
+echo "benches: $(($(date +%s) - t0)) s"
+
+# ---- tests of each patched tree (trees in parallel, suites in order)
+for p in "${built[@]}"; do
+  (
+    for t in $tests; do
+      BITRANK_TEST_DEVICE=cuda timeout 200 "build-ab-$p/$t" >"$out/$p-$t.log" 2>&1
+      r=$?
+      echo "$p $t: rc=$r $(tail -n 1 "$out/$p-$t.log")"
+      ((r != 0 && r != 77)) && grep -m 3 FAIL "$out/$p-$t.log"
+    done
+  ) >"$out/tests-$p.txt" &
+done
+wait
+cat "$out"/tests-*.txt
+echo "total: $(($(date +%s) - t0)) s"
