@@ -57,10 +57,13 @@ echo "builds: $(($(date +%s) - t0)) s"
 layer() { # label, binary, env assignments...
   local label=$1 bin=$2
   shift 2
-  env "$@" timeout 100 "$bin" >"$out/l.jsonl" 2>/dev/null
+  env "$@" timeout 100 "$bin" >"$out/l.jsonl" 2>"$out/l.err"
+  local rc=$?
   printf '%-44s %s\n' "$label" "$(python3 -c "
 import json,sys
 print(' '.join(str(json.loads(l)['median_ms']) for l in open(sys.argv[1])))" "$out/l.jsonl" 2>/dev/null)"
+  ((rc)) && echo "    rc=$rc: $(tail -n 1 "$out/l.err")"
+  return 0
 }
 for round in 1 2; do
   layer "head r$round" build-ab-head/bench_layer
