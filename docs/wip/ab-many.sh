@@ -83,7 +83,7 @@ for p in "${built[@]}"; do
       BITRANK_TEST_DEVICE=cuda timeout 200 "build-ab-$p/$t" >"$out/$p-$t.log" 2>&1
       r=$?
       echo "$p $t: rc=$r $(tail -n 1 "$out/$p-$t.log")"
-      ((r != 0 && r != 77)) && grep -m 3 FAIL "$out/$p-$t.log"
+      ((r != 0 && r != 77)) && grep -m 4 -E "^seed|FAIL" "$out/$p-$t.log"
     done
   ) >"$out/tests-$p.txt" &
 done
