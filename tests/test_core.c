@@ -667,19 +667,18 @@ static void half_from_float_batch_matches(void) {
         uint32_t u = (uint32_t)br_rng_u64(&rng);
         memcpy(&x[n++], &u, 4);
     }
-    uint16_t *got = t_xmalloc(cap * sizeof *got), *want = t_xmalloc(cap * sizeof *want);
+    uint16_t *got = t_xmalloc(cap * sizeof *got);
     size_t bad = 0;
     for (size_t len = cap - 7; len <= cap; len++) {
         memset(got, 0xab, cap * sizeof *got);
         br_half_from_float_n(x, got, len);
-        br_half_from_float_n_scalar(x, want, len);
         for (size_t i = 0; i < len; i++)
-            bad += got[i] != want[i] || want[i] != br_half_from_float(x[i]);
+            bad += got[i] != br_half_from_float(x[i]);
         for (size_t i = len; i < cap; i++)
             bad += got[i] != 0xabab; /* nothing written past n */
     }
     CHECK(bad == 0, "br_half_from_float_n: %zu values differ from br_half_from_float", bad);
-    free(x), free(got), free(want);
+    free(x), free(got);
 }
 
 T_RUN("core", T_CASE(half_every_pattern_round_trips), T_CASE(half_from_float_is_exact_rounding),

@@ -47,7 +47,7 @@ static br_status stage(const br_blr *l, const br_buf *x, br_buf *x16, br_buf *xt
 
 /* Everything after the staging of x: A, A', A'ᵀ, and out. gs > 0 (forward_loss):
  * out (may be NULL) is also staged as f16(out·gs) and its transpose into the shared
- * stage and t_dy for the backward, from the GEMM's epilogue. */
+ * stage and t_dy for the backward (br_mm_stage). */
 static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, const br_buf *xt,
                               const br_buf *target, float alpha, br_buf *out, size_t ntok,
                               float gs) {

@@ -141,10 +141,6 @@ void br_half_from_float_n(const float *x, uint16_t *out, size_t n) {
         return;
     }
 #endif
-    br_half_from_float_n_scalar(x, out, n);
-}
-
-void br_half_from_float_n_scalar(const float *x, uint16_t *out, size_t n) {
     for (size_t i = 0; i < n; i++)
         out[i] = br_half_from_float(x[i]);
 }

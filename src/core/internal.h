@@ -96,15 +96,14 @@ static inline void br_tag_push(br_ctx *ctx, br_tag_scope *t, const char *tag) {
 }
 static inline void br_tag_pop(br_ctx *ctx, const br_tag_scope *t) { br_ctx_set_tag(ctx, t->saved); }
 
-/* Column-reduction block: rows per block, and block count (≤ 256). */
 /* out[i] = br_half_from_float(x[i]) for i < n, bit for bit: with the CPU's F16C
- * conversion where it has one (8 at a time), else one by one (_scalar always). */
+ * conversion where it has one (8 at a time), else one by one. */
 void br_half_from_float_n(const float *x, uint16_t *out, size_t n);
-void br_half_from_float_n_scalar(const float *x, uint16_t *out, size_t n);
 /* out[i] = br_half_to_float(h[i]) for i < n, bit for bit (NaN payloads kept): with
  * F16C where the CPU has it. */
 void br_half_to_float_n(const uint16_t *h, float *out, size_t n);
 
+/* Column-reduction block: rows per block, and block count (≤ 256). */
 static inline size_t br_colsum_block_rows(size_t rows) {
     size_t b = (rows + 255) / 256;
     return b < 64 ? 64 : b;
