@@ -111,7 +111,7 @@ enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2 };
  * epilogue (EPI_FULL: c of the next round loads into the other; EPI_STAGE: the
  * second holds the f16 boxes), else one. */
 constexpr int epi_box_sets(int kind, int epi) {
-    return kind == PLANE_F16 && epi != EPI_PLAIN ? 2 : 1;
+    return kind == PLANE_F16 && epi == EPI_STAGE ? 2 : 1;
 }
 
 /* The most pipeline stages of `stage_bytes` that fit beside `fixed` bytes (≤ 8). */
@@ -138,18 +138,18 @@ struct WgmmaCfg {
     static constexpr int kEpiBufBytes = kEpiRows * 32 * 4;
     /* [tokens][32 rows] boxes a consumer fills per round: 2 (all its warps at once),
      * or 1 where f16 plane stages leave no room */
-    static constexpr int kEpiBoxes = kSmemA ? 1 : 2;
+    static constexpr int kEpiBoxes = kKind == PLANE_F16 ? (kEpiSets > 1 ? 1 : 2) : kSmemA ? 1 : 2;
     /* kEpiSets = 2: two sets of a consumer's boxes, so that c for round q + 1 loads
      * while round q runs (the f16 kernels with an epilogue); a fourth stage only
      * where it still fits beside them */
     static constexpr int kEpiBytes = 2 * kEpiSets * kEpiBoxes * kEpiBufBytes;
     /* ping-pong: as many as fit (the epilogue of one consumer runs beside the other's
      * main loop, which the stages then feed alone) */
-    static constexpr int kStages =
-        kPP                      ? stages_fitting(kActBytes + kPlaneBytes, kEpiBytes + 3072)
-        : !(kSmemA || kBT > 128) ? 8
-        : kEpiSets == 1 || 4 * (kActBytes + kPlaneBytes) + kEpiBytes + 3072 <= 227 * 1024 ? 4
-                                                                                          : 3;
+    static constexpr int kStages = kPP ? stages_fitting(kActBytes + kPlaneBytes, kEpiBytes + 3072)
+                                   : !(kSmemA || kBT > 128) ? 8
+                                   : 4 * (kActBytes + kPlaneBytes) + kEpiBytes + 3072 <= 227 * 1024
+                                       ? 4
+                                       : 3;
     static constexpr int kPlaneOff = kStages * kActBytes;
     static constexpr int kEpiOff = (kPlaneOff + kStages * kPlaneBytes + 1023) / 1024 * 1024;
     static constexpr int kBarOff = kEpiOff + kEpiBytes;
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(384, 1)
     static_assert(!kStage || kKind == PLANE_F16, "the staging epilogue is built for f16 planes");
     constexpr int kArea = epi_box_sets(kKind, kEpi);
     /* box sets c rotates through (EPI_STAGE: set 0 takes c, set 1 the f16 boxes) */
-    constexpr int kSets = kKind == PLANE_F16 && kEpi == EPI_FULL ? 2 : 1;
+    constexpr int kSets = kEpi == EPI_FULL ? kArea : 1;
     using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kArea, kPP>;
     constexpr int S = Cfg::kStages;
     extern __shared__ uint8_t smem_raw[];
