@@ -3,7 +3,7 @@
  * and replayed, at the shapes of a Qwen3.5-0.8B-like step (4096 tokens, 2 paths).
  *
  *   bench_layer [--device cuda|cpu] [--runs N] [--mode latent|factored|exact|off]
- *               [--dx] [--quick] [--profile] [--shape 1|2|3] [--residual]
+ *               [--dx] [--quick] [--profile] [--shape 1|2|3] [--residual] [--stage-x]
  * --profile: after timing, three eager (not graph) steps under the op profiler,
  * its table on stderr: where a step's time goes, op by op.
  *
@@ -11,9 +11,12 @@
  * from the forward, staged for the backward in the output GEMM's epilogue
  * (br_blr_forward_loss, no f32 dy; --residual: br_blr_forward_residual writes dy in
  * f32 and the backward stages it, as before 2026-11-29 night), the backward, the
- * optimizer; 5
- * warm-up replays, then N (default 20, at least 20) replays each timed by device
- * timers (CUDA events) around the launch; the median and the minimum in ms.
+ * optimizer. x is a fixed batch (as the compress job's calibration batches and the
+ * PyTorch reference's resident bf16 x are): staged once by br_blr_stage before the
+ * graph is recorded, and the step runs br_blr_forward_loss_staged (--stage-x: the
+ * step stages x itself, br_blr_forward_loss, as before 2026-11-30). 5 warm-up replays, then N
+ * (default 20, at least 20) replays each timed by device timers (CUDA events) around the launch;
+ * the median and the minimum in ms.
  * --dx also forms the input gradient (a layer inside a network needs it; the
  * PyTorch reference of bench/torch_layer.py does not, x has no grad there).
  * One JSON line per measurement on stdout.
@@ -69,7 +72,8 @@ static float *rand_f32(br_rng *rng, size_t n, float lo, float hi) {
     return v;
 }
 
-static int g_profile, g_residual;
+static int g_profile, g_residual, g_stage_x;
+static br_buf *g_x16, *g_xt; /* x staged once (unless --stage-x) */
 
 /* One training step: forward with the loss gradient, backward, (optimizer: caller). */
 static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, float inv, br_buf *bdy,
@@ -80,7 +84,10 @@ static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, float in
         OK(br_blr_forward_residual(l, s, bx, bys, inv, bdy, T));
         OK(br_blr_backward(l, s, bx, bdy, bdx, T, gs, 0));
     } else {
-        OK(br_blr_forward_loss(l, s, bx, bys, inv, gs, NULL, T));
+        if (g_stage_x)
+            OK(br_blr_forward_loss(l, s, bx, bys, inv, gs, NULL, T));
+        else
+            OK(br_blr_forward_loss_staged(l, s, g_x16, g_xt, bys, inv, gs, NULL, T));
         OK(br_blr_backward(l, s, bx, NULL, bdx, T, gs, 0));
     }
 }
@@ -113,6 +120,9 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     br_buf *bx = upload(BR_F32, x, T * n), *bys = upload(BR_F32, ys, T * m);
     free(x), free(ys);
     float inv = 1.0f / (float)(T * m);
+    OK(br_buf_new(g_ctx, BR_F16, br_pad_rows(T) * br_blr_stage_cols(l), &g_x16));
+    OK(br_buf_new(g_ctx, BR_F16, br_pad_rows(n) * br_pad_tokens(T), &g_xt));
+    OK(br_blr_stage(l, bx, g_x16, g_xt, T));
     br_buf *bdy = NULL, *bdx = NULL;
     OK(br_buf_new(g_ctx, BR_F32, T * m, &bdy));
     if (with_dx) OK(br_buf_new(g_ctx, BR_F32, T * n, &bdx));
@@ -172,13 +182,15 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     double med = t[runs / 2];
     printf(
         "{\"bench\":\"layer_step\",\"device\":\"%s\",\"m\":%zu,\"n\":%zu,\"r\":%zu,\"paths\":%zu,"
-        "\"tokens\":%zu,\"mode\":\"%s\",\"dx\":%s,\"dy\":\"%s\",\"ops\":%zu,\"runs\":%d,\"median_"
+        "\"tokens\":%zu,\"mode\":\"%s\",\"dx\":%s,\"dy\":\"%s\",\"x\":\"%s\",\"ops\":%zu,\"runs\":%"
+        "d,\"median_"
         "ms\":%.4f,"
         "\"min_ms\":%.4f,\"gflop\":%.2f,\"tflops\":%.1f,\"bytes_floor_mb\":%.1f,"
         "\"floor_ms\":%.4f,\"of_floor\":%.2f,\"flips_last_step\":%llu,\"refused\":%d}\n",
         br_ctx_device(g_ctx), m, n, r, P, T, mode_name, with_dx ? "true" : "false",
-        g_residual ? "residual" : "staged", br_graph_op_count(gr), runs, med, t[0], flop / 1e9,
-        flop / (med * 1e-3) / 1e12, bytes / 1e6, floor_ms, med / floor_ms,
+        g_residual ? "residual" : "staged",
+        g_stage_x || g_residual ? "staged each step" : "staged once", br_graph_op_count(gr), runs,
+        med, t[0], flop / 1e9, flop / (med * 1e-3) / 1e12, bytes / 1e6, floor_ms, med / floor_ms,
         (unsigned long long)flips, info.refused);
     fflush(stdout);
     free(t);
@@ -186,6 +198,8 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     br_blr_opt_free(o);
     br_blr_scratch_free(s);
     br_buf_free(bx), br_buf_free(bys), br_buf_free(bdy), br_buf_free(bdx);
+    br_buf_free(g_x16), br_buf_free(g_xt);
+    g_x16 = g_xt = NULL;
     br_blr_free(l);
 }
 
@@ -203,6 +217,8 @@ int main(int argc, char **argv) {
             with_dx = 1;
         else if (!strcmp(argv[i], "--profile"))
             g_profile = 1;
+        else if (!strcmp(argv[i], "--stage-x"))
+            g_stage_x = 1;
         else if (!strcmp(argv[i], "--residual"))
             g_residual = 1;
         else if (!strcmp(argv[i], "--quick"))
@@ -213,7 +229,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: bench_layer [--device cuda|cpu] [--runs N] "
                             "[--mode latent|factored|exact|off] [--dx] [--quick] [--profile] "
-                            "[--shape 1|2|3] [--residual]\n");
+                            "[--shape 1|2|3] [--residual] [--stage-x]\n");
             return 2;
         }
     }

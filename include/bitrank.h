@@ -687,6 +687,13 @@ br_status br_blr_stage(const br_blr *layer, const br_buf *x, br_buf *x16, br_buf
  * unchanged until then. Neither may overlap the scratch's own buffers. */
 br_status br_blr_forward_staged(br_blr *layer, br_blr_scratch *s, const br_buf *x16,
                                 const br_buf *xt, br_buf *y, size_t ntok);
+/* br_blr_forward_loss on a staged input (as br_blr_stage): the training step on a
+ * fixed batch stages x once and skips that pass on every step. Bit-identical to
+ * br_blr_forward_loss on the x that was staged; x16 and xt as for
+ * br_blr_forward_staged (xt is read by the backward: keep it until then). */
+br_status br_blr_forward_loss_staged(br_blr *layer, br_blr_scratch *s, const br_buf *x16,
+                                     const br_buf *xt, const br_buf *target, float alpha,
+                                     float gscale, br_buf *out, size_t ntok);
 
 /* Backward of the last forward through scratch `s` (same x, same ntok; BR_E_STATE
  * before any forward): for dy f32 [ntok][m] = ∂L/∂y, the gradients of every path

@@ -377,15 +377,26 @@ static void loss_forward_stages_dy(void) {
               *want_dx = t_download_f32(ctx, dx, ntok * n);
         float *want[BR_BLR_MAX_PATHS][5];
         grads_of(ctx, l, &L, want);
-        for (int keep = 0; keep < 2; keep++) {
+        /* x staged by the caller (br_blr_forward_loss_staged): the same bits */
+        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l),
+               nt = br_pad_rows(n) * br_pad_tokens(ntok);
+        br_buf *x16 = t_buf_poison(ctx, BR_F16, n16, T_NAN16),
+               *xt = t_buf_poison(ctx, BR_F16, nt, T_NAN16);
+        for (int v = 0; v < 4; v++) {
+            int keep = v & 1, staged = v >> 1;
             br_buf *o2 = keep ? t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32) : NULL;
             CHECK_OK(ctx, br_buf_fill(dx, 0, ntok * n, T_NAN32));
-            CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, btg, alpha, gs, o2, ntok));
+            if (staged) {
+                CHECK_OK(ctx, br_blr_stage(l, bx, x16, xt, ntok));
+                CHECK_OK(ctx, br_blr_forward_loss_staged(l, s, x16, xt, btg, alpha, gs, o2, ntok));
+            } else {
+                CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, btg, alpha, gs, o2, ntok));
+            }
             CHECK_OK(ctx, br_blr_backward(l, s, bx, NULL, dx, ntok, gs, 0));
             float *got_dx = t_download_f32(ctx, dx, ntok * n);
             size_t bad = t_bits_differ32(got_dx, want_dx, ntok * n);
-            CHECK(bad == 0, "%zux%zu P%zu keep=%d: dx differs in %zu of %zu", m, n, P, keep, bad,
-                  ntok * n);
+            CHECK(bad == 0, "%zux%zu P%zu keep=%d staged=%d: dx differs in %zu of %zu", m, n, P,
+                  keep, staged, bad, ntok * n);
             if (o2) {
                 float *got = t_download_f32(ctx, o2, ntok * m);
                 bad = t_bits_differ32(got, want_out, ntok * m);
@@ -399,8 +410,10 @@ static void loss_forward_stages_dy(void) {
             for (size_t p = 0; p < P; p++)
                 for (int i = 0; i < 5; i++) {
                     bad = t_bits_differ32(got[p][i], want[p][i], len[i]);
-                    CHECK(bad == 0, "%zux%zu P%zu keep=%d: path %zu %s differs in %zu of %zu", m, n,
-                          P, keep, p, names[i], bad, len[i]);
+                    CHECK(bad == 0,
+                          "%zux%zu P%zu keep=%d staged=%d: path %zu %s differs in %zu of "
+                          "%zu",
+                          m, n, P, keep, staged, p, names[i], bad, len[i]);
                     free(got[p][i]);
                 }
             free(got_dx);
@@ -414,6 +427,20 @@ static void loss_forward_stages_dy(void) {
         CHECK_FAILS(ctx, BR_E_STATE, br_blr_backward(l, s, bx, NULL, dx, ntok, gs, 0));
         CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss(l, s, bx, NULL, alpha, gs, NULL, ntok));
         CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss(l, s, bx, btg, alpha, 1000.0f, NULL, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG,
+                    br_blr_forward_loss_staged(l, s, x16, xt, NULL, alpha, gs, NULL, ntok));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "gscale",
+                        br_blr_forward_loss_staged(l, s, x16, xt, btg, alpha, 3.0f, NULL, ntok));
+        CHECK_FAILS_MSG(ctx, BR_E_NONFINITE, "alpha",
+                        br_blr_forward_loss_staged(l, s, x16, xt, btg, NAN, gs, NULL, ntok));
+        br_buf *tiny = t_buf_poison(ctx, BR_F16, 1, T_NAN16);
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "xt",
+                        br_blr_forward_loss_staged(l, s, x16, tiny, btg, alpha, gs, NULL, ntok));
+        CHECK_FAILS(ctx, BR_E_DTYPE,
+                    br_blr_forward_loss_staged(l, s, x16, xt, btg, alpha, gs, x16, ntok));
+        CHECK_FAILS(ctx, BR_E_DTYPE,
+                    br_blr_forward_loss_staged(l, s, bx, xt, btg, alpha, gs, NULL, ntok));
+        br_buf_free(x16), br_buf_free(xt), br_buf_free(tiny);
         for (size_t p = 0; p < P; p++)
             for (int i = 0; i < 5; i++)
                 free(want[p][i]);

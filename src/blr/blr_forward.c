@@ -137,30 +137,62 @@ br_status br_blr_forward_loss(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     return forward_x(l, s, fn, x, target, alpha, out, ntok, gscale);
 }
 
-br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16, const br_buf *xt,
-                                br_buf *y, size_t ntok) {
-    static const char fn[] = "br_blr_forward_staged";
-    BR_TRY(br_blr_check_run(l, s, fn, ntok));
+/* The checks of a forward on a staged input: x16 and xt of the staged sizes, apart
+ * from the output and from every transient the forward or its backward writes
+ * (xt is read again by the backward's last GEMM). */
+static br_status check_staged(br_blr *l, const br_blr_scratch *s, const char *fn, const br_buf *x16,
+                              const br_buf *xt, const br_buf *out, size_t ntok) {
     br_ctx *ctx = l->ctx;
-    BR_TRY(check_out(l, fn, NULL, y, 0, ntok));
     size_t n16, nt;
     BR_TRY(stage_sizes(ctx, fn, l, ntok, &n16, &nt));
     BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
     BR_TRY(br_check_buf(ctx, fn, "xt", xt, BR_F16, nt));
-    /* the forward writes the shared transients; the staged input must be apart */
     const br_blr_shared *sh = s->shared;
-    const br_buf *mine[] = {sh->stage, sh->act, s->t_a, s->t_x, sh->plane};
-    static const char *const names[] = {"stage", "A'", "A'ᵀ", "f16(x)ᵀ", "plane"};
-    for (size_t i = 0; i < 5; i++) {
+    const br_buf *mine[] = {sh->stage,  sh->act, sh->plane, sh->b,  sh->t_dy, sh->t_b,
+                            sh->rowmat, sh->dl,  s->mem,    s->t_a, s->t_x};
+    static const char *const names[] = {"stage", "A'",     "plane", "B",   "f16(dy)ᵀ", "B'ᵀ",
+                                        "M",     "dℓ sum", "A",     "A'ᵀ", "f16(x)ᵀ"};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) {
         size_t ni = br_buf_count(mine[i]);
         if (br_bufs_overlap(x16, n16, mine[i], ni) || br_bufs_overlap(xt, nt, mine[i], ni))
             return br_fail(ctx, BR_E_ARG, "%s: the staged input overlaps the scratch's own %s", fn,
                            names[i]);
     }
+    if (out) {
+        size_t no = br_buf_count(out);
+        if (br_bufs_overlap(x16, n16, out, no) || br_bufs_overlap(xt, nt, out, no))
+            return br_fail(ctx, BR_E_ARG, "%s: the staged input overlaps the output", fn);
+    }
+    return BR_OK;
+}
+
+br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16, const br_buf *xt,
+                                br_buf *y, size_t ntok) {
+    static const char fn[] = "br_blr_forward_staged";
+    BR_TRY(br_blr_check_run(l, s, fn, ntok));
+    BR_TRY(check_out(l, fn, NULL, y, 0, ntok));
+    BR_TRY(check_staged(l, s, fn, x16, xt, y, ntok));
     br_tag_scope tag;
-    br_tag_push(ctx, &tag, "blr.fwd");
+    br_tag_push(l->ctx, &tag, "blr.fwd");
     br_status st = forward_core(l, s, x16, xt, NULL, 1.0f, y, ntok, 0.0f);
-    br_tag_pop(ctx, &tag);
+    br_tag_pop(l->ctx, &tag);
+    return st;
+}
+
+br_status br_blr_forward_loss_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16,
+                                     const br_buf *xt, const br_buf *target, float alpha,
+                                     float gscale, br_buf *out, size_t ntok) {
+    static const char fn[] = "br_blr_forward_loss_staged";
+    BR_TRY(br_blr_check_run(l, s, fn, ntok));
+    if (!target) return br_fail(l->ctx, BR_E_ARG, "%s: target is NULL", fn);
+    BR_TRY(br_blr_check_gscale(l, fn, gscale));
+    BR_TRY(check_out(l, fn, target, out, 1, ntok));
+    BR_TRY(br_check_finite(l->ctx, fn, "alpha", alpha));
+    BR_TRY(check_staged(l, s, fn, x16, xt, out, ntok));
+    br_tag_scope tag;
+    br_tag_push(l->ctx, &tag, "blr.fwd");
+    br_status st = forward_core(l, s, x16, xt, target, alpha, out, ntok, gscale);
+    br_tag_pop(l->ctx, &tag);
     return st;
 }
 
