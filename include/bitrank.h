@@ -326,13 +326,16 @@ br_status br_adam(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br_buf
 br_status br_adam_cat(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br_buf *m2,
                       const br_buf *mask, const br_buf *rel_floor, size_t n, const br_adam_hp *hp);
 
-/* Number of partial sums br_sumsq writes per parameter. */
+/* Number of partial sums br_sumsq writes per parameter, and the lanes of each. */
 #define BR_SUMSQ_PARTS 64
+#define BR_SUMSQ_LANES 1024
 /* Partial sums of squares of a[0..n) into out f32 [BR_SUMSQ_PARTS]; their sum is
  * Σ a². NaN and Inf propagate into the partials (so a caller can refuse a step).
- * Bit-exact across backends: element i goes to partial j = (i/256) % 64, lane
- * i % 256; each lane sums fmaf(x, x, lane) in index order from 0; then for s = 128,
- * 64, …, 1: lane[t] = lane[t] + lane[t+s] for t < s; the partial is lane[0]. out
+ * Bit-exact across backends: element i goes to partial j = (i/1024) % 64, lane
+ * i % 1024; each lane sums fmaf(x, x, lane) in index order from 0; then for s =
+ * 512, 256, …, 1: lane[t] = lane[t] + lane[t+s] for t < s; the partial is lane[0]
+ * (1024 lanes since 2026-11-30, 256 before: a partial's lanes are one GPU block,
+ * and more of them in flight keep few large parameters from being latency-bound). out
  * must not share memory with a (BR_E_ARG; likewise for br_sumsq_cat). */
 br_status br_sumsq(br_ctx *ctx, const br_buf *a, size_t n, br_buf *out);
 /* br_sumsq of np parameters of a concatenation: tab u32 [2·np] = (offset, length)

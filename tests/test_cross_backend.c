@@ -679,7 +679,7 @@ static void adam_steps(void) {
  * of a (clamped by both backends). */
 static void sumsq_parts(void) {
     br_rng r = t_rng_for(10);
-    static const size_t sizes[] = {1, 255, 256, 16385, 1000003, 70};
+    static const size_t sizes[] = {1, 255, 1025, 65537, 1000003, 70};
     FOR_OFFSETS for (size_t si = 0; si < 6; si++) for (int special = 0; special < 3; special++) {
         size_t n = sizes[si], at = t_rand_size(&r, 0, n - 1);
         if (TOO_BIG(n)) continue;
@@ -693,7 +693,7 @@ static void sumsq_parts(void) {
             CHECK_OK(g_ctx[s], br_sumsq(g_ctx[s], ba, n, out[s]));
         }
         float *x = dl(DUT, out[DUT], BR_SUMSQ_PARTS), *y = dl(REF, out[REF], BR_SUMSQ_PARTS);
-        size_t part = at / 256 % BR_SUMSQ_PARTS;
+        size_t part = at / BR_SUMSQ_LANES % BR_SUMSQ_PARTS;
         if (special) {
             CHECK(special == 1 ? isnan(x[part]) : isinf(x[part]),
                   "%s: partial %zu is %g on cuda, not %s", g_what, part, x[part],

@@ -456,14 +456,14 @@ static void adam_bad_arguments(void) {
 
 /* ------------------------------------------------------------------ sumsq */
 
-/* |got − Σ a² in f64| within the rounding of 64 partials of 256 lanes (each lane
- * ⌈n/16384⌉ fmaf, then an 8-level tree) and the host's sum of the partials. */
+/* |got − Σ a² in f64| within the rounding of 64 partials of 1024 lanes (each lane
+ * ⌈n/65536⌉ fmaf, then a 10-level tree) and the host's sum of the partials. */
 static int sumsq_close(double got, const float *a, size_t n, double *want) {
     double s = 0;
     for (size_t i = 0; i < n; i++)
         s += (double)a[i] * a[i];
     *want = s;
-    double terms = (double)(n / 16384 + 1) + 8 + 1;
+    double terms = (double)(n / (BR_SUMSQ_PARTS * BR_SUMSQ_LANES) + 1) + 10 + 1;
     return fabs(got - s) <= terms * 0x1p-24 * s + 1e-37;
 }
 
@@ -474,17 +474,17 @@ static double sum_parts(const float *parts) {
     return s;
 }
 
-/* The CPU's partition, scalar: partial j sums lanes t < 256 of the elements
- * i = (64q + j)·256 + t (fmaf, q ascending), then adds the lanes as a tree. */
+/* The CPU's partition, scalar: partial j sums lanes t < 1024 of the elements
+ * i = (64q + j)·1024 + t (fmaf, q ascending), then adds the lanes as a tree. */
 static void ref_sumsq_parts(const float *a, size_t n, float *parts) {
-    for (size_t j = 0; j < BR_SUMSQ_PARTS; j++) {
-        float lane[256];
-        for (size_t t = 0; t < 256; t++) {
+    for (size_t j = 0; j < 64; j++) {
+        float lane[1024];
+        for (size_t t = 0; t < 1024; t++) {
             lane[t] = 0.0f;
-            for (size_t i = j * 256 + t; i < n; i += 64 * 256)
+            for (size_t i = j * 1024 + t; i < n; i += 64 * 1024)
                 lane[t] = fmaf(a[i], a[i], lane[t]);
         }
-        for (size_t s = 128; s > 0; s /= 2)
+        for (size_t s = 512; s > 0; s /= 2)
             for (size_t t = 0; t < s; t++)
                 lane[t] = lane[t] + lane[t + s];
         parts[j] = lane[0];
@@ -495,7 +495,7 @@ static void sumsq_matches_f64(void) {
     br_ctx *ctx = t_ctx();
     int cpu = strcmp(br_ctx_backend(ctx), "cpu") == 0;
     br_rng r = t_rng_for(5);
-    static const size_t sizes[] = {1, 255, 256, 16383, 16385, 100003, 1234567};
+    static const size_t sizes[] = {1, 255, 256, 1023, 1024, 16385, 65535, 65537, 100003, 1234567};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         size_t n = sizes[s];
         float *a = t_rand(&r, n, 3.0f);

@@ -62,14 +62,15 @@ br_status br_cpu_adam(br_ctx *ctx, const br_op *op) { return adam_run(ctx, &op->
 
 br_status br_cpu_adam_cat(br_ctx *ctx, const br_op *op) { return adam_run(ctx, &op->u.adam); }
 
-/* The partition of br_sumsq into BR_SUMSQ_PARTS = 64 partials of 256 lanes, shaped
- * like a GPU reduction (64 blocks × 256 threads) so a kernel can match it exactly:
- *   element i goes to partial j = (i / 256) % 64, lane t = i % 256;
+/* The partition of br_sumsq into BR_SUMSQ_PARTS = 64 partials of BR_SUMSQ_LANES =
+ * 1024 lanes, shaped like a GPU reduction (64 blocks × 1024 threads) so a kernel
+ * can match it exactly:
+ *   element i goes to partial j = (i / 1024) % 64, lane t = i % 1024;
  *   lane[t] = Σ of its elements' squares in index order from 0, fmaf(x, x, lane);
- *   then for s = 128, 64, …, 1: lane[t] = lane[t] + lane[t + s] for t < s;
+ *   then for s = 512, 256, …, 1: lane[t] = lane[t] + lane[t + s] for t < s;
  *   partial j = lane[0].
  * Every term is ≥ 0, so NaN and Inf reach the partial they fall in. */
-enum { SUMSQ_LANES = 256 };
+enum { SUMSQ_LANES = BR_SUMSQ_LANES };
 
 static float sumsq_partial(const float *a, size_t n, size_t j) {
     float lane[SUMSQ_LANES] = {0.0f};

@@ -96,16 +96,16 @@ extern "C" br_status br_cuda_adam_cat(br_ctx *ctx, const br_op *op) {
 
 /* ---------------------------------------------------------------- sumsq */
 
-#define SUMSQ_LANES 256
+#define SUMSQ_LANES BR_SUMSQ_LANES
 
 /* Partial sums of squares, partitioned as the CPU backend partitions them:
- * partial j (block x = j < 64) takes the 256-element chunks c = j, j+64, j+128, …
- * of its parameter; lane t (thread t) sums element 256·c + t of each chunk in
- * order with fmaf from 0; then lane[t] += lane[t + s] for s = 128, 64, …, 1 in
+ * partial j (block x = j < 64) takes the 1024-element chunks c = j, j+64, j+128, …
+ * of its parameter; lane t (thread t) sums element 1024·c + t of each chunk in
+ * order with fmaf from 0; then lane[t] += lane[t + s] for s = 512, 256, …, 1 in
  * shared memory; out[p][j] = lane[0]. Bit-identical to the CPU. Block y walks
  * the parameters p (sumsq: one, the whole of a; sumsq_cat: tab[2p] = offset,
  * tab[2p+1] = length, clamped to a's n_a elements so nothing outside a is read). */
-__global__ void sumsq_kernel(const float *a, unsigned n_a, const uint32_t *tab, unsigned np,
+__global__ void __launch_bounds__(SUMSQ_LANES) sumsq_kernel(const float *a, unsigned n_a, const uint32_t *tab, unsigned np,
                              float *out) {
     __shared__ float lane[SUMSQ_LANES];
     const unsigned j = blockIdx.x, t = threadIdx.x;
