@@ -2,8 +2,9 @@
 # A/B of several docs/wip patches in one device call: the tree as carried ("head")
 # and head + each patch, built side by side for sm_90a; the layer step of each,
 # interleaved, two rounds (plus the env variants a patch names in
-# build-ab-in/<name>.variants, one `VAR=value ...` per line); then every test suite
-# on cuda for each patched tree, the trees in parallel. About 7 minutes for three.
+# build-ab-in/<name>.variants, one `VAR=value ... --bench-arg ...` per line, and
+# build-ab-in/head.variants for head); then every test suite
+# on cuda for head and each patched tree, the trees in parallel. About 7 minutes for three.
 #
 # Setup here (the script and patches travel in an ignored folder named in carry):
 #   mkdir -p build-ab-in && cp docs/wip/ab-many.sh docs/wip/*/*.patch docs/wip/*/*.variants build-ab-in/
@@ -54,10 +55,13 @@ done
 echo "builds: $(($(date +%s) - t0)) s"
 
 # ---- layer step, interleaved
-layer() { # label, binary, env assignments...
-  local label=$1 bin=$2
+layer() { # label, binary, env assignments and bench_layer arguments (--...)...
+  local label=$1 bin=$2 w vars=() args=()
   shift 2
-  env "$@" timeout 100 "$bin" >"$out/l.jsonl" 2>"$out/l.err"
+  for w in "$@"; do
+    if [[ $w == --* ]]; then args+=("$w"); else vars+=("$w"); fi
+  done
+  env "${vars[@]}" timeout 100 "$bin" "${args[@]}" >"$out/l.jsonl" 2>"$out/l.err"
   local rc=$?
   printf '%-44s %s\n' "$label" "$(python3 -c "
 import json,sys
@@ -67,6 +71,9 @@ print(' '.join(str(json.loads(l)['median_ms']) for l in open(sys.argv[1])))" "$o
 }
 for round in 1 2; do
   layer "head r$round" build-ab-head/bench_layer
+  [ -f build-ab-in/head.variants ] && while read -r vars; do
+    [ -n "$vars" ] && layer "head [$vars] r$round" build-ab-head/bench_layer $vars
+  done <build-ab-in/head.variants
   for p in "${built[@]}"; do
     layer "$p r$round" "build-ab-$p/bench_layer"
     [ -f "build-ab-in/$p.variants" ] && while read -r vars; do
@@ -76,8 +83,8 @@ for round in 1 2; do
 done
 echo "benches: $(($(date +%s) - t0)) s"
 
-# ---- tests of each patched tree (trees in parallel, suites in order)
-for p in "${built[@]}"; do
+# ---- tests of head and each patched tree (trees in parallel, suites in order)
+for p in head "${built[@]}"; do
   (
     for t in $tests; do
       BITRANK_TEST_DEVICE=cuda timeout 200 "build-ab-$p/$t" >"$out/$p-$t.log" 2>&1

@@ -121,6 +121,11 @@ static __device__ __forceinline__ uint16_t fused_element(const fused_job &j, siz
 }
 
 #define FUSED_BATCH 8
+/* Columns (threads) of a colsum_fused block. The row blocks are fixed by the
+ * contract (64 rows at 4096 tokens: 64 of them), so narrow blocks are what spreads
+ * a few hundred columns evenly over the SMs (256-column blocks: 192 blocks on 132
+ * SMs at R = 768, half the SMs with two, half with one). */
+#define FUSED_THREADS 128
 
 /* Rows lo..hi−1 (all < rows) of column c, in order: each batch of 8 rows loads its
  * a and b before any of its stores (the compiler may not move loads past stores to
@@ -153,19 +158,19 @@ static __device__ __forceinline__ void fused_rows(const fused_job &j, unsigned c
 }
 
 /* Pass 1 of colsum_fused: block blk of rows [r0, r1), one thread per column (grid
- * (ceil(ncols/256), nb)), the AB partial summed exactly as colsum sums it, and the
+ * (ceil(ncols/FUSED_THREADS), nb)), the AB partial summed exactly as colsum sums it, and the
  * element op of KIND on every element read. The last row block also writes the
  * pads: zero rows rows..rpad−1 of a CVT dst and (WITH_T) zero tokens rows..tpad−1
  * of dst_t.
  *
  * WITH_T: the grid covers columns up to kpad (columns ≥ k only contribute zeros, so
  * dst_t's pad rows get written too). The block's rows go in chunks of 32 through a
- * shared tile [256 columns][32 rows (+2 against bank conflicts)] of f16 bits; after
- * each chunk warp w writes columns w, w+8, …: its 32 lanes store 32 consecutive
+ * shared tile [FUSED_THREADS columns][32 rows (+2 against bank conflicts)] of f16
+ * bits; after each chunk warp w of W writes columns w, w+W, …: its 32 lanes store 32 consecutive
  * tokens of one dst_t row (64 contiguous bytes). With nb == 1 the thread adds its
  * total to sum directly (no second pass). */
 template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j) {
-    __shared__ uint16_t tile[WITH_T ? THREADS : 1][34];
+    __shared__ uint16_t tile[WITH_T ? FUSED_THREADS : 1][34];
     const bool cvt = KIND != BR_FUSE_SCALE_B;
     unsigned c = blockIdx.x * blockDim.x + threadIdx.x, blk = blockIdx.y;
     bool live = c < j.k;
@@ -195,7 +200,7 @@ template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j
             }
             __syncthreads();
             unsigned nt = base < j.tpad ? min(n, j.tpad - base) : 0;
-            for (unsigned cl = warp; cl < THREADS; cl += THREADS / 32)
+            for (unsigned cl = warp; cl < FUSED_THREADS; cl += FUSED_THREADS / 32)
                 if (c0 + cl < j.kpad && lane < nt)
                     j.dst_t[(size_t)(c0 + cl) * j.tpad + base + lane] = tile[cl][lane];
             __syncthreads();
@@ -211,11 +216,11 @@ template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j
 template <int KIND> static br_status fused_launch(br_ctx *ctx, const fused_job &j) {
     br_cuda *s = br_cuda_state(ctx);
     unsigned ncols = j.dst_t ? j.kpad : j.k;
-    dim3 grid((ncols + THREADS - 1) / THREADS, j.nb);
+    dim3 grid((ncols + FUSED_THREADS - 1) / FUSED_THREADS, j.nb);
     if (j.dst_t)
-        colsum_fused_kernel<KIND, true><<<grid, THREADS, 0, s->stream>>>(j);
+        colsum_fused_kernel<KIND, true><<<grid, FUSED_THREADS, 0, s->stream>>>(j);
     else
-        colsum_fused_kernel<KIND, false><<<grid, THREADS, 0, s->stream>>>(j);
+        colsum_fused_kernel<KIND, false><<<grid, FUSED_THREADS, 0, s->stream>>>(j);
     BR_CUDA_LAUNCHED(ctx, "colsum_fused_kernel");
     return BR_OK;
 }
