@@ -4,6 +4,7 @@
  *
  *   bench_layer [--device cuda|cpu] [--runs N] [--mode latent|factored|exact|off]
  *               [--dx] [--quick] [--profile] [--shape 1|2|3] [--residual] [--stage-x]
+ *               [--target-f32]
  * --profile: after timing, three eager (not graph) steps under the op profiler,
  * its table on stderr: where a step's time goes, op by op.
  *
@@ -14,7 +15,9 @@
  * optimizer. x is a fixed batch (as the compress job's calibration batches and the
  * PyTorch reference's resident bf16 x are): staged once by br_blr_stage before the
  * graph is recorded, and the step runs br_blr_forward_loss_staged (--stage-x: the
- * step stages x itself, br_blr_forward_loss, as before 2026-11-30). 5 warm-up replays, then N
+ * step stages x itself, br_blr_forward_loss, as before 2026-11-30). The target y* is
+ * held in f16 as the reference holds it in bf16 (--target-f32: in f32, as before
+ * 2026-11-30; --residual always reads an f32 y*). 5 warm-up replays, then N
  * (default 20, at least 20) replays each timed by device timers (CUDA events) around the launch;
  * the median and the minimum in ms.
  * --dx also forms the input gradient (a layer inside a network needs it; the
@@ -27,7 +30,8 @@
  *           (2TRm), B = dy·W_Uᵀ [T][R] (2TmR, one GEMM), M_U = dyᵀ·A' [m][R] (2mRT),
  *           N_V = xᵀ·B' [n][R] (2nRT) [, dx = B'·S_Vᵀ per path (2TRn)];
  *           everything else is O(T·(m+n+R)) (staging, expand, colsum, rowdot).
- *   bytes = 4·T·(n + m)  (read x and y* once, f32)
+ *   bytes = 4·T·n + 2·T·m  (read x once in f32, or its f16 staging and transpose
+ *           once each; y* once in f16; 4·T·m with an f32 y*)
  *         + P·(m+n)·r·(24 latent: Λ, m1, v read and written, f32 | 16 factored:
  *           Λ, m1 | 0 exact, off) + P·(m+n)·r/4 (bitmaps read and written)
  *           [+ 4·T·n written for dx with --dx]
@@ -72,22 +76,23 @@ static float *rand_f32(br_rng *rng, size_t n, float lo, float hi) {
     return v;
 }
 
-static int g_profile, g_residual, g_stage_x;
+static int g_profile, g_residual, g_stage_x, g_target_f32;
 static br_buf *g_x16, *g_xt; /* x staged once (unless --stage-x) */
 
 /* One training step: forward with the loss gradient, backward, (optimizer: caller). */
-static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, float inv, br_buf *bdy,
-                 br_buf *bdx, size_t T) {
+static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, br_buf *bys16, float inv,
+                 br_buf *bdy, br_buf *bdx, size_t T) {
     /* |dy| ~ 1/(T·m) ≈ 7e-8: gs = 2^24 lifts dy out of the f16 subnormals */
     const float gs = 16777216.0f;
     if (g_residual) {
         OK(br_blr_forward_residual(l, s, bx, bys, inv, bdy, T));
         OK(br_blr_backward(l, s, bx, bdy, bdx, T, gs, 0));
     } else {
+        const br_buf *target = g_target_f32 ? bys : bys16;
         if (g_stage_x)
-            OK(br_blr_forward_loss(l, s, bx, bys, inv, gs, NULL, T));
+            OK(br_blr_forward_loss(l, s, bx, target, inv, gs, NULL, T));
         else
-            OK(br_blr_forward_loss_staged(l, s, g_x16, g_xt, bys, inv, gs, NULL, T));
+            OK(br_blr_forward_loss_staged(l, s, g_x16, g_xt, target, inv, gs, NULL, T));
         OK(br_blr_backward(l, s, bx, NULL, bdx, T, gs, 0));
     }
 }
@@ -117,8 +122,15 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     }
     free(bu), free(bv);
     float *x = rand_f32(&rng, T * n, -1.0f, 1.0f), *ys = rand_f32(&rng, T * m, -1.0f, 1.0f);
+    uint16_t *ys16 = malloc(T * m * sizeof *ys16);
+    if (!ys16) fail("out of host memory");
+    for (size_t i = 0; i < T * m; i++) { /* one target, either way held */
+        ys16[i] = br_half_from_float(ys[i]);
+        ys[i] = br_half_to_float(ys16[i]);
+    }
     br_buf *bx = upload(BR_F32, x, T * n), *bys = upload(BR_F32, ys, T * m);
-    free(x), free(ys);
+    br_buf *bys16 = upload(BR_F16, ys16, T * m);
+    free(x), free(ys), free(ys16);
     float inv = 1.0f / (float)(T * m);
     OK(br_buf_new(g_ctx, BR_F16, br_pad_rows(T) * br_blr_stage_cols(l), &g_x16));
     OK(br_buf_new(g_ctx, BR_F16, br_pad_rows(n) * br_pad_tokens(T), &g_xt));
@@ -138,7 +150,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
 
     br_graph *gr = NULL;
     OK(br_graph_begin(g_ctx));
-    step(l, s, bx, bys, inv, bdy, bdx, T);
+    step(l, s, bx, bys, bys16, inv, bdy, bdx, T);
     OK(br_blr_opt_step(o));
     OK(br_graph_end(g_ctx, &gr));
     for (int i = 0; i < 5; i++)
@@ -156,7 +168,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
         OK(br_ctx_set_option(g_ctx, BR_OPT_PROFILE, 1));
         br_profile_reset(g_ctx);
         for (int i = 0; i < 3; i++) {
-            step(l, s, bx, bys, inv, bdy, bdx, T);
+            step(l, s, bx, bys, bys16, inv, bdy, bdx, T);
             OK(br_blr_opt_step(o));
         }
         fprintf(stderr, "profile of 3 eager steps, (m, n, r, P, T) = (%zu, %zu, %zu, %zu, %zu):\n",
@@ -174,7 +186,8 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     double flop = 2.0 * (double)T * R * (double)(2 * n + 3 * m);
     if (with_dx) flop += 2.0 * (double)T * R * (double)n;
     double per_sign = mode == BR_SIGN_LATENT ? (factored ? 16.0 : 24.0) : 0.0;
-    double bytes = 4.0 * (double)T * (double)(n + m) +
+    const double ybytes = g_target_f32 || g_residual ? 4.0 : 2.0;
+    double bytes = 4.0 * (double)T * (double)n + ybytes * (double)T * (double)m +
                    (double)P * (double)(m + n) * (double)r * (per_sign + (mode ? 0.25 : 0.0));
     if (with_dx) bytes += 4.0 * (double)T * (double)n;
     double floor_ms = flop / 630e12 * 1e3, bytes_ms = bytes / 4.2e12 * 1e3;
@@ -182,22 +195,24 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     double med = t[runs / 2];
     printf(
         "{\"bench\":\"layer_step\",\"device\":\"%s\",\"m\":%zu,\"n\":%zu,\"r\":%zu,\"paths\":%zu,"
-        "\"tokens\":%zu,\"mode\":\"%s\",\"dx\":%s,\"dy\":\"%s\",\"x\":\"%s\",\"ops\":%zu,\"runs\":%"
+        "\"tokens\":%zu,\"mode\":\"%s\",\"dx\":%s,\"dy\":\"%s\",\"x\":\"%s\",\"target\":\"%s\","
+        "\"ops\":%zu,\"runs\":%"
         "d,\"median_"
         "ms\":%.4f,"
         "\"min_ms\":%.4f,\"gflop\":%.2f,\"tflops\":%.1f,\"bytes_floor_mb\":%.1f,"
         "\"floor_ms\":%.4f,\"of_floor\":%.2f,\"flips_last_step\":%llu,\"refused\":%d}\n",
         br_ctx_device(g_ctx), m, n, r, P, T, mode_name, with_dx ? "true" : "false",
         g_residual ? "residual" : "staged",
-        g_stage_x || g_residual ? "staged each step" : "staged once", br_graph_op_count(gr), runs,
-        med, t[0], flop / 1e9, flop / (med * 1e-3) / 1e12, bytes / 1e6, floor_ms, med / floor_ms,
+        g_stage_x || g_residual ? "staged each step" : "staged once",
+        g_target_f32 || g_residual ? "f32" : "f16", br_graph_op_count(gr), runs, med, t[0],
+        flop / 1e9, flop / (med * 1e-3) / 1e12, bytes / 1e6, floor_ms, med / floor_ms,
         (unsigned long long)flips, info.refused);
     fflush(stdout);
     free(t);
     br_graph_free(gr);
     br_blr_opt_free(o);
     br_blr_scratch_free(s);
-    br_buf_free(bx), br_buf_free(bys), br_buf_free(bdy), br_buf_free(bdx);
+    br_buf_free(bx), br_buf_free(bys), br_buf_free(bys16), br_buf_free(bdy), br_buf_free(bdx);
     br_buf_free(g_x16), br_buf_free(g_xt);
     g_x16 = g_xt = NULL;
     br_blr_free(l);
@@ -219,6 +234,8 @@ int main(int argc, char **argv) {
             g_profile = 1;
         else if (!strcmp(argv[i], "--stage-x"))
             g_stage_x = 1;
+        else if (!strcmp(argv[i], "--target-f32"))
+            g_target_f32 = 1;
         else if (!strcmp(argv[i], "--residual"))
             g_residual = 1;
         else if (!strcmp(argv[i], "--quick"))
@@ -229,7 +246,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: bench_layer [--device cuda|cpu] [--runs N] "
                             "[--mode latent|factored|exact|off] [--dx] [--quick] [--profile] "
-                            "[--shape 1|2|3] [--residual] [--stage-x]\n");
+                            "[--shape 1|2|3] [--residual] [--stage-x] [--target-f32]\n");
             return 2;
         }
     }

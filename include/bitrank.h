@@ -673,7 +673,10 @@ br_status br_blr_forward_residual(br_blr *layer, br_blr_scratch *s, const br_buf
  * positive power of two, as there); the result is bit-identical to
  * br_blr_forward_residual followed by br_blr_backward on its out. The staged gradient
  * lives in the scratch's shared transients: an op of another layer sharing them in
- * between overwrites it (the backward then fails with BR_E_STATE). */
+ * between overwrites it (the backward then fails with BR_E_STATE). target may also
+ * be f16 [ntok][m] (apart from out): it enters as its exact f32 values, so the
+ * result is bit for bit that of an f32 target holding them, from half the bytes
+ * (a fixed training target stored once as f16, as a bf16 trainer would). */
 br_status br_blr_forward_loss(br_blr *layer, br_blr_scratch *s, const br_buf *x,
                               const br_buf *target, float alpha, float gscale, br_buf *out,
                               size_t ntok);

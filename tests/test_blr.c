@@ -366,9 +366,16 @@ static void loss_forward_stages_dy(void) {
         br_blr_scratch *s = NULL;
         CHECK_OK(ctx, br_blr_scratch_new(l, ntok, NULL, &s));
         float *x = t_rand(&rng, ntok * n, 2.0f), *tg = t_rand(&rng, ntok * m, 0.05f);
+        /* targets f16 can hold: an f16 target of the same values must give the same bits */
+        uint16_t *tg16 = t_xmalloc(ntok * m * sizeof *tg16);
+        for (size_t i = 0; i < ntok * m; i++) {
+            tg16[i] = br_half_from_float(tg[i]);
+            tg[i] = br_half_to_float(tg16[i]);
+        }
         float alpha = -0.75f / (float)ntok;
         br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n),
-               *btg = t_buf_from(ctx, BR_F32, tg, ntok * m);
+               *btg = t_buf_from(ctx, BR_F32, tg, ntok * m),
+               *btg16 = t_buf_from(ctx, BR_F16, tg16, ntok * m);
         br_buf *out = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
         br_buf *dx = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
         CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, out, ntok));
@@ -382,25 +389,28 @@ static void loss_forward_stages_dy(void) {
                nt = br_pad_rows(n) * br_pad_tokens(ntok);
         br_buf *x16 = t_buf_poison(ctx, BR_F16, n16, T_NAN16),
                *xt = t_buf_poison(ctx, BR_F16, nt, T_NAN16);
-        for (int v = 0; v < 4; v++) {
-            int keep = v & 1, staged = v >> 1;
+        for (int v = 0; v < 8; v++) {
+            int keep = v & 1, staged = (v >> 1) & 1, t16 = v >= 4;
+            const br_buf *target = t16 ? btg16 : btg;
             br_buf *o2 = keep ? t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32) : NULL;
             CHECK_OK(ctx, br_buf_fill(dx, 0, ntok * n, T_NAN32));
             if (staged) {
                 CHECK_OK(ctx, br_blr_stage(l, bx, x16, xt, ntok));
-                CHECK_OK(ctx, br_blr_forward_loss_staged(l, s, x16, xt, btg, alpha, gs, o2, ntok));
+                CHECK_OK(ctx,
+                         br_blr_forward_loss_staged(l, s, x16, xt, target, alpha, gs, o2, ntok));
             } else {
-                CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, btg, alpha, gs, o2, ntok));
+                CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, target, alpha, gs, o2, ntok));
             }
             CHECK_OK(ctx, br_blr_backward(l, s, bx, NULL, dx, ntok, gs, 0));
             float *got_dx = t_download_f32(ctx, dx, ntok * n);
             size_t bad = t_bits_differ32(got_dx, want_dx, ntok * n);
-            CHECK(bad == 0, "%zux%zu P%zu keep=%d staged=%d: dx differs in %zu of %zu", m, n, P,
-                  keep, staged, bad, ntok * n);
+            CHECK(bad == 0, "%zux%zu P%zu keep=%d staged=%d t16=%d: dx differs in %zu of %zu", m, n,
+                  P, keep, staged, t16, bad, ntok * n);
             if (o2) {
                 float *got = t_download_f32(ctx, o2, ntok * m);
                 bad = t_bits_differ32(got, want_out, ntok * m);
-                CHECK(bad == 0, "%zux%zu P%zu: out differs in %zu of %zu", m, n, P, bad, ntok * m);
+                CHECK(bad == 0, "%zux%zu P%zu t16=%d: out differs in %zu of %zu", m, n, P, t16, bad,
+                      ntok * m);
                 free(got);
             }
             float *got[BR_BLR_MAX_PATHS][5];
@@ -411,9 +421,9 @@ static void loss_forward_stages_dy(void) {
                 for (int i = 0; i < 5; i++) {
                     bad = t_bits_differ32(got[p][i], want[p][i], len[i]);
                     CHECK(bad == 0,
-                          "%zux%zu P%zu keep=%d staged=%d: path %zu %s differs in %zu of "
+                          "%zux%zu P%zu keep=%d staged=%d t16=%d: path %zu %s differs in %zu of "
                           "%zu",
-                          m, n, P, keep, staged, p, names[i], bad, len[i]);
+                          m, n, P, keep, staged, t16, p, names[i], bad, len[i]);
                     free(got[p][i]);
                 }
             free(got_dx);
@@ -426,6 +436,9 @@ static void loss_forward_stages_dy(void) {
         CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, out, ntok));
         CHECK_FAILS(ctx, BR_E_STATE, br_blr_backward(l, s, bx, NULL, dx, ntok, gs, 0));
         CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss(l, s, bx, NULL, alpha, gs, NULL, ntok));
+        /* an f16 target only for the loss forms */
+        CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "target",
+                        br_blr_forward_residual(l, s, bx, btg16, alpha, out, ntok));
         CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss(l, s, bx, btg, alpha, 1000.0f, NULL, ntok));
         CHECK_FAILS(ctx, BR_E_ARG,
                     br_blr_forward_loss_staged(l, s, x16, xt, NULL, alpha, gs, NULL, ntok));
@@ -444,8 +457,8 @@ static void loss_forward_stages_dy(void) {
         for (size_t p = 0; p < P; p++)
             for (int i = 0; i < 5; i++)
                 free(want[p][i]);
-        free(want_out), free(want_dx), free(x), free(tg);
-        br_buf_free(bx), br_buf_free(btg), br_buf_free(out), br_buf_free(dx);
+        free(want_out), free(want_dx), free(x), free(tg), free(tg16);
+        br_buf_free(bx), br_buf_free(btg), br_buf_free(btg16), br_buf_free(out), br_buf_free(dx);
         br_blr_scratch_free(s);
         br_blr_free(l);
         ref_free(&L);

@@ -316,42 +316,52 @@ static uint16_t *rand_f16(br_rng *r, size_t n, float scale) {
  * Shapes of every tile size's remainders, the layer's output GEMM, buffers at odd
  * offsets and widths that are not multiples of 4 (the composed path on CUDA), each
  * with and without BITRANK_MM_STAGE=fused (the CUDA staging kernel), then every
- * wgmma tile of that kernel forced through BITRANK_GEMM_TILE at one shape. */
+ * wgmma tile of that kernel forced through BITRANK_GEMM_TILE at one shape. c16: c
+ * given as f16 (at the same offset), against the definition on an f32 c holding
+ * its values (keep 2, in place over c, is not one of its forms). */
 static void mm_stage_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k, size_t ld,
-                          size_t off, int keep, float alpha, float scale, const char *tile) {
+                          size_t off, int keep, float alpha, float scale, const char *tile,
+                          int c16) {
     size_t nd = br_pad_rows(m) * ld, nt = br_pad_rows(n) * br_pad_tokens(m);
     uint16_t *act = rand_f16(rng, m * k, 1.0f), *plane = rand_f16(rng, n * k, 1.0f);
-    float *c = t_rand(rng, m * n, 4.0f);
-    br_buf *pa, *pp, *pc, *po = NULL, *pd, *pt;
+    uint16_t *ch = c16 ? rand_f16(rng, m * n, 4.0f) : NULL;
+    float *c = ch ? t_xmalloc(m * n * sizeof *c) : t_rand(rng, m * n, 4.0f);
+    for (size_t i = 0; ch && i < m * n; i++)
+        c[i] = (float)t_f16_value(ch[i]);
+    br_buf *pa, *pp, *pc, *pch = NULL, *po = NULL, *pd, *pt;
     br_buf *ba = input_at(ctx, BR_F16, act, m * k, off, &pa);
     br_buf *bp = input_at(ctx, BR_F16, plane, n * k, off, &pp);
     br_buf *bc = input_at(ctx, BR_F32, c, m * n, off, &pc);
+    br_buf *bch = ch ? input_at(ctx, BR_F16, ch, m * n, off, &pch) : NULL;
     br_buf *bo = keep == 1 ? view_at(ctx, BR_F32, m * n, off, T_NAN32, &po) : keep == 2 ? bc : NULL;
     br_buf *bd = view_at(ctx, BR_F16, nd, off, T_NAN16, &pd);
     br_buf *bt = view_at(ctx, BR_F16, nt, off, T_NAN16, &pt);
     br_gemm g = {.m = m, .n = n, .k = k, .oscale = alpha, .c = bc, .beta = -alpha};
+    br_gemm gh = g;
+    if (bch) gh.c = bch;
     /* the definition first (c is read before an in-place run overwrites it) */
     br_buf *ro = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
     br_buf *rd = t_buf_poison(ctx, BR_F16, nd, T_NAN16),
            *rt = t_buf_poison(ctx, BR_F16, nt, T_NAN16);
     CHECK_OK(ctx, br_mm(ctx, ba, bp, ro, g));
     CHECK_OK(ctx, br_cvt_both(ctx, ro, NULL, rd, rt, m, n, ld, scale));
-    CHECK_OK(ctx, br_mm_stage(ctx, ba, bp, bo, g, bd, bt, ld, scale));
+    CHECK_OK(ctx, br_mm_stage(ctx, ba, bp, bo, gh, bd, bt, ld, scale));
     uint16_t *got = t_download_f16(ctx, bd, nd), *got_t = t_download_f16(ctx, bt, nt);
     uint16_t *want = t_download_f16(ctx, rd, nd), *want_t = t_download_f16(ctx, rt, nt);
     size_t bad = t_bits_differ16(got, want, nd), bad_t = t_bits_differ16(got_t, want_t, nt);
     CHECK(bad == 0,
-          "mm_stage %zux%zux%zu ld=%zu off=%zu keep=%d tile=%s: dst differs in %zu of %zu (first "
-          "%zu)",
-          m, n, k, ld, off, keep, tile, bad, nd, t_first_diff16(got, want, nd));
+          "mm_stage %zux%zux%zu ld=%zu off=%zu keep=%d tile=%s c16=%d: dst differs in %zu of %zu "
+          "(first %zu)",
+          m, n, k, ld, off, keep, tile, c16, bad, nd, t_first_diff16(got, want, nd));
     CHECK(bad_t == 0,
-          "mm_stage %zux%zux%zu off=%zu keep=%d tile=%s: dst_t differs in %zu of %zu (first %zu)",
-          m, n, k, off, keep, tile, bad_t, nt, t_first_diff16(got_t, want_t, nt));
+          "mm_stage %zux%zux%zu off=%zu keep=%d tile=%s c16=%d: dst_t differs in %zu of %zu (first "
+          "%zu)",
+          m, n, k, off, keep, tile, c16, bad_t, nt, t_first_diff16(got_t, want_t, nt));
     if (bo) {
         float *go = t_download_f32(ctx, bo, m * n), *wo = t_download_f32(ctx, ro, m * n);
         bad = t_bits_differ32(go, wo, m * n);
-        CHECK(bad == 0, "mm_stage %zux%zux%zu keep=%d tile=%s: out differs in %zu of %zu", m, n, k,
-              keep, tile, bad, m * n);
+        CHECK(bad == 0, "mm_stage %zux%zux%zu keep=%d tile=%s c16=%d: out differs in %zu of %zu", m,
+              n, k, keep, tile, c16, bad, m * n);
         free(go), free(wo);
     }
     /* f64: every 7th value near alpha·(act·planeᵀ − c)·scale */
@@ -371,9 +381,10 @@ static void mm_stage_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k
             far += fabs(t_f16_value(got[i * ld + j]) - v) > tol;
         }
     CHECK(far == 0, "mm_stage %zux%zux%zu: %zu values off the f64 product", m, n, k, far);
-    free(got), free(got_t), free(want), free(want_t), free(act), free(plane), free(c);
+    free(got), free(got_t), free(want), free(want_t), free(act), free(plane), free(c), free(ch);
     br_buf_free(ro), br_buf_free(rd), br_buf_free(rt);
     free_view(ba, pa), free_view(bp, pp), free_view(bc, pc), free_view(bd, pd), free_view(bt, pt);
+    if (bch) free_view(bch, pch);
     if (keep == 1) free_view(bo, po);
 }
 
@@ -401,8 +412,12 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
         /* CUDA: the fused kernel (BITRANK_MM_STAGE=fused) and the unfused path */
         for (int fused = 0; fused < 2; fused++) {
             if (fused) setenv("BITRANK_MM_STAGE", "fused", 1);
-            mm_stage_case(ctx, &rng, m, n, k, ld, off, keep, alpha, scale,
-                          fused ? "fused" : "auto");
+            mm_stage_case(ctx, &rng, m, n, k, ld, off, keep, alpha, scale, fused ? "fused" : "auto",
+                          0);
+            /* an f16 c (fused asked for: the composed path all the same) */
+            if (c > 0)
+                mm_stage_case(ctx, &rng, m, n, k, ld, off, keep == 2 ? (int)(c % 2) : keep, alpha,
+                              scale, fused ? "fused" : "auto", 1);
             unsetenv("BITRANK_MM_STAGE");
         }
     }
@@ -411,7 +426,7 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
         setenv("BITRANK_GEMM_TILE", tiles[i], 1);
         setenv("BITRANK_MM_STAGE", "fused", 1);
-        mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i]);
+        mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i], 0);
         unsetenv("BITRANK_MM_STAGE");
         unsetenv("BITRANK_GEMM_TILE");
     }
@@ -420,7 +435,7 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
     setenv("BITRANK_GEMM_CTAS", "1", 1);
     for (int fused = 0; fused < 2; fused++) {
         if (fused) setenv("BITRANK_MM_STAGE", "fused", 1);
-        mm_stage_case(ctx, &rng, 333, 300, 640, 320, 0, fused, 0.7f, 256.0f, "pp128x128 1 CTA");
+        mm_stage_case(ctx, &rng, 333, 300, 640, 320, 0, fused, 0.7f, 256.0f, "pp128x128 1 CTA", 0);
         unsetenv("BITRANK_MM_STAGE");
     }
     unsetenv("BITRANK_GEMM_CTAS");
@@ -454,6 +469,21 @@ static void mm_stage_bad_arguments(void) {
     CHECK_FAILS(ctx, BR_E_NONFINITE, br_mm_stage(ctx, a, p, o, g, d, t, 64, NAN));
     CHECK_FAILS(ctx, BR_E_SIZE, br_mm_stage(ctx, a, p, o, g, d, t, 128, 1.0f));
     CHECK_FAILS(ctx, BR_E_DTYPE, br_mm_stage(ctx, a, p, o, g, c, t, 64, 1.0f));
+    /* an f16 c: accepted, never in place (out is f32), the wrong size named; br_mm
+     * itself takes only an f32 c */
+    br_buf *ch = t_buf_poison(ctx, BR_F16, 64 * 64, 0),
+           *ch_small = t_buf_poison(ctx, BR_F16, 64, 0);
+    br_gemm gh = g;
+    gh.c = ch;
+    CHECK_OK(ctx, br_mm_stage(ctx, a, p, o, gh, d, t, 64, 1.0f));
+    CHECK_OK(ctx, br_mm_stage(ctx, a, p, NULL, gh, d, t, 64, 1.0f));
+    gh.c = d;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps", br_mm_stage(ctx, a, p, o, gh, d, t, 64, 1.0f));
+    gh.c = ch_small;
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "c", br_mm_stage(ctx, a, p, o, gh, d, t, 64, 1.0f));
+    gh.c = ch;
+    CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "c", br_mm(ctx, a, p, o, gh));
+    br_buf_free(ch), br_buf_free(ch_small);
     br_buf_free(a), br_buf_free(p), br_buf_free(c), br_buf_free(o), br_buf_free(d), br_buf_free(t);
     br_ctx_free(ctx);
 }

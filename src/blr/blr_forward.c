@@ -84,17 +84,17 @@ static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, c
     return BR_OK;
 }
 
-/* out [ntok][m] f32 (NULL only where out_optional); target (may be NULL) f32
- * [ntok][m], out itself or apart from it. */
+/* out [ntok][m] f32 (NULL only where loss: the forward_loss forms); target (may be
+ * NULL) f32 [ntok][m], out itself or apart from it, or with loss also f16 (apart). */
 static br_status check_out(br_blr *l, const char *fn, const br_buf *target, const br_buf *out,
-                           int out_optional, size_t ntok) {
+                           int loss, size_t ntok) {
     size_t need;
     BR_TRY(br_check_mul(l->ctx, fn, "ntok·m", ntok, l->m, &need));
-    if (out || !out_optional)
-        BR_TRY(br_check_buf(l->ctx, fn, target ? "out" : "y", out, BR_F32, need));
+    if (out || !loss) BR_TRY(br_check_buf(l->ctx, fn, target ? "out" : "y", out, BR_F32, need));
     if (!target) return BR_OK;
-    BR_TRY(br_check_buf(l->ctx, fn, "target", target, BR_F32, need));
-    if (out && !(target->mem == out->mem && target->offset == out->offset))
+    int t16 = loss && br_buf_dtype(target) == BR_F16;
+    BR_TRY(br_check_buf(l->ctx, fn, "target", target, t16 ? BR_F16 : BR_F32, need));
+    if (out && !(!t16 && target->mem == out->mem && target->offset == out->offset))
         BR_TRY(br_check_apart(l->ctx, fn, "out", out, need, "target", target, need));
     return BR_OK;
 }

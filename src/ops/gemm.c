@@ -14,7 +14,7 @@
  * *plane_elems n·k (the f16 plane's size, which also bounds the bitmap's). out may
  * be NULL only where out_optional (br_mm_stage). */
 static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, const br_buf *out,
-                            int out_optional, br_gemm *g, size_t *plane_elems) {
+                            int out_optional, br_gemm *g, size_t *plane_elems, int c_f16_ok) {
     BR_TRY(br_check_dim(ctx, fn, "m", g->m));
     BR_TRY(br_check_dim(ctx, fn, "n", g->n));
     BR_TRY(br_check_dim(ctx, fn, "k", g->k));
@@ -56,11 +56,12 @@ static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, cons
     BR_TRY(br_check_opt_buf(ctx, fn, "colscale", g->colscale, BR_F32, g->n));
     BR_TRY(br_check_apart(ctx, fn, "colscale", g->colscale, g->n, "out", out, out_need));
     if (g->c) {
-        BR_TRY(br_check_buf(ctx, fn, "c", g->c, BR_F32, out_need));
+        int c16 = c_f16_ok && br_buf_dtype(g->c) == BR_F16;
+        BR_TRY(br_check_buf(ctx, fn, "c", g->c, c16 ? BR_F16 : BR_F32, out_need));
         BR_TRY(br_check_finite(ctx, fn, "beta", g->beta));
         /* in place (c is out, element for element) or apart: a shifted overlap would
-         * read elements another tile has already written */
-        if (out && !(g->c->mem == out->mem && g->c->offset == out->offset) &&
+         * read elements another tile has already written (an f16 c is never out) */
+        if (out && !(!c16 && g->c->mem == out->mem && g->c->offset == out->offset) &&
             br_bufs_overlap(g->c, out_need, out, out_need))
             return br_fail(ctx, BR_E_ARG,
                            "%s: c overlaps out without being out itself (offsets %zu and %zu)", fn,
@@ -90,7 +91,7 @@ br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out
     static const char fn[] = "br_mm";
     BR_TRY(br_check_ctx(ctx));
     size_t plane_elems;
-    BR_TRY(check_gemm(ctx, fn, act, out, 0, &g, &plane_elems));
+    BR_TRY(check_gemm(ctx, fn, act, out, 0, &g, &plane_elems, 0));
     BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
     br_op op = {.kind = BR_OP_MM};
     size_t ws = split_ws_bytes(&g);
@@ -130,7 +131,7 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
     static const char fn[] = "br_mm_bits";
     BR_TRY(br_check_ctx(ctx));
     size_t plane_elems, bits_need;
-    BR_TRY(check_gemm(ctx, fn, act, out, 0, &g, &plane_elems));
+    BR_TRY(check_gemm(ctx, fn, act, out, 0, &g, &plane_elems, 0));
     if (layout == BR_BITS_ROWS) { /* bits u32 [n][k/32] */
         BR_TRY(br_check_mul(ctx, fn, "n·(k/32)", g.n, g.k / 32, &bits_need));
     } else if (layout == BR_BITS_COLS) { /* bits u32 [k][ceil(n/32)] */
@@ -171,7 +172,7 @@ br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_bu
     static const char fn[] = "br_mm_stage";
     BR_TRY(br_check_ctx(ctx));
     size_t plane_elems, n_out, n_dst, n_dst_t;
-    BR_TRY(check_gemm(ctx, fn, act, out, 1, &g, &plane_elems));
+    BR_TRY(check_gemm(ctx, fn, act, out, 1, &g, &plane_elems, 1));
     BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
     if (!g.c) return br_fail(ctx, BR_E_ARG, "%s: c is NULL (the staged GEMM needs c)", fn);
     if (g.ocol != 0 || g.ldo != g.n)

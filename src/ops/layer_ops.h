@@ -66,8 +66,9 @@ br_status br_cvt_both(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf 
  *     br_cvt_both(ctx, out, NULL, dst, dst_t, g.m, g.n, ld, scale)
  * would stage it (every bit, pads +0) — from the GEMM's epilogue where the backend
  * can, so the f32 product need not go through memory: out may be NULL (not kept).
- * g.c is required; no colscale; out (and c) whole [m][n] matrices (ldo = n, ocol =
- * 0); dst f16 [br_pad_rows(m)][ld] (ld ≥ n), dst_t f16 [br_pad_rows(n)][br_pad_tokens(m)],
+ * g.c is required, f32 or f16 (an f16 c enters as its exact f32 value: the same bits
+ * as the f32 c holding those values, from half the bytes); no colscale; out (and c)
+ * whole [m][n] matrices (ldo = n, ocol = 0); dst f16 [br_pad_rows(m)][ld] (ld ≥ n), dst_t f16 [br_pad_rows(n)][br_pad_tokens(m)],
  * both apart from each other and from act, plane, c and out. */
 br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g,
                       br_buf *dst, br_buf *dst_t, size_t ld, float scale);

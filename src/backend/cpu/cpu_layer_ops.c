@@ -153,17 +153,35 @@ br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op) {
 /* ---------------------------------------------------------------- mm_stage */
 
 /* br_mm into out (or a buffer of its own when out is NULL), then br_cvt_both of it:
- * the definition of the op, as the CUDA backend's fused epilogue must match it. */
+ * the definition of the op, as the CUDA backend's fused epilogue must match it. An
+ * f16 c: the plain product (oscale 1, no c: acc itself), then the epilogue the GEMM
+ * applies with c, fl(fl(oscale·acc) + fl(beta·c)), on c's f32 values. */
 br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op) {
     const br_mm_stage_args *a = &op->u.mm_stage;
     br_op mm = {.kind = BR_OP_MM};
     mm.u.mm = a->mm;
+    const int c16 = br_buf_dtype(a->mm.g.c) == BR_F16;
+    if (c16) {
+        mm.u.mm.g.c = NULL;
+        mm.u.mm.g.beta = 0.0f;
+        mm.u.mm.g.oscale = 1.0f;
+    }
     br_buf *own = NULL;
     if (!mm.u.mm.out) {
         BR_TRY(br_buf_new(ctx, BR_F32, a->mm.g.m * a->mm.g.n, &own));
         mm.u.mm.out = own;
     }
     br_status st = br_cpu_mm(ctx, &mm);
+    if (st == BR_OK && c16) {
+        float *o = br_ptr(mm.u.mm.out), alpha = a->mm.g.oscale, beta = a->mm.g.beta;
+        const uint16_t *c = br_ptr(a->mm.g.c);
+        size_t count = a->mm.g.m * a->mm.g.n;
+        OMP("omp parallel for schedule(static) if (count >= PARALLEL_MIN_ELEMS)")
+        for (size_t i = 0; i < count; i++) {
+            float scaled = o[i] * alpha, cterm = beta * br_half_to_float(c[i]);
+            o[i] = scaled + cterm;
+        }
+    }
     if (st == BR_OK) {
         br_op cb = {.kind = BR_OP_CVT_BOTH};
         cb.u.cvt_both = (br_cvt_both_args){.src = mm.u.mm.out,

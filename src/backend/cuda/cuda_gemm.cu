@@ -362,8 +362,14 @@ static bool stage_fused(br_ctx *ctx, const Problem &p) {
 
 } // namespace br_gemm_cuda
 
+/* An f16 c: the GEMM epilogues read c as f32, so the product is plain and the
+ * staging pass applies c (never the fused kernel). */
+static bool c_is_f16(const br_mm_stage_args &a) { return br_buf_dtype(a.mm.g.c) == BR_F16; }
+
 extern "C" size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a) {
-    if (a->mm.out || br_gemm_cuda::stage_fused(ctx, br_gemm_cuda::stage_problem(*a))) return 0;
+    if (a->mm.out ||
+        (!c_is_f16(*a) && br_gemm_cuda::stage_fused(ctx, br_gemm_cuda::stage_problem(*a))))
+        return 0;
     return a->mm.g.m * a->mm.g.n * sizeof(float); /* room for the product */
 }
 
@@ -371,6 +377,23 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
     const br_mm_stage_args &a = op->u.mm_stage;
     const size_t m = a.mm.g.m, n = a.mm.g.n;
+    if (c_is_f16(a)) { /* the plain product in out (or the workspace), then c applied */
+        br_mm_args plain_args = a.mm;
+        plain_args.g.c = nullptr;
+        Problem plain = problem_of(plain_args, PLANE_F16);
+        plain.oscale = 1.0f;
+        plain.beta = 0.0f;
+        if (!plain.out) {
+            void *ws = nullptr;
+            BR_TRY(br_cuda_workspace(ctx, m * n * sizeof(float), &ws));
+            plain.out = static_cast<float *>(ws);
+        }
+        BR_TRY(run_problem(ctx, plain, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
+        return br_cuda_cvt_both_res16(ctx, plain.out, static_cast<uint16_t *>(br_ptr(a.dst)),
+                                      static_cast<uint16_t *>(br_ptr(a.dst_t)), m, n, a.ld, a.scale,
+                                      static_cast<const uint16_t *>(br_ptr(a.mm.g.c)),
+                                      a.mm.g.oscale, a.mm.g.beta, a.mm.out ? plain.out : nullptr);
+    }
     const Problem staged = stage_problem(a);
     if (stage_fused(ctx, staged)) {
         WgmmaTile tile;

@@ -104,6 +104,11 @@ br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op);
 br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const float *col, uint16_t *dst,
                                uint16_t *dst_t, size_t m, size_t k, size_t ld, float scale,
                                const float *c, float alpha, float beta);
+/* The same with an f16 c (its exact f32 values); res_out (or NULL) also receives the
+ * f32 value fl(fl(src·alpha) + fl(beta·c)) before the scale (res_out may be src). */
+br_status br_cuda_cvt_both_res16(br_ctx *ctx, const float *src, uint16_t *dst, uint16_t *dst_t,
+                                 size_t m, size_t k, size_t ld, float scale, const uint16_t *c,
+                                 float alpha, float beta, float *res_out);
 /* cuda_gemm.cu (dispatch to the mma.sync and wgmma kernels) */
 br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op);
 size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a);

@@ -199,9 +199,14 @@ typedef struct cvt_both_job {
     float scale;
     /* RES: the staged value is of fl(fl(src·alpha) + fl(beta·c)) (col NULL): the
      * epilogue of a GEMM with c, applied to its plain product */
-    const float *c; /* f32 [m][k] */
+    const float *c;     /* RES_F32: f32 [m][k] */
+    const uint16_t *ch; /* RES_F16: f16 [m][k], its exact f32 values */
+    float *res_out;     /* RES_F16 only, or NULL: the f32 value before scale, [m][k] */
     float alpha, beta;
 } cvt_both_job;
+
+/* What a cvt_both stages: src (with col), or a GEMM epilogue with an f32 / f16 c. */
+enum { RES_NONE = 0, RES_F32 = 1, RES_F16 = 2 };
 
 /* Eight floats of row s from column c (< k: zeros past k or where !row_ok): two
  * 16-byte loads with VEC (k % 8 == 0, 16-byte aligned rows), else one at a time. */
@@ -223,6 +228,30 @@ static __device__ __forceinline__ void load8(float (&x)[8], const float *s, bool
     }
 }
 
+/* Eight halves of row s from column c as their f32 values (zeros as load8 gives):
+ * one 16-byte load with VEC (then 16-byte aligned), else one at a time. */
+template <bool VEC>
+static __device__ __forceinline__ void load8h(float (&x)[8], const uint16_t *s, bool row_ok,
+                                              unsigned c, unsigned k) {
+    uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (VEC) {
+        if (row_ok && c < k) {
+            uint4 v = *reinterpret_cast<const uint4 *>(s);
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (unsigned u = 0; u < 8; u++)
+                h[u] = (uint16_t)(w[u / 2] >> (16 * (u % 2)));
+        }
+    } else {
+#pragma unroll
+        for (unsigned u = 0; u < 8; u++)
+            if (row_ok && c + u < k) h[u] = s[u];
+    }
+#pragma unroll
+    for (unsigned u = 0; u < 8; u++)
+        x[u] = br_dev_f16_to_f32(h[u]);
+}
+
 /* Phase 1 of a tile (t0, c0): item q of 512 is token tt, column group g (8 columns
  * c0 + 8g ..): a warp takes 8 tokens × 4 groups, so it reads 128 contiguous bytes
  * of 8 src rows and writes 64 contiguous bytes of 8 dst rows. The item's 8 staged
@@ -230,9 +259,11 @@ static __device__ __forceinline__ void load8(float (&x)[8], const float *s, bool
  * Phase 2 (dst_t): item q is tile column cc, token group g: 4 columns × 8 groups
  * per warp, 128 contiguous bytes of 4 dst_t rows, one 16-byte store each.
  * VEC: k % 8 == 0 and ld % 8 == 0 (a group is wholly inside or outside the data and
- * dst's rows), src, dst, dst_t 16-byte aligned (and c with RES). Grid-stride
+ * dst's rows), src, dst, dst_t 16-byte aligned (and c, res_out with RES). RES_F16
+ * with res_out also stores the unscaled f32 value there (src may be res_out: each
+ * element is read by the thread that writes it, before it writes). Grid-stride
  * over tiles. */
-template <bool VEC, bool RES> __global__ void cvt_both_kernel(cvt_both_job j) {
+template <bool VEC, int RES> __global__ void cvt_both_kernel(cvt_both_job j) {
     __shared__ __align__(16) uint16_t tile[CB_TILE][CB_STRIDE]; /* [column][token] */
     unsigned ctiles = (j.cext + CB_TILE - 1) / CB_TILE;
     unsigned tiles = ctiles * ((j.text + CB_TILE - 1) / CB_TILE);
@@ -246,7 +277,10 @@ template <bool VEC, bool RES> __global__ void cvt_both_kernel(cvt_both_job j) {
             unsigned g = q % 4 + 4 * (q / 32 % 2), tt = q / 4 % 8 + 8 * (q / 64);
             unsigned t = t0 + tt, c = c0 + 8 * g;
             load8<VEC>(x[it], j.src + (size_t)t * j.k + c, t < j.m, c, j.k);
-            if (RES) load8<VEC>(xc[RES ? it : 0], j.c + (size_t)t * j.k + c, t < j.m, c, j.k);
+            if (RES == RES_F32)
+                load8<VEC>(xc[RES ? it : 0], j.c + (size_t)t * j.k + c, t < j.m, c, j.k);
+            if (RES == RES_F16)
+                load8h<VEC>(xc[RES ? it : 0], j.ch + (size_t)t * j.k + c, t < j.m, c, j.k);
         }
 #pragma unroll
         for (unsigned it = 0; it < CB_ITEMS; it++) {
@@ -254,16 +288,34 @@ template <bool VEC, bool RES> __global__ void cvt_both_kernel(cvt_both_job j) {
             unsigned g = q % 4 + 4 * (q / 32 % 2), tt = q / 4 % 8 + 8 * (q / 64);
             unsigned t = t0 + tt, c = c0 + 8 * g;
             uint32_t h[8];
+            float res[8];
 #pragma unroll
             for (unsigned u = 0; u < 8; u++) {
                 h[u] = 0u;
+                res[u] = 0.0f;
                 if (t < j.m && c + u < j.k) {
-                    float v = RES     ? __fmul_rn(__fadd_rn(__fmul_rn(x[it][u], j.alpha),
-                                                            __fmul_rn(j.beta, xc[RES ? it : 0][u])),
-                                                  j.scale)
+                    if (RES)
+                        res[u] = __fadd_rn(__fmul_rn(x[it][u], j.alpha),
+                                           __fmul_rn(j.beta, xc[RES ? it : 0][u]));
+                    float v = RES     ? __fmul_rn(res[u], j.scale)
                               : j.col ? __fmul_rn(__fmul_rn(x[it][u], j.col[c + u]), j.scale)
                                       : __fmul_rn(x[it][u], j.scale);
                     h[u] = br_dev_f16_bits(v);
+                }
+            }
+            if (RES == RES_F16 && j.res_out && t < j.m) {
+                float *o = j.res_out + (size_t)t * j.k + c;
+                if (VEC) {
+                    if (c < j.k) {
+                        reinterpret_cast<float4 *>(o)[0] =
+                            make_float4(res[0], res[1], res[2], res[3]);
+                        reinterpret_cast<float4 *>(o)[1] =
+                            make_float4(res[4], res[5], res[6], res[7]);
+                    }
+                } else {
+#pragma unroll
+                    for (unsigned u = 0; u < 8; u++)
+                        if (c + u < j.k) o[u] = res[u];
                 }
             }
             if (j.dst && t < j.mpad) {
@@ -309,10 +361,11 @@ template <bool VEC, bool RES> __global__ void cvt_both_kernel(cvt_both_job j) {
     }
 }
 
-extern "C" br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const float *col,
-                                          uint16_t *dst, uint16_t *dst_t, size_t m, size_t k,
-                                          size_t ld, float scale, const float *c, float alpha,
-                                          float beta) {
+/* The launch of every cvt_both form (c or ch, not both; res_out only with ch). */
+static br_status cvt_both_launch(br_ctx *ctx, const float *src, const float *col, uint16_t *dst,
+                                 uint16_t *dst_t, size_t m, size_t k, size_t ld, float scale,
+                                 const float *c, const uint16_t *ch, float *res_out, float alpha,
+                                 float beta) {
     br_cuda *s = br_cuda_state(ctx);
     cvt_both_job j;
     memset(&j, 0, sizeof j);
@@ -331,22 +384,44 @@ extern "C" br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const f
     if (j.dst_t && j.kpad > j.cext) j.cext = j.kpad;
     j.scale = scale;
     j.c = c;
+    j.ch = ch;
+    j.res_out = res_out;
     j.alpha = alpha;
     j.beta = beta;
     size_t tiles = (size_t)((j.cext + CB_TILE - 1) / CB_TILE) * ((j.text + CB_TILE - 1) / CB_TILE);
     unsigned blocks = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
     int vec = j.k % 8 == 0 && j.ld % 8 == 0 && br_aligned(16, j.src, j.dst, j.dst_t) &&
-              br_aligned(16, j.c, NULL, NULL);
-    if (c && vec)
-        cvt_both_kernel<true, true><<<blocks, THREADS, 0, s->stream>>>(j);
+              br_aligned(16, j.c, j.ch, j.res_out);
+    if (ch && vec)
+        cvt_both_kernel<true, RES_F16><<<blocks, THREADS, 0, s->stream>>>(j);
+    else if (ch)
+        cvt_both_kernel<false, RES_F16><<<blocks, THREADS, 0, s->stream>>>(j);
+    else if (c && vec)
+        cvt_both_kernel<true, RES_F32><<<blocks, THREADS, 0, s->stream>>>(j);
     else if (c)
-        cvt_both_kernel<false, true><<<blocks, THREADS, 0, s->stream>>>(j);
+        cvt_both_kernel<false, RES_F32><<<blocks, THREADS, 0, s->stream>>>(j);
     else if (vec)
-        cvt_both_kernel<true, false><<<blocks, THREADS, 0, s->stream>>>(j);
+        cvt_both_kernel<true, RES_NONE><<<blocks, THREADS, 0, s->stream>>>(j);
     else
-        cvt_both_kernel<false, false><<<blocks, THREADS, 0, s->stream>>>(j);
+        cvt_both_kernel<false, RES_NONE><<<blocks, THREADS, 0, s->stream>>>(j);
     BR_CUDA_LAUNCHED(ctx, "cvt_both_kernel");
     return BR_OK;
+}
+
+extern "C" br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const float *col,
+                                          uint16_t *dst, uint16_t *dst_t, size_t m, size_t k,
+                                          size_t ld, float scale, const float *c, float alpha,
+                                          float beta) {
+    return cvt_both_launch(ctx, src, col, dst, dst_t, m, k, ld, scale, c, nullptr, nullptr, alpha,
+                           beta);
+}
+
+extern "C" br_status br_cuda_cvt_both_res16(br_ctx *ctx, const float *src, uint16_t *dst,
+                                            uint16_t *dst_t, size_t m, size_t k, size_t ld,
+                                            float scale, const uint16_t *c, float alpha, float beta,
+                                            float *res_out) {
+    return cvt_both_launch(ctx, src, nullptr, dst, dst_t, m, k, ld, scale, nullptr, c, res_out,
+                           alpha, beta);
 }
 
 extern "C" br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op) {
