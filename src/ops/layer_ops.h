@@ -66,7 +66,8 @@ br_status br_sign_rowdot(br_ctx *ctx, const br_buf *mat, size_t ldm, size_t col0
  * Each buffer holds (paths − 1)·stride + one path's elements; input strides may be
  * anything (paths may share inputs), output strides are at least one path's
  * elements (grad_stride ≥ rows·r, dsum_stride ≥ rows: BR_E_SHAPE otherwise) so the
- * paths write apart; "apart" in br_sign_rowdot is checked on those whole spans.
+ * paths write apart; "apart" in br_sign_rowdot is checked on those whole spans
+ * (grad and dsum whose paths interleave are refused though no element is shared).
  * Strides are ignored with paths = 1 and for NULL buffers. The single-path ops are
  * these with paths = 1. */
 br_status br_expand_scaled_paths(br_ctx *ctx, const br_buf *bits, size_t bits_stride, size_t rows,
