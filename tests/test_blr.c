@@ -495,8 +495,9 @@ static void loss_forward_stages_dy(void) {
 }
 
 /* dh and dg come from the token-axis products M_U = dyᵀ·A', N_V = xᵀ·B' taken apart
- * per path (br_sign_rowdot), with and without sign gradients: against f64 at m, n
- * not multiples of 32 and three paths; the curvature sums Σ_t a², Σ_t x² too. */
+ * into the paths (br_sign_rowdot_paths), with and without sign gradients: against
+ * f64 at m, n not multiples of 32 and three paths; the curvature sums Σ_t a², Σ_t x²
+ * too. */
 static void scale_grads_from_token_products(void) {
     br_ctx *ctx = t_ctx();
     size_t m = 45, n = 70, r = 64, P = 3, ntok = small_mode() ? 37 : 77;

@@ -3,7 +3,8 @@
  * reference of the exact arithmetic (bit for bit) and an f64 sanity bound, on
  * random inputs and shapes (1 row, sizes that are multiples of nothing, the
  * layer's own), outputs poisoned first, buffers at aligned and odd offsets (the
- * kernels' vector and scalar paths); cvt_both also against br_cvt_pad and
+ * kernels' vector and scalar paths); the ops of several paths against as many
+ * single-path calls and the reference; cvt_both also against br_cvt_pad and
  * br_cvt_t; mm_stage against mm + cvt_both (its definition); then every class of
  * bad argument. BITRANK_TEST_QUICK=1 (the
  * compute-sanitizer runs) leaves out the shapes over 2^18 elements. */
@@ -223,6 +224,227 @@ static void sign_rowdot_matches_reference(void) {
         free_view(bm, pm), free_view(bb, pb), free_view(br, pr);
         if (bg) free_view(bg, pg);
         if (bd) free_view(bd, pd);
+    }
+    br_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- every path in one op */
+
+/* v = a view of n elements of b from element `off` (exits if it cannot be made). */
+static br_buf *sub(br_buf *b, size_t off, size_t n) {
+    br_buf *v = NULL;
+    if (br_buf_view(b, off, n, &v) != BR_OK) {
+        fprintf(stderr, "view [%zu, %zu+%zu) failed\n", off, off, n);
+        exit(1);
+    }
+    return v;
+}
+
+/* An input stride: one path's n elements plus an odd gap, or 0 (paths sharing it). */
+static size_t in_stride(br_rng *rng, size_t n, int shared) {
+    return shared ? 0 : n + 2 * t_rand_size(rng, 0, 20) + 1;
+}
+
+/* br_expand_scaled_paths and br_expand_scaled_rows_paths (P ∈ {1, 2, 3}, cycled)
+ * against P single-path calls on views of a second plane on the same device, bit for
+ * bit over the whole plane (pads and what no path owns included, poisoned first),
+ * and against the scalar reference: rows multiples of nothing, odd input strides
+ * larger than needed (or 0: every path reads the same inputs), plane rows past the
+ * paths', buffers at aligned and odd offsets; one launch per op. */
+static void expand_scaled_paths_match_single(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(64);
+    for (size_t c = 0; c < 30; c++) {
+        const int by_rows = c % 2;
+        size_t P = 1 + c / 2 % 3, rows = c < 2 ? 1 : t_rand_size(&rng, 1, 700);
+        size_t r = 32 * t_rand_size(&rng, 1, 6), words = r / 32, nb = rows * words;
+        size_t bs = in_stride(&rng, nb, c % 10 == 7), ss = in_stride(&rng, rows, c % 10 == 7);
+        size_t ld = by_rows ? P * r + 8 * t_rand_size(&rng, 0, 2)
+                            : (rows + 7) / 8 * 8 + 8 * t_rand_size(&rng, 0, 3);
+        size_t need = by_rows ? (rows - 1) * ld + P * r : P * r * ld;
+        size_t total = need + ld * t_rand_size(&rng, 0, 2); /* past the paths: untouched */
+        if (too_big(total)) continue;
+        size_t off = c % 4 >= 2 ? 3 : 0, nbits = (P - 1) * bs + nb, nscale = (P - 1) * ss + rows;
+        float scale = c % 3 ? 1.0f : (float)(0.1 + 4 * br_rng_unit(&rng));
+        uint32_t *bits = rand_bits(&rng, nbits);
+        float *rs = rand_wide(&rng, nscale);
+        br_buf *pb, *pr, *pp, *ps;
+        br_buf *bb = input_at(ctx, BR_U32, bits, nbits, off, &pb);
+        br_buf *br = input_at(ctx, BR_F32, rs, nscale, off, &pr);
+        br_buf *plane = view_at(ctx, BR_F16, total, off, T_NAN16, &pp);
+        br_buf *single = view_at(ctx, BR_F16, total, off, T_NAN16, &ps);
+        unsigned long long l0 = ctx->stats.launches;
+        if (by_rows)
+            CHECK_OK(ctx, br_expand_scaled_rows_paths(ctx, bb, bs, rows, r, br, ss, scale, plane,
+                                                      ld, P));
+        else
+            CHECK_OK(ctx,
+                     br_expand_scaled_paths(ctx, bb, bs, rows, r, br, ss, scale, plane, ld, P));
+        unsigned long long launches = ctx->stats.launches - l0;
+        for (size_t p = 0; p < P; p++) {
+            br_buf *vb = sub(bb, p * bs, nb), *vr = sub(br, p * ss, rows);
+            br_buf *vp =
+                by_rows ? sub(single, p * r, (rows - 1) * ld + r) : sub(single, p * r * ld, r * ld);
+            if (by_rows)
+                CHECK_OK(ctx, br_expand_scaled_rows(ctx, vb, rows, r, vr, scale, vp, ld));
+            else
+                CHECK_OK(ctx, br_expand_scaled(ctx, vb, rows, r, vr, scale, vp, ld));
+            br_buf_free(vb), br_buf_free(vr), br_buf_free(vp);
+        }
+        uint16_t *got = t_download_f16(ctx, plane, total),
+                 *one = t_download_f16(ctx, single, total);
+        size_t bad = 0, far = 0;
+        for (size_t e = 0; e < total; e++) {
+            /* path p's entry (i, k) at element e, or an element no path owns */
+            size_t row = e / ld, col = e % ld, p, i, k;
+            int owned;
+            if (by_rows) {
+                owned = row < rows && col < P * r;
+                p = col / r, k = col % r, i = row;
+            } else {
+                owned = row < P * r;
+                p = row / r, k = row % r, i = col;
+            }
+            uint16_t want = T_NAN16;
+            if (owned && i < rows) {
+                int bit = bits[p * bs + i * words + k / 32] >> (k % 32) & 1u;
+                float h = rs[p * ss + i];
+                uint16_t mag = br_half_from_float(h * scale);
+                want = bit ? mag : (uint16_t)(mag ^ 0x8000u);
+                far += !f16_near(got[e], (bit ? 1.0 : -1.0) * (double)h * scale);
+            } else if (owned) {
+                want = 0; /* transposed: +0 in the pad columns i ≥ rows */
+            }
+            bad += got[e] != want;
+        }
+        const char *what = by_rows ? "expand_scaled_rows_paths" : "expand_scaled_paths";
+        size_t differ = t_bits_differ16(got, one, total);
+        CHECK(differ == 0,
+              "%s P=%zu rows=%zu r=%zu ld=%zu off=%zu: %zu of %zu differ from %zu "
+              "single-path calls (first %zu)",
+              what, P, rows, r, ld, off, differ, total, P, t_first_diff16(got, one, total));
+        CHECK(bad == 0,
+              "%s P=%zu rows=%zu r=%zu ld=%zu strides %zu, %zu: %zu of %zu differ from "
+              "the reference",
+              what, P, rows, r, ld, bs, ss, bad, total);
+        CHECK(far == 0, "%s P=%zu rows=%zu r=%zu: %zu values off f64", what, P, rows, r, far);
+        CHECK(launches == 1, "%s P=%zu: %llu launches", what, P, launches);
+        free(got), free(one), free(bits), free(rs);
+        free_view(plane, pp), free_view(single, ps), free_view(bb, pb), free_view(br, pr);
+    }
+    br_ctx_free(ctx);
+}
+
+/* br_sign_rowdot_paths (P ∈ {1, 2, 3}, cycled) against P single-path calls on views
+ * on the same device, bit for bit over the outputs' whole spans (the gaps between
+ * paths must keep what they held), and against the scalar reference and f64:
+ * col0 > 0 (mostly), odd strides larger than needed (input strides 0 too), grad or
+ * dsum NULL, accumulate 0 and 1, buffers at aligned and odd offsets; one launch. */
+static void sign_rowdot_paths_match_single(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(65);
+    for (size_t c = 0; c < 36; c++) {
+        size_t P = 1 + c / 4 % 3, rows = c < 4 ? 1 : t_rand_size(&rng, 1, 900);
+        size_t r = 32 * t_rand_size(&rng, 1, 6), words = r / 32, nb = rows * words, n = rows * r;
+        if (too_big(P * n)) continue;
+        /* which 0, 1: both outputs, 2: no grad, 3: no dsum */
+        int which = (int)(c % 4), accumulate = (int)(br_rng_u64(&rng) & 1);
+        const int with_grad = which != 2, with_dsum = which != 3;
+        size_t col0 = c % 5 == 0 ? 0 : t_rand_size(&rng, 1, 40);
+        size_t ldm = col0 + P * r + t_rand_size(&rng, 0, 5);
+        size_t bs = in_stride(&rng, nb, c % 7 == 5), ss = in_stride(&rng, rows, c % 7 == 5);
+        size_t gs = n + 2 * t_rand_size(&rng, 0, 20) + 1,
+               ds = rows + 2 * t_rand_size(&rng, 0, 20) + 1;
+        size_t nbits = (P - 1) * bs + nb, nscale = (P - 1) * ss + rows;
+        size_t ngrad = (P - 1) * gs + n, ndsum = (P - 1) * ds + rows, off = c % 8 >= 4 ? 3 : 0;
+        float *mat = t_rand(&rng, rows * ldm, 1.0f), *rs = rand_wide(&rng, nscale);
+        float *d0 = t_rand(&rng, ndsum, 1.0f), *g0 = t_rand(&rng, ngrad, 1.0f);
+        if (!accumulate) /* what it holds is overwritten: NaN, so a missed write shows */
+            for (size_t e = 0; e < ngrad; e++)
+                memcpy(&g0[e], &(uint32_t){T_NAN32}, 4);
+        uint32_t *bits = rand_bits(&rng, nbits);
+        br_buf *pm, *pb, *pr, *pg[2] = {NULL, NULL}, *pd[2] = {NULL, NULL};
+        br_buf *bm = input_at(ctx, BR_F32, mat, rows * ldm, off, &pm);
+        br_buf *bb = input_at(ctx, BR_U32, bits, nbits, off, &pb);
+        br_buf *br = input_at(ctx, BR_F32, rs, nscale, off, &pr);
+        br_buf *bg[2] = {NULL, NULL}, *bd[2] = {NULL, NULL}; /* [0] paths op, [1] single */
+        for (int s = 0; s < 2; s++) {
+            if (with_grad) bg[s] = input_at(ctx, BR_F32, g0, ngrad, off, &pg[s]);
+            if (with_dsum) bd[s] = input_at(ctx, BR_F32, d0, ndsum, off, &pd[s]);
+        }
+        /* unused inputs may be given or NULL */
+        const br_buf *ib = with_dsum || c % 2 ? bb : NULL, *ir = with_grad || c % 2 ? br : NULL;
+        unsigned long long l0 = ctx->stats.launches;
+        CHECK_OK(ctx, br_sign_rowdot_paths(ctx, bm, ldm, col0, ib, bs, ir, ss, bg[0], gs, bd[0], ds,
+                                           rows, r, P, accumulate));
+        unsigned long long launches = ctx->stats.launches - l0;
+        for (size_t p = 0; p < P; p++) {
+            br_buf *vb = ib ? sub(bb, p * bs, nb) : NULL, *vr = ir ? sub(br, p * ss, rows) : NULL;
+            br_buf *vg = with_grad ? sub(bg[1], p * gs, n) : NULL;
+            br_buf *vd = with_dsum ? sub(bd[1], p * ds, rows) : NULL;
+            CHECK_OK(ctx, br_sign_rowdot(ctx, bm, ldm, col0 + p * r, vb, vr, vg, vd, rows, r,
+                                         accumulate));
+            br_buf_free(vb), br_buf_free(vr), br_buf_free(vg), br_buf_free(vd);
+        }
+        size_t differ = 0, bad_g = 0, bad_d = 0, far_g = 0, far_d = 0;
+        if (with_grad) {
+            float *got = t_download_f32(ctx, bg[0], ngrad),
+                  *one = t_download_f32(ctx, bg[1], ngrad);
+            differ += t_bits_differ32(got, one, ngrad);
+            float *want = t_xmalloc(ngrad * sizeof *want); /* the gaps keep g0 */
+            memcpy(want, g0, ngrad * sizeof *want);
+            for (size_t p = 0; p < P; p++)
+                for (size_t i = 0; i < rows; i++)
+                    for (size_t k = 0; k < r; k++) {
+                        float h = rs[p * ss + i], x = mat[i * ldm + col0 + p * r + k];
+                        size_t e = p * gs + i * r + k;
+                        want[e] = accumulate ? g0[e] + h * x : h * x;
+                        double w64 = (double)h * x + (accumulate ? (double)g0[e] : 0.0);
+                        far_g += !(fabs(got[e] - w64) <= 1e-6 * (fabs(w64) + fabs(h * x)));
+                    }
+            bad_g = t_bits_differ32(got, want, ngrad);
+            free(got), free(one), free(want);
+        }
+        if (with_dsum) {
+            float *got = t_download_f32(ctx, bd[0], ndsum),
+                  *one = t_download_f32(ctx, bd[1], ndsum);
+            differ += t_bits_differ32(got, one, ndsum);
+            float *want = t_xmalloc(ndsum * sizeof *want);
+            memcpy(want, d0, ndsum * sizeof *want);
+            for (size_t p = 0; p < P; p++)
+                for (size_t i = 0; i < rows; i++) {
+                    const float *m = mat + i * ldm + col0 + p * r;
+                    const uint32_t *b = bits + p * bs + i * words;
+                    size_t e = p * ds + i;
+                    want[e] = d0[e] + ref_rowdot(m, b, r);
+                    double w64 = d0[e], mag = fabs(d0[e]);
+                    for (size_t k = 0; k < r; k++) {
+                        w64 += (b[k / 32] >> (k % 32) & 1u ? 1.0 : -1.0) * m[k];
+                        mag += fabs(m[k]);
+                    }
+                    far_d += !(fabs(got[e] - w64) <= 1e-6 * mag);
+                }
+            bad_d = t_bits_differ32(got, want, ndsum);
+            free(got), free(one), free(want);
+        }
+        CHECK(differ == 0,
+              "sign_rowdot_paths P=%zu rows=%zu r=%zu ldm=%zu col0=%zu acc=%d which=%d off=%zu: "
+              "%zu elements differ from %zu single-path calls",
+              P, rows, r, ldm, col0, accumulate, which, off, differ, P);
+        CHECK(bad_g == 0 && bad_d == 0,
+              "sign_rowdot_paths P=%zu rows=%zu r=%zu strides %zu, %zu, %zu, %zu acc=%d "
+              "which=%d: %zu grad, %zu dsum differ from the reference",
+              P, rows, r, bs, ss, gs, ds, accumulate, which, bad_g, bad_d);
+        CHECK(far_g == 0 && far_d == 0,
+              "sign_rowdot_paths P=%zu rows=%zu r=%zu: %zu grad, %zu dsum off f64", P, rows, r,
+              far_g, far_d);
+        CHECK(launches == 1, "sign_rowdot_paths P=%zu: %llu launches", P, launches);
+        free(mat), free(rs), free(d0), free(g0), free(bits);
+        free_view(bm, pm), free_view(bb, pb), free_view(br, pr);
+        for (int s = 0; s < 2; s++) {
+            if (bg[s]) free_view(bg[s], pg[s]);
+            if (bd[s]) free_view(bd[s], pd[s]);
+        }
     }
     br_ctx_free(ctx);
 }
@@ -603,6 +825,126 @@ static void layer_ops_bad_arguments(void) {
     br_ctx_free(ctx);
 }
 
+/* The checks the paths ops add: paths 0, strides that let outputs overlap, buffers
+ * too small for the last path, stride overflow, spans of outputs overlapping
+ * inputs or each other; strides that do not matter (paths = 1, input strides 0,
+ * NULL buffers) are accepted. */
+static void layer_ops_paths_bad_arguments(void) {
+    br_ctx *ctx = t_ctx();
+    const size_t rows = 64, r = 64, P = 2, nb = rows * r / 32, n = rows * r, huge = (size_t)1 << 40;
+    br_buf *bits = t_buf_poison(ctx, BR_U32, 2 * nb + 10, 0x5a5a5a5au);
+    br_buf *f = t_buf_poison(ctx, BR_F32, 128 * 128, 0x3f800000u); /* mat, rowscale */
+    br_buf *g = t_buf_poison(ctx, BR_F32, 128 * 128, 0), *d = t_buf_poison(ctx, BR_F32, 128, 0);
+    br_buf *h = t_buf_poison(ctx, BR_F16, 128 * 128, 0), *v = NULL, *w = NULL;
+
+    /* expand_scaled_paths: plane_t [P·r][ld], bits (P−1)·stride + rows·r/32 */
+    CHECK_OK(ctx, br_expand_scaled_paths(ctx, bits, nb + 5, rows, r, f, rows + 1, 1, h, 64, P));
+    CHECK_OK(ctx, br_expand_scaled_paths(ctx, bits, 0, rows, r, d, 0, 1, h, 64, 3));
+    CHECK_OK(ctx, br_expand_scaled_paths(ctx, bits, huge, rows, r, f, huge, 1, h, 64, 1));
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "paths",
+                    br_expand_scaled_paths(ctx, bits, nb, rows, r, f, rows, 1, h, 64, 0));
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "bits",
+                    br_expand_scaled_paths(ctx, bits, nb + 11, rows, r, f, rows, 1, h, 64, P));
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "rowscale",
+                    br_expand_scaled_paths(ctx, bits, nb, rows, r, d, rows + 1, 1, h, 64, P));
+    CHECK_FAILS_MSG(ctx, BR_E_OVERFLOW, "bits_stride",
+                    br_expand_scaled_paths(ctx, bits, huge, rows, r, f, rows, 1, h, 64, P));
+    CHECK_FAILS_MSG(ctx, BR_E_OVERFLOW, "scale_stride",
+                    br_expand_scaled_paths(ctx, bits, nb, rows, r, f, huge, 1, h, 64, P));
+    v = sub(h, 0, P * r * 64 - 1);
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "plane_t",
+                    br_expand_scaled_paths(ctx, bits, nb, rows, r, f, rows, 1, v, 64, P));
+    br_buf_free(v);
+    /* expand_scaled_rows_paths: plane [rows][ld], ld ≥ P·r, (rows − 1)·ld + P·r */
+    CHECK_OK(ctx, br_expand_scaled_rows_paths(ctx, bits, nb, rows, r, f, rows, 1, h, P * r, P));
+    v = sub(h, 0, (rows - 1) * 136 + P * r);
+    CHECK_OK(ctx, br_expand_scaled_rows_paths(ctx, bits, nb, rows, r, f, rows, 1, v, 136, P));
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "plane",
+                    br_expand_scaled_rows_paths(ctx, bits, nb, rows, r, f, rows, 1, v, 144, P));
+    br_buf_free(v);
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "paths·r",
+                    br_expand_scaled_rows_paths(ctx, bits, nb, rows, r, f, rows, 1, h, 120, P));
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "bits",
+                    br_expand_scaled_rows_paths(ctx, bits, 2 * nb, rows, r, f, rows, 1, h, 128, P));
+
+    /* sign_rowdot_paths: mat [rows][128], columns col0 + p·r.. */
+    CHECK_OK(ctx, br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb + 5, f, rows + 1, g, n + 1, d, rows,
+                                       rows, r, P, 0));
+    CHECK_OK(ctx,
+             br_sign_rowdot_paths(ctx, f, 128, 64, bits, huge, f, huge, g, 0, d, 0, rows, r, 1, 1));
+    CHECK_OK(ctx,
+             br_sign_rowdot_paths(ctx, f, 128, 0, NULL, huge, f, 0, g, n, NULL, 0, rows, r, P, 0));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_SHAPE, "paths",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, n, d, rows, rows, r, 0, 0));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_SHAPE, "ldm",
+        br_sign_rowdot_paths(ctx, f, 128, 8, bits, nb, f, rows, g, n, d, rows, rows, r, P, 0));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_SHAPE, "grad_stride",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, n - 1, d, rows, rows, r, P, 0));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_SHAPE, "grad_stride",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, 0, NULL, 0, rows, r, P, 1));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_SHAPE, "dsum_stride",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, n, d, rows - 1, rows, r, P, 0));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_SIZE, "grad",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, 4 * n, d, rows, rows, r, P, 0));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_SIZE, "dsum",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, n, d, rows + 1, rows, r, P, 0));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_SIZE, "bits",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb + 11, f, rows, g, n, d, rows, rows, r, P, 0));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_SIZE, "rowscale",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, d, rows + 1, g, n, d, rows, rows, r, P, 0));
+    CHECK_FAILS_MSG(
+        ctx, BR_E_OVERFLOW, "grad_stride",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, huge, NULL, 0, rows, r, P, 0));
+    /* grad and dsum in one buffer: apart (as the layer's G and dh) is fine; dsum inside
+     * path 1's grad is not; nor is dsum in the gaps between the paths' grads (their
+     * spans overlap: checked on spans, not on elements) */
+    v = sub(g, 3 * n, 2 * rows);
+    CHECK_OK(ctx, br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, n + 5, v, rows, rows,
+                                       r, P, 1));
+    br_buf_free(v);
+    v = sub(g, n + rows, 2 * rows);
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps",
+                    br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, n + rows, v, rows,
+                                         rows, r, P, 0));
+    br_buf_free(v);
+    v = sub(g, n, n + 2 * rows);
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps",
+                    br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, f, rows, g, n + rows, v,
+                                         n + rows, rows, r, P, 0));
+    br_buf_free(v);
+    /* outputs over inputs: grad over mat's tail; dsum over path 1's rowscale */
+    v = sub(f, 128 * rows - 10, n);
+    CHECK_FAILS_MSG(
+        ctx, BR_E_ARG, "mat",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, d, 0, v, n, NULL, 0, rows, r, 1, 0));
+    br_buf_free(v);
+    v = sub(g, 0, 200 + rows);     /* rowscale of path 1 at 200.. */
+    w = sub(g, 250, 2 * rows + 8); /* dsum: from 250 */
+    br_buf *g2 = t_buf_poison(ctx, BR_F32, 2 * n, 0);
+    CHECK_FAILS_MSG(
+        ctx, BR_E_ARG, "rowscale",
+        br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, v, 200, g2, n, w, rows + 8, rows, r, P, 0));
+    br_buf_free(w);
+    w = sub(g, 264, 2 * rows + 8); /* just past rowscale's span: apart */
+    CHECK_OK(ctx, br_sign_rowdot_paths(ctx, f, 128, 0, bits, nb, v, 200, g2, n, w, rows + 8, rows,
+                                       r, P, 0));
+    br_buf_free(w), br_buf_free(v), br_buf_free(g2);
+
+    br_buf_free(bits), br_buf_free(f), br_buf_free(g), br_buf_free(d), br_buf_free(h);
+    br_ctx_free(ctx);
+}
+
 T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference), T_CASE(sign_rowdot_matches_reference),
-      T_CASE(cvt_both_matches_reference), T_CASE(mm_stage_matches_mm_then_cvt_both),
-      T_CASE(mm_stage_bad_arguments), T_CASE(layer_ops_bad_arguments))
+      T_CASE(expand_scaled_paths_match_single), T_CASE(sign_rowdot_paths_match_single),
+      T_CASE(layer_ops_paths_bad_arguments), T_CASE(cvt_both_matches_reference),
+      T_CASE(mm_stage_matches_mm_then_cvt_both), T_CASE(mm_stage_bad_arguments),
+      T_CASE(layer_ops_bad_arguments))

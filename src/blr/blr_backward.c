@@ -3,14 +3,14 @@
  * two divided back out by the GEMMs' oscale):
  *     dy16, dyᵀ = f16(dy·gs), its transpose   [pad_rows(T)][mpad], [pad_rows(m)][pad_tokens(T)]
  *                                               br_cvt_both (or staged by forward_loss)
- *     W_U = [f16(h_p ⊙ S_U,p)]ᵀ                 [R][mpad]   br_expand_scaled per path
+ *     W_U = [f16(h_p ⊙ S_U,p)]ᵀ                 [R][mpad]   br_expand_scaled_paths
  *     B   = dy16 · W_Uᵀ / gs = [b_1|b_2|…]      [T][R]      br_mm, ONE GEMM, K = mpad
  *     dℓ += Σ_t A⊙B;  B', B'ᵀ = f16(B⊙ℓ·gs)     [R]         br_colsum_fused (CVT_B)
  *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm on dyᵀ, A'ᵀ: K = tokens
- *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   br_sign_rowdot
+ *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   br_sign_rowdot_paths
  *     N_V = f16(x)ᵀ · B' / gs                   [n][R]      br_mm on xᵀ, B'ᵀ: K = tokens
- *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]   br_sign_rowdot
- *     X_V = [f16(g_p ⊙ S_V,p)]                  [n][R]      br_expand_scaled_rows per path
+ *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]   br_sign_rowdot_paths
+ *     X_V = [f16(g_p ⊙ S_V,p)]                  [n][R]      br_expand_scaled_rows_paths
  *     dx  = B' · X_Vᵀ / gs                      [T][n]      br_mm, ONE GEMM, K = R (dx only)
  * Why M_U gives dh: dh_i = Σ_t dy_ti·c_ti with c = A'·S_Uᵀ, so dh_i = Σ_k S_U[i,k]·
  * (dyᵀA')_ik and the product c is never formed; likewise dg from N_V. dℓ of the
@@ -32,10 +32,10 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
         sh->stage_writes++;
         BR_TRY(br_cvt_both(ctx, dy, NULL, sh->stage, sh->t_dy, ntok, m, l->mpad, gs));
     }
-    for (size_t p = 0; p < P; p++) {
-        br_buf *const *v = l->path[p].part;
-        BR_TRY(br_expand_scaled(ctx, v[BR_BLR_BITS_U], m, r, v[BR_BLR_H], 1.0f, s->wu[p], l->mpad));
-    }
+    br_buf *const *sp = l->span; /* every path's part at once */
+    const size_t *ss = l->span_stride;
+    BR_TRY(br_expand_scaled_paths(ctx, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U], m, r, sp[BR_BLR_H],
+                                  ss[BR_BLR_H], 1.0f, sh->plane, l->mpad, P));
     br_gemm gb = {.m = ntok, .n = R, .k = l->mpad, .oscale = 1.0f / gs};
     BR_TRY(br_mm(ctx, sh->stage, sh->plane, sh->b, gb));
 
@@ -51,23 +51,21 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     for (size_t p = 0; p < P; p++)
         BR_TRY(br_buf_copy(l->grads, br_blr_param_off(l, p) + m, sh->dl, p * r, r));
 
-    /* M_U, then N_V, each taken apart per path by one rowdot */
+    /* M_U, then N_V, each taken apart into the paths by one rowdot */
     br_tag_scope tag;
     br_tag_push(ctx, &tag, "sign");
     br_gemm gu = {.m = m, .n = R, .k = tpad, .oscale = 1.0f / gs};
     br_status st = br_mm(ctx, sh->t_dy, s->t_a, sh->rowmat, gu);
-    for (size_t p = 0; p < P && st == BR_OK; p++) {
-        br_buf *const *v = l->path[p].part;
-        st = br_sign_rowdot(ctx, sh->rowmat, R, p * r, v[BR_BLR_BITS_U], v[BR_BLR_H],
-                            sign ? v[BR_BLR_GU] : NULL, v[BR_BLR_DH], m, r, accumulate);
-    }
+    if (st == BR_OK)
+        st = br_sign_rowdot_paths(ctx, sh->rowmat, R, 0, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U],
+                                  sp[BR_BLR_H], ss[BR_BLR_H], sign ? sp[BR_BLR_GU] : NULL,
+                                  ss[BR_BLR_GU], sp[BR_BLR_DH], ss[BR_BLR_DH], m, r, P, accumulate);
     br_gemm gv = {.m = n, .n = R, .k = tpad, .oscale = 1.0f / gs};
     if (st == BR_OK) st = br_mm(ctx, s->xt, sh->t_b, sh->rowmat, gv);
-    for (size_t p = 0; p < P && st == BR_OK; p++) {
-        br_buf *const *v = l->path[p].part;
-        st = br_sign_rowdot(ctx, sh->rowmat, R, p * r, v[BR_BLR_BITS_V], v[BR_BLR_G],
-                            sign ? v[BR_BLR_GV] : NULL, v[BR_BLR_DG], n, r, accumulate);
-    }
+    if (st == BR_OK)
+        st = br_sign_rowdot_paths(ctx, sh->rowmat, R, 0, sp[BR_BLR_BITS_V], ss[BR_BLR_BITS_V],
+                                  sp[BR_BLR_G], ss[BR_BLR_G], sign ? sp[BR_BLR_GV] : NULL,
+                                  ss[BR_BLR_GV], sp[BR_BLR_DG], ss[BR_BLR_DG], n, r, P, accumulate);
     br_tag_pop(ctx, &tag);
     BR_TRY(st);
 
@@ -76,10 +74,9 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
         BR_TRY(br_colsum(ctx, x, x, NULL, BR_TERM_AB, l->path[0].part[BR_BLR_SUM_X2], ntok, n, 1));
     }
     if (!dx) return BR_OK;
-    for (size_t p = 0; p < P; p++) { /* W_U is read: the plane takes X_V */
-        br_buf *const *v = l->path[p].part;
-        BR_TRY(br_expand_scaled_rows(ctx, v[BR_BLR_BITS_V], n, r, v[BR_BLR_G], 1.0f, s->pv[p], R));
-    }
+    /* W_U is read: the plane takes X_V */
+    BR_TRY(br_expand_scaled_rows_paths(ctx, sp[BR_BLR_BITS_V], ss[BR_BLR_BITS_V], n, r,
+                                       sp[BR_BLR_G], ss[BR_BLR_G], 1.0f, sh->plane, R, P));
     br_gemm gx = {.m = ntok, .n = n, .k = R, .oscale = 1.0f / gs};
     BR_TRY(br_mm(ctx, sh->act, sh->plane, dx, gx));
     return BR_OK;

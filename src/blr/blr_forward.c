@@ -2,10 +2,10 @@
  * along the rank axis; ℓ = [ℓ_1|ℓ_2|…] gathered from the parameters):
  *     x16, xᵀ = f16(x), its transpose        [pad_rows(T)][npad], [pad_rows(n)][pad_tokens(T)]
  *                                            br_cvt_both (or given: br_blr_stage)
- *     W_V  = [f16(g_p ⊙ S_V,p)]ᵀ             [R][npad]       br_expand_scaled per path
+ *     W_V  = [f16(g_p ⊙ S_V,p)]ᵀ             [R][npad]       br_expand_scaled_paths
  *     A    = x16 · W_Vᵀ = [a_1|a_2|…]        [T][R]          br_mm, ONE GEMM, K = npad
  *     A', A'ᵀ = f16(A ⊙ ℓ), its transpose    [pad_rows(T)][R] br_cvt_both
- *     Y_U  = [f16(h_p ⊙ S_U,p)]              [m][R]          br_expand_scaled_rows per path
+ *     Y_U  = [f16(h_p ⊙ S_U,p)]              [m][R]          br_expand_scaled_rows_paths
  *     out  = α·A'·Y_Uᵀ + β·target            [T][m]          br_mm, ONE GEMM, K = R;
  *            β = −α with a target (out = α(y − target)), else no c (out = y)
  * One GEMM over every path reads and writes out once (a GEMM per path with h in its
@@ -55,19 +55,18 @@ static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, c
     br_blr_shared *sh = s->shared;
     size_t m = l->m, r = l->r, R = l->paths * r;
     s->dy_staged = 0; /* a new forward: whatever was staged is not its gradient */
-    for (size_t p = 0; p < l->paths; p++) {
-        br_buf *const *v = l->path[p].part;
+    for (size_t p = 0; p < l->paths; p++)
         BR_TRY(br_buf_copy(s->lcat, p * r, l->params, br_blr_param_off(l, p) + m, r));
-        BR_TRY(
-            br_expand_scaled(ctx, v[BR_BLR_BITS_V], l->n, r, v[BR_BLR_G], 1.0f, s->wv[p], l->npad));
-    }
+    br_buf *const *sp = l->span;
+    const size_t *ss = l->span_stride;
+    BR_TRY(br_expand_scaled_paths(ctx, sp[BR_BLR_BITS_V], ss[BR_BLR_BITS_V], l->n, r, sp[BR_BLR_G],
+                                  ss[BR_BLR_G], 1.0f, sh->plane, l->npad, l->paths));
     br_gemm ga = {.m = ntok, .n = R, .k = l->npad, .oscale = 1.0f};
     BR_TRY(br_mm(ctx, x16, sh->plane, s->a, ga));
     BR_TRY(br_cvt_both(ctx, s->a, s->lcat, sh->act, s->t_a, ntok, R, R, 1.0f));
-    for (size_t p = 0; p < l->paths; p++) { /* W_V is read: the plane takes Y_U */
-        br_buf *const *v = l->path[p].part;
-        BR_TRY(br_expand_scaled_rows(ctx, v[BR_BLR_BITS_U], m, r, v[BR_BLR_H], 1.0f, s->pu[p], R));
-    }
+    /* W_V is read: the plane takes Y_U */
+    BR_TRY(br_expand_scaled_rows_paths(ctx, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U], m, r,
+                                       sp[BR_BLR_H], ss[BR_BLR_H], 1.0f, sh->plane, R, l->paths));
     br_gemm gy = {.m = ntok, .n = m, .k = R, .oscale = alpha};
     if (target) gy.c = target, gy.beta = -alpha;
     if (gs > 0) { /* x16 (in stage) was read by A's GEMM: the stage takes f16(dy·gs) */

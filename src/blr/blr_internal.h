@@ -32,6 +32,11 @@ struct br_blr {
     br_buf *bits;      /* u32 [paths][(mpad + npad)·words] */
     br_buf *curv;      /* f32 [paths·r + n]: Σ_t a² per path, then Σ_t x² (CURVATURE) */
     br_blr_path *path; /* [paths] */
+    /* Views of each part over every path, from path 0's part to the end of path
+     * P−1's (path p's at p·span_stride elements): the ops that take all paths in
+     * one launch read and write these (NULL where the layer has none) */
+    br_buf *span[BR_BLR_NPARTS];
+    size_t span_stride[BR_BLR_NPARTS];
 };
 
 /* Offsets of a path's parts inside params / grads (elements). */
@@ -59,8 +64,9 @@ struct br_blr_shared {
     unsigned long long stage_writes;
 };
 
-/* A layer's scratch: what its forward keeps for its backward, and its views of the
- * shared transients at its own shapes (views are made once: graphs record them). */
+/* A layer's scratch: what its forward keeps for its backward (views are made once:
+ * graphs record them). The layer's ops use the shared transients at its own shapes
+ * from element 0 (their sizes are for the largest layer sharing them). */
 struct br_blr_scratch {
     const br_blr *layer;
     size_t ntok, paths;
@@ -80,10 +86,6 @@ struct br_blr_scratch {
     int dy_staged;
     float dy_gs;
     unsigned long long dy_writes;
-    br_buf **wv; /* [paths] views of shared->plane: W_V rows p·r.., row stride npad */
-    br_buf **wu; /* [paths] views of shared->plane: W_U rows p·r.., row stride mpad */
-    br_buf **pu; /* [paths] views of shared->plane: columns p·r.. of Y_U [m][P·r] */
-    br_buf **pv; /* [paths] views of shared->plane: columns p·r.. of X_V [n][P·r] */
 };
 
 /* The checks every layer op starts with: layer, scratch made for it, 1 ≤ ntok ≤ the

@@ -1,6 +1,7 @@
 /* The BLR layer object: its device buffers (parameters, gradients, bitmaps,
- * curvature sums) as one allocation each with per-path views, host transfers of a
- * path's factors, and zeroing the gradients. */
+ * curvature sums) as one allocation each with per-path views and views of each
+ * part over every path, host transfers of a path's factors, and zeroing the
+ * gradients. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,8 @@ void br_blr_free(br_blr *l) {
             br_buf_free(l->path[p].bits_v_pad);
         }
     free(l->path);
+    for (int i = 0; i < BR_BLR_NPARTS; i++)
+        br_buf_free(l->span[i]);
     br_buf_free(l->params);
     br_buf_free(l->grads);
     br_buf_free(l->bits);
@@ -26,31 +29,49 @@ void br_blr_free(br_blr *l) {
     free(l);
 }
 
+/* Where a part lies: path p's is `count` elements of buf from off + p·stride
+ * (stride 0: one part the paths share); buf NULL where the layer has none. */
+typedef struct part_place {
+    br_buf *buf;
+    size_t off, count, stride;
+} part_place;
+
+static part_place place(const br_blr *l, br_blr_part part) {
+    size_t m = l->m, n = l->n, r = l->r, w = l->words, pl = l->path_len;
+    size_t bs = (l->mpad + l->npad) * w, gs = (m + n) * r, go = br_blr_sign_grad_off(l, 0);
+    int sign = (l->flags & BR_BLR_SIGN_GRADS) != 0, curv = (l->flags & BR_BLR_CURVATURE) != 0;
+    part_place none = {NULL, 0, 0, 0};
+    switch (part) {
+    case BR_BLR_H: return (part_place){l->params, 0, m, pl};
+    case BR_BLR_L: return (part_place){l->params, m, r, pl};
+    case BR_BLR_G: return (part_place){l->params, m + r, n, pl};
+    case BR_BLR_DH: return (part_place){l->grads, 0, m, pl};
+    case BR_BLR_DL: return (part_place){l->grads, m, r, pl};
+    case BR_BLR_DG: return (part_place){l->grads, m + r, n, pl};
+    case BR_BLR_BITS_U: return (part_place){l->bits, 0, m * w, bs};
+    case BR_BLR_BITS_V: return (part_place){l->bits, l->mpad * w, n * w, bs};
+    case BR_BLR_GU: return sign ? (part_place){l->grads, go, m * r, gs} : none;
+    case BR_BLR_GV: return sign ? (part_place){l->grads, go + m * r, n * r, gs} : none;
+    case BR_BLR_SUM_A2: return curv ? (part_place){l->curv, 0, r, r} : none;
+    case BR_BLR_SUM_X2: return curv ? (part_place){l->curv, l->paths * r, n, 0} : none;
+    }
+    return none;
+}
+
 static br_status make_views(br_blr *l) {
-    size_t m = l->m, n = l->n, r = l->r, w = l->words;
+    for (int i = 0; i < BR_BLR_NPARTS; i++) {
+        part_place pl = place(l, (br_blr_part)i);
+        if (!pl.buf) continue;
+        for (size_t p = 0; p < l->paths; p++)
+            BR_TRY(br_buf_view(pl.buf, pl.off + p * pl.stride, pl.count, &l->path[p].part[i]));
+        BR_TRY(br_buf_view(pl.buf, pl.off, (l->paths - 1) * pl.stride + pl.count, &l->span[i]));
+        l->span_stride[i] = pl.stride;
+    }
+    size_t w = l->words;
     for (size_t p = 0; p < l->paths; p++) {
-        br_buf **v = l->path[p].part;
-        size_t po = br_blr_param_off(l, p);
-        BR_TRY(br_buf_view(l->params, po, m, &v[BR_BLR_H]));
-        BR_TRY(br_buf_view(l->params, po + m, r, &v[BR_BLR_L]));
-        BR_TRY(br_buf_view(l->params, po + m + r, n, &v[BR_BLR_G]));
-        BR_TRY(br_buf_view(l->grads, po, m, &v[BR_BLR_DH]));
-        BR_TRY(br_buf_view(l->grads, po + m, r, &v[BR_BLR_DL]));
-        BR_TRY(br_buf_view(l->grads, po + m + r, n, &v[BR_BLR_DG]));
         size_t bo = p * (l->mpad + l->npad) * w;
-        BR_TRY(br_buf_view(l->bits, bo, m * w, &v[BR_BLR_BITS_U]));
-        BR_TRY(br_buf_view(l->bits, bo + l->mpad * w, n * w, &v[BR_BLR_BITS_V]));
         BR_TRY(br_buf_view(l->bits, bo, l->mpad * w, &l->path[p].bits_u_pad));
         BR_TRY(br_buf_view(l->bits, bo + l->mpad * w, l->npad * w, &l->path[p].bits_v_pad));
-        if (l->flags & BR_BLR_SIGN_GRADS) {
-            size_t go = br_blr_sign_grad_off(l, p);
-            BR_TRY(br_buf_view(l->grads, go, m * r, &v[BR_BLR_GU]));
-            BR_TRY(br_buf_view(l->grads, go + m * r, n * r, &v[BR_BLR_GV]));
-        }
-        if (l->flags & BR_BLR_CURVATURE) {
-            BR_TRY(br_buf_view(l->curv, p * r, r, &v[BR_BLR_SUM_A2]));
-            BR_TRY(br_buf_view(l->curv, l->paths * r, n, &v[BR_BLR_SUM_X2]));
-        }
     }
     return BR_OK;
 }

@@ -1,7 +1,6 @@
 /* Scratch of the BLR layer ops: the transients shared by every layer that runs one
  * at a time (br_blr_shared) and what a layer's forward keeps for its backward
- * (br_blr_scratch: A, A'ᵀ, f16(x)ᵀ), with the views of the shared transients at the
- * layer's own shapes. */
+ * (br_blr_scratch: A, A'ᵀ, f16(x)ᵀ). */
 #include <stdlib.h>
 
 #include "blr/blr_internal.h"
@@ -75,19 +74,8 @@ fail:
     return st;
 }
 
-static void free_views(br_buf **v, size_t n) {
-    if (v)
-        for (size_t i = 0; i < n; i++)
-            br_buf_free(v[i]);
-    free(v);
-}
-
 void br_blr_scratch_free(br_blr_scratch *s) {
     if (!s) return;
-    free_views(s->wv, s->paths);
-    free_views(s->wu, s->paths);
-    free_views(s->pu, s->paths);
-    free_views(s->pv, s->paths);
     br_buf_free(s->a);
     br_buf_free(s->lcat);
     br_buf_free(s->mem);
@@ -95,21 +83,6 @@ void br_blr_scratch_free(br_blr_scratch *s) {
     br_buf_free(s->t_x);
     if (s->own_shared) br_blr_shared_free(s->shared);
     free(s);
-}
-
-/* The per-path views of the shared transients at the layer's shapes. */
-static br_status make_views(br_blr_scratch *s) {
-    const br_blr *l = s->layer;
-    br_blr_shared *sh = s->shared;
-    size_t r = l->r, R = l->paths * r;
-    for (size_t p = 0; p < l->paths; p++) {
-        BR_TRY(br_buf_view(sh->plane, p * r * l->npad, r * l->npad, &s->wv[p]));
-        BR_TRY(br_buf_view(sh->plane, p * r * l->mpad, r * l->mpad, &s->wu[p]));
-        /* columns p·r.. of [m][R] and [n][R]: (rows − 1)·R + r elements each */
-        BR_TRY(br_buf_view(sh->plane, p * r, (l->m - 1) * R + r, &s->pu[p]));
-        BR_TRY(br_buf_view(sh->plane, p * r, (l->n - 1) * R + r, &s->pv[p]));
-    }
-    return BR_OK;
 }
 
 br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared,
@@ -140,14 +113,6 @@ br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared
     s->ntok = ntok;
     s->paths = l->paths;
     br_status st = BR_E_NOMEM;
-    s->wv = calloc(l->paths, sizeof *s->wv);
-    s->wu = calloc(l->paths, sizeof *s->wu);
-    s->pu = calloc(l->paths, sizeof *s->pu);
-    s->pv = calloc(l->paths, sizeof *s->pv);
-    if (!s->wv || !s->wu || !s->pu || !s->pv) {
-        br_fail(ctx, st, "%s: out of host memory", fn);
-        goto fail;
-    }
     if (shared) {
         s->shared = shared;
     } else {
@@ -162,8 +127,7 @@ br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared
         (st = new_buf(ctx, fn, "pad_rows(paths·r)·pad_tokens(ntok)", BR_F16, br_pad_rows(R), tpad,
                       &s->t_a)) ||
         (st = new_buf(ctx, fn, "pad_rows(n)·pad_tokens(ntok)", BR_F16, br_pad_rows(l->n), tpad,
-                      &s->t_x)) ||
-        (st = make_views(s)))
+                      &s->t_x)))
         goto fail;
     *out = s;
     return BR_OK;

@@ -1,37 +1,67 @@
-/* Front-ends of the reformulated layer's internal ops: expand_scaled, sign_rowdot,
- * cvt_both. Each checks every argument, then hands one descriptor to br_submit. */
+/* Front-ends of the reformulated layer's internal ops: expand_scaled, sign_rowdot
+ * (one path or several), cvt_both. Each checks every argument, then hands one
+ * descriptor to br_submit. */
 #include "ops/layer_ops.h"
 
 #include <stdint.h>
 
 #include "ops/check.h"
 
+/* *out = (paths − 1)·stride + need: the elements of a buffer holding every path
+ * (BR_E_OVERFLOW past BR_MAX_ELEMS); the stride of a NULL buffer is ignored. */
+static br_status span(br_ctx *ctx, const char *fn, const char *stride_name, const br_buf *b,
+                      size_t paths, size_t stride, size_t need, size_t *out) {
+    size_t lead = 0;
+    if (b) BR_TRY(br_check_mul(ctx, fn, stride_name, paths - 1, stride, &lead));
+    if (need > BR_MAX_ELEMS - lead)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: (paths−1)·%s + %zu exceeds %zu elements", fn,
+                       stride_name, need, (size_t)BR_MAX_ELEMS);
+    *out = lead + need;
+    return BR_OK;
+}
+
+/* An output's stride must keep the paths apart: stride ≥ one path's elements. */
+static br_status check_out_stride(br_ctx *ctx, const char *fn, const char *name, const br_buf *b,
+                                  size_t paths, size_t stride, const char *need_name, size_t need) {
+    if (b && paths > 1 && stride < need)
+        return br_fail(ctx, BR_E_SHAPE, "%s: %s = %zu is less than %s = %zu: the paths overlap", fn,
+                       name, stride, need_name, need);
+    return BR_OK;
+}
+
 /* Both orientations: the checks, then one descriptor. by_rows: plane [rows][ld]
- * with (rows − 1)·ld + r elements (ld ≥ r); else plane_t [r][ld] (ld ≥ rows). */
-static br_status expand_scaled(br_ctx *ctx, const char *fn, const br_buf *bits, size_t rows,
-                               size_t r, const br_buf *rowscale, float scale, br_buf *plane,
-                               size_t ld, int by_rows) {
+ * with (rows − 1)·ld + paths·r elements (ld ≥ paths·r); else plane_t [paths·r][ld]
+ * (ld ≥ rows). */
+static br_status expand_scaled(br_ctx *ctx, const char *fn, const br_buf *bits, size_t bits_stride,
+                               size_t rows, size_t r, const br_buf *rowscale, size_t scale_stride,
+                               float scale, br_buf *plane, size_t ld, size_t paths, int by_rows) {
     BR_TRY(br_check_ctx(ctx));
     BR_TRY(br_check_dim(ctx, fn, "rows", rows));
     BR_TRY(br_check_dim(ctx, fn, "r", r));
+    BR_TRY(br_check_dim(ctx, fn, "paths", paths));
     if (r % 32) return br_fail(ctx, BR_E_SHAPE, "%s: r = %zu is not a multiple of 32", fn, r);
-    size_t need = by_rows ? r : rows;
+    size_t pr; /* the plane's rank extent: paths·r */
+    BR_TRY(br_check_mul(ctx, fn, "paths·r", paths, r, &pr));
+    size_t need = by_rows ? pr : rows;
     if (ld < need || ld % 8)
         return br_fail(ctx, BR_E_SHAPE, "%s: ld = %zu must be ≥ %s = %zu and a multiple of 8", fn,
-                       ld, by_rows ? "r" : "rows", need);
+                       ld, by_rows ? (paths > 1 ? "paths·r" : "r") : "rows", need);
     size_t n_bits, n_plane;
     BR_TRY(br_check_mul(ctx, fn, "rows·r/32", rows, r / 32, &n_bits));
     if (by_rows) {
         BR_TRY(br_check_mul(ctx, fn, "(rows−1)·ld", rows - 1, ld, &n_plane));
-        if (n_plane > SIZE_MAX - r)
-            return br_fail(ctx, BR_E_SIZE, "%s: (rows−1)·ld + r overflows", fn);
-        n_plane += r;
+        if (n_plane > SIZE_MAX - pr)
+            return br_fail(ctx, BR_E_SIZE, "%s: (rows−1)·ld + paths·r overflows", fn);
+        n_plane += pr;
     } else {
-        BR_TRY(br_check_mul(ctx, fn, "r·ld", r, ld, &n_plane));
+        BR_TRY(br_check_mul(ctx, fn, paths > 1 ? "paths·r·ld" : "r·ld", pr, ld, &n_plane));
     }
     BR_TRY(br_check_finite(ctx, fn, "scale", scale));
-    BR_TRY(br_check_buf(ctx, fn, "bits", bits, BR_U32, n_bits));
-    BR_TRY(br_check_buf(ctx, fn, "rowscale", rowscale, BR_F32, rows));
+    size_t s_bits, s_scale;
+    BR_TRY(span(ctx, fn, "bits_stride", bits, paths, bits_stride, n_bits, &s_bits));
+    BR_TRY(span(ctx, fn, "scale_stride", rowscale, paths, scale_stride, rows, &s_scale));
+    BR_TRY(br_check_buf(ctx, fn, "bits", bits, BR_U32, s_bits));
+    BR_TRY(br_check_buf(ctx, fn, "rowscale", rowscale, BR_F32, s_scale));
     BR_TRY(br_check_buf(ctx, fn, by_rows ? "plane" : "plane_t", plane, BR_F16, n_plane));
     br_op op = {.kind = BR_OP_EXPAND_SCALED};
     op.u.expand_scaled = (br_expand_scaled_args){.bits = bits,
@@ -40,6 +70,9 @@ static br_status expand_scaled(br_ctx *ctx, const char *fn, const br_buf *bits, 
                                                  .rows = rows,
                                                  .r = r,
                                                  .ld = ld,
+                                                 .paths = paths,
+                                                 .bits_stride = paths > 1 ? bits_stride : 0,
+                                                 .scale_stride = paths > 1 ? scale_stride : 0,
                                                  .scale = scale,
                                                  .by_rows = by_rows};
     return br_submit(ctx, &op, 0);
@@ -47,54 +80,83 @@ static br_status expand_scaled(br_ctx *ctx, const char *fn, const br_buf *bits, 
 
 br_status br_expand_scaled(br_ctx *ctx, const br_buf *bits, size_t rows, size_t r,
                            const br_buf *rowscale, float scale, br_buf *plane_t, size_t ld) {
-    return expand_scaled(ctx, "br_expand_scaled", bits, rows, r, rowscale, scale, plane_t, ld, 0);
+    return expand_scaled(ctx, "br_expand_scaled", bits, 0, rows, r, rowscale, 0, scale, plane_t, ld,
+                         1, 0);
 }
 
 br_status br_expand_scaled_rows(br_ctx *ctx, const br_buf *bits, size_t rows, size_t r,
                                 const br_buf *rowscale, float scale, br_buf *plane, size_t ld) {
-    return expand_scaled(ctx, "br_expand_scaled_rows", bits, rows, r, rowscale, scale, plane, ld,
-                         1);
+    return expand_scaled(ctx, "br_expand_scaled_rows", bits, 0, rows, r, rowscale, 0, scale, plane,
+                         ld, 1, 1);
 }
 
-br_status br_sign_rowdot(br_ctx *ctx, const br_buf *mat, size_t ldm, size_t col0,
-                         const br_buf *bits, const br_buf *rowscale, br_buf *grad, br_buf *dsum,
-                         size_t rows, size_t r, int accumulate) {
-    static const char fn[] = "br_sign_rowdot";
+br_status br_expand_scaled_paths(br_ctx *ctx, const br_buf *bits, size_t bits_stride, size_t rows,
+                                 size_t r, const br_buf *rowscale, size_t scale_stride, float scale,
+                                 br_buf *plane_t, size_t ld, size_t paths) {
+    return expand_scaled(ctx, "br_expand_scaled_paths", bits, bits_stride, rows, r, rowscale,
+                         scale_stride, scale, plane_t, ld, paths, 0);
+}
+
+br_status br_expand_scaled_rows_paths(br_ctx *ctx, const br_buf *bits, size_t bits_stride,
+                                      size_t rows, size_t r, const br_buf *rowscale,
+                                      size_t scale_stride, float scale, br_buf *plane, size_t ld,
+                                      size_t paths) {
+    return expand_scaled(ctx, "br_expand_scaled_rows_paths", bits, bits_stride, rows, r, rowscale,
+                         scale_stride, scale, plane, ld, paths, 1);
+}
+
+static br_status sign_rowdot(br_ctx *ctx, const char *fn, const br_buf *mat, size_t ldm,
+                             size_t col0, const br_buf *bits, size_t bits_stride,
+                             const br_buf *rowscale, size_t scale_stride, br_buf *grad,
+                             size_t grad_stride, br_buf *dsum, size_t dsum_stride, size_t rows,
+                             size_t r, size_t paths, int accumulate) {
     BR_TRY(br_check_ctx(ctx));
     if (!grad && !dsum) return br_fail(ctx, BR_E_ARG, "%s: grad and dsum are both NULL", fn);
     BR_TRY(br_check_dim(ctx, fn, "rows", rows));
     BR_TRY(br_check_dim(ctx, fn, "r", r));
+    BR_TRY(br_check_dim(ctx, fn, "paths", paths));
     if (r % 32) return br_fail(ctx, BR_E_SHAPE, "%s: r = %zu is not a multiple of 32", fn, r);
     BR_TRY(br_check_dim(ctx, fn, "ldm", ldm));
-    if (col0 > ldm || r > ldm - col0)
+    size_t pr; /* the columns of every path: paths·r */
+    BR_TRY(br_check_mul(ctx, fn, "paths·r", paths, r, &pr));
+    if (col0 > ldm || pr > ldm - col0)
         return br_fail(ctx, BR_E_SHAPE, "%s: columns [%zu, %zu+%zu) exceed ldm = %zu", fn, col0,
-                       col0, r, ldm);
+                       col0, pr, ldm);
     size_t n_mat, n_grad, n_bits;
     BR_TRY(br_check_mul(ctx, fn, "rows·ldm", rows, ldm, &n_mat));
     BR_TRY(br_check_mul(ctx, fn, "rows·r", rows, r, &n_grad));
     n_bits = n_grad / 32;
+    BR_TRY(check_out_stride(ctx, fn, "grad_stride", grad, paths, grad_stride, "rows·r", n_grad));
+    BR_TRY(check_out_stride(ctx, fn, "dsum_stride", dsum, paths, dsum_stride, "rows", rows));
+    /* every buffer's span over the paths: its checks, and "apart" on whole spans */
+    size_t s_bits, s_scale, s_grad, s_dsum;
+    BR_TRY(span(ctx, fn, "bits_stride", bits, paths, bits_stride, n_bits, &s_bits));
+    BR_TRY(span(ctx, fn, "scale_stride", rowscale, paths, scale_stride, rows, &s_scale));
+    BR_TRY(span(ctx, fn, "grad_stride", grad, paths, grad_stride, n_grad, &s_grad));
+    BR_TRY(span(ctx, fn, "dsum_stride", dsum, paths, dsum_stride, rows, &s_dsum));
     BR_TRY(br_check_buf(ctx, fn, "mat", mat, BR_F32, n_mat));
     if (dsum) {
-        BR_TRY(br_check_buf(ctx, fn, "bits", bits, BR_U32, n_bits));
-        BR_TRY(br_check_buf(ctx, fn, "dsum", dsum, BR_F32, rows));
+        BR_TRY(br_check_buf(ctx, fn, "bits", bits, BR_U32, s_bits));
+        BR_TRY(br_check_buf(ctx, fn, "dsum", dsum, BR_F32, s_dsum));
     } else {
-        BR_TRY(br_check_opt_buf(ctx, fn, "bits", bits, BR_U32, n_bits));
+        BR_TRY(br_check_opt_buf(ctx, fn, "bits", bits, BR_U32, s_bits));
     }
     if (grad) {
-        BR_TRY(br_check_buf(ctx, fn, "rowscale", rowscale, BR_F32, rows));
-        BR_TRY(br_check_buf(ctx, fn, "grad", grad, BR_F32, n_grad));
+        BR_TRY(br_check_buf(ctx, fn, "rowscale", rowscale, BR_F32, s_scale));
+        BR_TRY(br_check_buf(ctx, fn, "grad", grad, BR_F32, s_grad));
     } else {
-        BR_TRY(br_check_opt_buf(ctx, fn, "rowscale", rowscale, BR_F32, rows));
+        BR_TRY(br_check_opt_buf(ctx, fn, "rowscale", rowscale, BR_F32, s_scale));
     }
     /* one thread reads an input element, another may write an output there */
-    BR_TRY(br_check_apart(ctx, fn, "grad", grad, n_grad, "mat", mat, n_mat));
-    BR_TRY(br_check_apart(ctx, fn, "grad", grad, n_grad, "rowscale", rowscale, rows));
-    BR_TRY(br_check_apart(ctx, fn, "grad", grad, n_grad, "bits", bits, n_bits));
-    BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, rows, "mat", mat, n_mat));
-    BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, rows, "rowscale", rowscale, rows));
-    BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, rows, "bits", bits, n_bits));
-    BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, rows, "grad", grad, n_grad));
+    BR_TRY(br_check_apart(ctx, fn, "grad", grad, s_grad, "mat", mat, n_mat));
+    BR_TRY(br_check_apart(ctx, fn, "grad", grad, s_grad, "rowscale", rowscale, s_scale));
+    BR_TRY(br_check_apart(ctx, fn, "grad", grad, s_grad, "bits", bits, s_bits));
+    BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, s_dsum, "mat", mat, n_mat));
+    BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, s_dsum, "rowscale", rowscale, s_scale));
+    BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, s_dsum, "bits", bits, s_bits));
+    BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, s_dsum, "grad", grad, s_grad));
     br_op op = {.kind = BR_OP_SIGN_ROWDOT};
+    const int many = paths > 1;
     op.u.sign_rowdot = (br_sign_rowdot_args){.mat = mat,
                                              .bits = dsum ? bits : NULL,
                                              .rowscale = grad ? rowscale : NULL,
@@ -104,8 +166,30 @@ br_status br_sign_rowdot(br_ctx *ctx, const br_buf *mat, size_t ldm, size_t col0
                                              .r = r,
                                              .ldm = ldm,
                                              .col0 = col0,
+                                             .paths = paths,
+                                             .bits_stride = many && dsum ? bits_stride : 0,
+                                             .scale_stride = many && grad ? scale_stride : 0,
+                                             .grad_stride = many && grad ? grad_stride : 0,
+                                             .dsum_stride = many && dsum ? dsum_stride : 0,
                                              .accumulate = accumulate != 0};
     return br_submit(ctx, &op, 0);
+}
+
+br_status br_sign_rowdot(br_ctx *ctx, const br_buf *mat, size_t ldm, size_t col0,
+                         const br_buf *bits, const br_buf *rowscale, br_buf *grad, br_buf *dsum,
+                         size_t rows, size_t r, int accumulate) {
+    return sign_rowdot(ctx, "br_sign_rowdot", mat, ldm, col0, bits, 0, rowscale, 0, grad, 0, dsum,
+                       0, rows, r, 1, accumulate);
+}
+
+br_status br_sign_rowdot_paths(br_ctx *ctx, const br_buf *mat, size_t ldm, size_t col0,
+                               const br_buf *bits, size_t bits_stride, const br_buf *rowscale,
+                               size_t scale_stride, br_buf *grad, size_t grad_stride, br_buf *dsum,
+                               size_t dsum_stride, size_t rows, size_t r, size_t paths,
+                               int accumulate) {
+    return sign_rowdot(ctx, "br_sign_rowdot_paths", mat, ldm, col0, bits, bits_stride, rowscale,
+                       scale_stride, grad, grad_stride, dsum, dsum_stride, rows, r, paths,
+                       accumulate);
 }
 
 br_status br_cvt_both(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf *dst, br_buf *dst_t,

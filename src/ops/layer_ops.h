@@ -50,6 +50,39 @@ br_status br_sign_rowdot(br_ctx *ctx, const br_buf *mat, size_t ldm, size_t col0
                          const br_buf *bits, const br_buf *rowscale, br_buf *grad, br_buf *dsum,
                          size_t rows, size_t r, int accumulate);
 
+/* The three ops above for `paths` paths in one op (one kernel launch where the
+ * backend launches kernels): every bit as the `paths` single-path calls on views
+ * would write it. Path p (< paths) reads
+ *     bits     from element p·bits_stride  (u32 [rows][r/32])
+ *     rowscale from element p·scale_stride (f32 [rows])
+ * and writes
+ *     br_expand_scaled_paths:      rows p·r..p·r+r−1 of plane_t f16 [paths·r][ld]
+ *     br_expand_scaled_rows_paths: columns p·r..p·r+r−1 of plane f16 [rows][ld],
+ *                                  (rows − 1)·ld + paths·r elements, ld ≥ paths·r
+ *     br_sign_rowdot_paths:        grad from p·grad_stride (f32 [rows][r]) and dsum
+ *                                  from p·dsum_stride (f32 [rows]) out of columns
+ *                                  col0 + p·r..col0 + p·r + r−1 of mat (col0 + paths·r
+ *                                  ≤ ldm)
+ * Each buffer holds (paths − 1)·stride + one path's elements; input strides may be
+ * anything (paths may share inputs), output strides are at least one path's
+ * elements (grad_stride ≥ rows·r, dsum_stride ≥ rows: BR_E_SHAPE otherwise) so the
+ * paths write apart; "apart" in br_sign_rowdot is checked on those whole spans
+ * (grad and dsum whose paths interleave are refused though no element is shared).
+ * Strides are ignored with paths = 1 and for NULL buffers. The single-path ops are
+ * these with paths = 1. */
+br_status br_expand_scaled_paths(br_ctx *ctx, const br_buf *bits, size_t bits_stride, size_t rows,
+                                 size_t r, const br_buf *rowscale, size_t scale_stride, float scale,
+                                 br_buf *plane_t, size_t ld, size_t paths);
+br_status br_expand_scaled_rows_paths(br_ctx *ctx, const br_buf *bits, size_t bits_stride,
+                                      size_t rows, size_t r, const br_buf *rowscale,
+                                      size_t scale_stride, float scale, br_buf *plane, size_t ld,
+                                      size_t paths);
+br_status br_sign_rowdot_paths(br_ctx *ctx, const br_buf *mat, size_t ldm, size_t col0,
+                               const br_buf *bits, size_t bits_stride, const br_buf *rowscale,
+                               size_t scale_stride, br_buf *grad, size_t grad_stride, br_buf *dsum,
+                               size_t dsum_stride, size_t rows, size_t r, size_t paths,
+                               int accumulate);
+
 /* br_cvt_pad(src, col, dst, m, k, ld, scale) and br_cvt_t(src, col, dst_t, m, k,
  * scale) from one read of src, every bit as the two separate ops write it:
  *     dst[t][c]   = f16(fl(src[t][c]·col[c])·scale)  (without col f16(src·scale))

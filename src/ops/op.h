@@ -217,23 +217,28 @@ typedef struct br_sign_steps_args {
     size_t n;
 } br_sign_steps_args;
 
-/* The reformulated layer's ops (ops/layer_ops.h documents them). */
+/* The reformulated layer's ops (ops/layer_ops.h documents them). Both run `paths`
+ * (≥ 1) independent paths in one op: path p reads its inputs at p·(their stride)
+ * elements and writes its own part of the outputs; strides of NULL buffers are 0. */
 typedef struct br_expand_scaled_args {
-    const br_buf *bits;     /* u32 [rows][r/32] */
-    const br_buf *rowscale; /* f32 [rows] */
-    br_buf *plane;          /* by_rows: f16 [rows][ld] (r columns); else [r][ld] */
+    const br_buf *bits;     /* u32 [rows][r/32] per path, path p at p·bits_stride */
+    const br_buf *rowscale; /* f32 [rows] per path, at p·scale_stride */
+    br_buf *plane;          /* by_rows: f16 [rows][ld], path p's columns p·r..;
+                             * else [paths·r][ld], path p's rows p·r.. */
     size_t rows, r, ld;
+    size_t paths, bits_stride, scale_stride;
     float scale;
     int by_rows;
 } br_expand_scaled_args;
 
 typedef struct br_sign_rowdot_args {
-    const br_buf *mat;      /* f32 [rows][ldm], columns col0..col0+r−1 */
-    const br_buf *bits;     /* u32 [rows][r/32]; may be NULL without dsum */
-    const br_buf *rowscale; /* f32 [rows]; may be NULL without grad */
-    br_buf *grad;           /* f32 [rows][r] or NULL */
-    br_buf *dsum;           /* f32 [rows] or NULL */
+    const br_buf *mat;      /* f32 [rows][ldm], path p's columns col0 + p·r..+r−1 */
+    const br_buf *bits;     /* u32 [rows][r/32] per path; may be NULL without dsum */
+    const br_buf *rowscale; /* f32 [rows] per path; may be NULL without grad */
+    br_buf *grad;           /* f32 [rows][r] per path or NULL */
+    br_buf *dsum;           /* f32 [rows] per path or NULL */
     size_t rows, r, ldm, col0;
+    size_t paths, bits_stride, scale_stride, grad_stride, dsum_stride;
     int accumulate; /* grad += instead of = */
 } br_sign_rowdot_args;
 

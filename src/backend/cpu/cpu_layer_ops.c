@@ -1,7 +1,8 @@
 /* The reformulated layer's ops on the CPU: expand_scaled, sign_rowdot, cvt_both.
  * The reference semantics of ops/layer_ops.h: each element on its own, and the one
  * sum (sign_rowdot's Σ_k s·M) in the 32-lane-then-tree order of a CUDA warp, so the
- * results are the same on any number of threads and bit-identical to the kernels. */
+ * results are the same on any number of threads and bit-identical to the kernels.
+ * An op of several paths runs them one after another, each exactly as alone. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,26 +10,22 @@
 
 /* ---------------------------------------------------------------- expand_scaled */
 
-br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
-    const br_expand_scaled_args *a = &op->u.expand_scaled;
-    const uint32_t *bits = br_ptr(a->bits);      /* [rows][r/32] */
-    const float *rowscale = br_ptr(a->rowscale); /* [rows] */
-    uint16_t *plane = br_ptr(a->plane);          /* [rows][ld] by rows, else [r][ld] */
+/* One path: plane [rows][ld] (its r columns) by rows, else plane [r][ld]; mag
+ * [rows] is room for the magnitudes. */
+static void expand_scaled_path(const br_expand_scaled_args *a, const uint32_t *bits,
+                               const float *rowscale, uint16_t *plane, uint16_t *mag) {
     size_t rows = a->rows, r = a->r, ld = a->ld, words = r / 32;
-    ctx->stats.launches++;
     if (a->by_rows) {
         OMP("omp parallel for schedule(static) if (rows * r >= PARALLEL_MIN_ELEMS)")
         for (size_t i = 0; i < rows; i++) {
-            uint16_t mag = br_half_from_float(rowscale[i] * a->scale), *out = plane + i * ld;
+            uint16_t m = br_half_from_float(rowscale[i] * a->scale), *out = plane + i * ld;
             for (size_t k = 0; k < r; k++) {
                 uint32_t bit = bits[i * words + k / 32] >> (k % 32) & 1u;
-                out[k] = bit ? mag : (uint16_t)(mag ^ 0x8000u);
+                out[k] = bit ? m : (uint16_t)(m ^ 0x8000u);
             }
         }
-        return BR_OK;
+        return;
     }
-    uint16_t *mag = malloc(rows * sizeof *mag);
-    if (!mag) return br_fail(ctx, BR_E_NOMEM, "expand_scaled: out of host memory (%zu rows)", rows);
     for (size_t i = 0; i < rows; i++)
         mag[i] = br_half_from_float(rowscale[i] * a->scale);
     OMP("omp parallel for schedule(static) if (rows * r >= PARALLEL_MIN_ELEMS)")
@@ -40,6 +37,22 @@ br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
         }
         memset(out + rows, 0, (ld - rows) * sizeof *out);
     }
+}
+
+br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
+    const br_expand_scaled_args *a = &op->u.expand_scaled;
+    const uint32_t *bits = br_ptr(a->bits);      /* [rows][r/32] per path */
+    const float *rowscale = br_ptr(a->rowscale); /* [rows] per path */
+    uint16_t *plane = br_ptr(a->plane);          /* [rows][ld] by rows, else [paths·r][ld] */
+    /* path p's plane: columns p·r.. by rows, else rows p·r.. */
+    size_t plane_stride = a->by_rows ? a->r : a->r * a->ld;
+    ctx->stats.launches++;
+    uint16_t *mag = NULL;
+    if (!a->by_rows && !(mag = malloc(a->rows * sizeof *mag)))
+        return br_fail(ctx, BR_E_NOMEM, "expand_scaled: out of host memory (%zu rows)", a->rows);
+    for (size_t p = 0; p < a->paths; p++)
+        expand_scaled_path(a, bits + p * a->bits_stride, rowscale + p * a->scale_stride,
+                           plane + p * plane_stride, mag);
     free(mag);
     return BR_OK;
 }
@@ -72,18 +85,13 @@ static float row_sign_dot(const float *m, const uint32_t *bits, size_t r) {
     return lane[0];
 }
 
-br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op) {
-    const br_sign_rowdot_args *a = &op->u.sign_rowdot;
-    const float *mat = br_ptr(a->mat); /* [rows][ldm] */
-    const uint32_t *bits = a->bits ? br_ptr(a->bits) : NULL;
-    const float *rowscale = a->rowscale ? br_ptr(a->rowscale) : NULL;
-    float *grad = a->grad ? br_ptr(a->grad) : NULL; /* [rows][r] */
-    float *dsum = a->dsum ? br_ptr(a->dsum) : NULL; /* [rows] */
+/* One path: mat points at its first column of row 0 (row stride ldm). */
+static void sign_rowdot_path(const br_sign_rowdot_args *a, const float *mat, const uint32_t *bits,
+                             const float *rowscale, float *grad, float *dsum) {
     size_t rows = a->rows, r = a->r, words = r / 32;
-    ctx->stats.launches++;
     OMP("omp parallel for schedule(static) if (rows * r >= PARALLEL_MIN_ELEMS)")
     for (size_t i = 0; i < rows; i++) {
-        const float *m = mat + i * a->ldm + a->col0;
+        const float *m = mat + i * a->ldm;
         if (grad) {
             float h = rowscale[i], *g = grad + i * r;
             if (a->accumulate)
@@ -95,6 +103,21 @@ br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op) {
         }
         if (dsum) dsum[i] = dsum[i] + row_sign_dot(m, bits + i * words, r);
     }
+}
+
+br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op) {
+    const br_sign_rowdot_args *a = &op->u.sign_rowdot;
+    const float *mat = br_ptr(a->mat);                                /* [rows][ldm] */
+    const uint32_t *bits = a->bits ? br_ptr(a->bits) : NULL;          /* [rows][r/32] per path */
+    const float *rowscale = a->rowscale ? br_ptr(a->rowscale) : NULL; /* [rows] per path */
+    float *grad = a->grad ? br_ptr(a->grad) : NULL;                   /* [rows][r] per path */
+    float *dsum = a->dsum ? br_ptr(a->dsum) : NULL;                   /* [rows] per path */
+    ctx->stats.launches++;
+    for (size_t p = 0; p < a->paths; p++) /* NULL stays NULL: no arithmetic on it */
+        sign_rowdot_path(a, mat + a->col0 + p * a->r, bits ? bits + p * a->bits_stride : NULL,
+                         rowscale ? rowscale + p * a->scale_stride : NULL,
+                         grad ? grad + p * a->grad_stride : NULL,
+                         dsum ? dsum + p * a->dsum_stride : NULL);
     return BR_OK;
 }
 

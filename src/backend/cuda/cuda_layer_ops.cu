@@ -4,7 +4,9 @@
  * __fadd_rn; this file is also compiled with --fmad=false), f16 conversions are
  * br_dev_f16_bits, and sign_rowdot's sum runs in the documented warp order. Each
  * kernel has a vector path (16-byte loads and stores) taken when the shapes and
- * the addresses of the views allow it, and a scalar path with the same values. */
+ * the addresses of the views allow it, and a scalar path with the same values.
+ * expand_scaled and sign_rowdot take every path of an op in one launch: blockIdx.y
+ * is the path (strided over gridDim.y), each path exactly as a launch of its own. */
 #include "backend/cuda/cuda_internal.h"
 #include "ops/layer_ops.h"
 
@@ -28,6 +30,15 @@ static __device__ __forceinline__ void store8(uint16_t *out, const uint32_t *h) 
     }
 }
 
+/* Most paths one launch's grid spans (gridDim.y ≤ 65535); blocks stride over more. */
+#define MAX_GRID_Y 65535u
+
+/* Where path p's operands are: element offsets p·stride from each base. */
+typedef struct path_strides {
+    size_t bits, scale, out, dsum; /* out: the plane (expand) or grad (rowdot) */
+    unsigned paths;
+} path_strides;
+
 /* Plane columns (bitmap rows i) per tile; a tile is one bitmap word w (plane rows
  * 32w..32w+31) by ES_COLS columns. */
 #define ES_COLS 128
@@ -38,43 +49,48 @@ static __device__ __forceinline__ void store8(uint16_t *out, const uint32_t *h) 
  * store with VEC: ld % 8 == 0 and plane_t 16-byte aligned), 16 threads covering
  * 256 contiguous bytes. Grid-stride over tiles, column tiles fastest. */
 template <bool VEC>
-__global__ void expand_scaled_kernel(const uint32_t *bits, const float *rowscale, float scale,
-                                     uint16_t *plane_t, unsigned rows, unsigned words,
-                                     unsigned ld) {
+__global__ void expand_scaled_kernel(const uint32_t *bits0, const float *rowscale0, float scale,
+                                     uint16_t *plane_t0, unsigned rows, unsigned words, unsigned ld,
+                                     path_strides ps) {
     __shared__ __align__(16) uint32_t sbits[ES_COLS];
     __shared__ __align__(16) uint16_t smag[ES_COLS];
     unsigned itiles = (ld + ES_COLS - 1) / ES_COLS, tiles = itiles * words;
-    for (unsigned tl = blockIdx.x; tl < tiles; tl += gridDim.x) {
-        unsigned i0 = (tl % itiles) * ES_COLS, w = tl / itiles;
-        if (threadIdx.x < ES_COLS) {
-            unsigned i = i0 + threadIdx.x;
-            uint32_t b = 0;
-            uint16_t mag = 0;
-            if (i < rows) {
-                b = bits[(size_t)i * words + w];
-                mag = br_dev_f16_bits(__fmul_rn(rowscale[i], scale));
+    for (unsigned p = blockIdx.y; p < ps.paths; p += gridDim.y) { /* block-uniform */
+        const uint32_t *bits = bits0 + p * ps.bits;
+        const float *rowscale = rowscale0 + p * ps.scale;
+        uint16_t *plane_t = plane_t0 + p * ps.out;
+        for (unsigned tl = blockIdx.x; tl < tiles; tl += gridDim.x) {
+            unsigned i0 = (tl % itiles) * ES_COLS, w = tl / itiles;
+            if (threadIdx.x < ES_COLS) {
+                unsigned i = i0 + threadIdx.x;
+                uint32_t b = 0;
+                uint16_t mag = 0;
+                if (i < rows) {
+                    b = bits[(size_t)i * words + w];
+                    mag = br_dev_f16_bits(__fmul_rn(rowscale[i], scale));
+                }
+                sbits[threadIdx.x] = b;
+                smag[threadIdx.x] = mag;
             }
-            sbits[threadIdx.x] = b;
-            smag[threadIdx.x] = mag;
-        }
-        __syncthreads();
-        for (unsigned q = threadIdx.x; q < 32 * (ES_COLS / 8); q += blockDim.x) {
-            unsigned kk = q / (ES_COLS / 8), g = q % (ES_COLS / 8), i = i0 + 8 * g;
-            if (i >= ld) continue;
-            uint4 b0 = reinterpret_cast<const uint4 *>(sbits)[2 * g];
-            uint4 b1 = reinterpret_cast<const uint4 *>(sbits)[2 * g + 1];
-            uint4 mg = reinterpret_cast<const uint4 *>(smag)[g];
-            uint32_t bw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-            uint32_t mw[4] = {mg.x, mg.y, mg.z, mg.w};
-            uint32_t h[8];
+            __syncthreads();
+            for (unsigned q = threadIdx.x; q < 32 * (ES_COLS / 8); q += blockDim.x) {
+                unsigned kk = q / (ES_COLS / 8), g = q % (ES_COLS / 8), i = i0 + 8 * g;
+                if (i >= ld) continue;
+                uint4 b0 = reinterpret_cast<const uint4 *>(sbits)[2 * g];
+                uint4 b1 = reinterpret_cast<const uint4 *>(sbits)[2 * g + 1];
+                uint4 mg = reinterpret_cast<const uint4 *>(smag)[g];
+                uint32_t bw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+                uint32_t mw[4] = {mg.x, mg.y, mg.z, mg.w};
+                uint32_t h[8];
 #pragma unroll
-            for (unsigned u = 0; u < 8; u++) {
-                uint32_t mag = mw[u / 2] >> (16 * (u % 2)) & 0xffffu;
-                h[u] = i + u < rows ? (bw[u] >> kk & 1u ? mag : mag ^ F16_SIGN) : 0u;
+                for (unsigned u = 0; u < 8; u++) {
+                    uint32_t mag = mw[u / 2] >> (16 * (u % 2)) & 0xffffu;
+                    h[u] = i + u < rows ? (bw[u] >> kk & 1u ? mag : mag ^ F16_SIGN) : 0u;
+                }
+                store8<VEC>(plane_t + (size_t)(32 * w + kk) * ld + i, h);
             }
-            store8<VEC>(plane_t + (size_t)(32 * w + kk) * ld + i, h);
+            __syncthreads();
         }
-        __syncthreads();
     }
 }
 
@@ -82,18 +98,23 @@ __global__ void expand_scaled_kernel(const uint32_t *bits, const float *rowscale
  * thread per 8 consecutive k of a row (one byte of a bitmap word; one 16-byte store
  * with VEC: ld % 8 == 0 and plane 16-byte aligned). */
 template <bool VEC>
-__global__ void expand_scaled_rows_kernel(const uint32_t *bits, const float *rowscale, float scale,
-                                          uint16_t *plane, unsigned rows, unsigned words,
-                                          unsigned ld) {
+__global__ void expand_scaled_rows_kernel(const uint32_t *bits0, const float *rowscale0,
+                                          float scale, uint16_t *plane0, unsigned rows,
+                                          unsigned words, unsigned ld, path_strides ps) {
     const unsigned groups = words * 4;
-    BR_GRID_STRIDE(q, rows * groups) {
-        unsigned i = q / groups, g = q % groups;
-        uint32_t byte = bits[(size_t)i * words + g / 4] >> (8 * (g % 4)) & 0xffu;
-        uint32_t mag = br_dev_f16_bits(__fmul_rn(rowscale[i], scale)), h[8];
+    for (unsigned p = blockIdx.y; p < ps.paths; p += gridDim.y) {
+        const uint32_t *bits = bits0 + p * ps.bits;
+        const float *rowscale = rowscale0 + p * ps.scale;
+        uint16_t *plane = plane0 + p * ps.out;
+        BR_GRID_STRIDE(q, rows * groups) {
+            unsigned i = q / groups, g = q % groups;
+            uint32_t byte = bits[(size_t)i * words + g / 4] >> (8 * (g % 4)) & 0xffu;
+            uint32_t mag = br_dev_f16_bits(__fmul_rn(rowscale[i], scale)), h[8];
 #pragma unroll
-        for (unsigned u = 0; u < 8; u++)
-            h[u] = byte >> u & 1u ? mag : mag ^ F16_SIGN;
-        store8<VEC>(plane + (size_t)i * ld + 8 * g, h);
+            for (unsigned u = 0; u < 8; u++)
+                h[u] = byte >> u & 1u ? mag : mag ^ F16_SIGN;
+            store8<VEC>(plane + (size_t)i * ld + 8 * g, h);
+        }
     }
 }
 
@@ -104,9 +125,14 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
     uint16_t *plane = (uint16_t *)br_ptr(a->plane);
     const uint32_t *bits = (const uint32_t *)br_ptr(a->bits);
     const float *rowscale = (const float *)br_ptr(a->rowscale);
-    const bool vec = br_aligned(16, plane); /* ld % 8 == 0: every row is aligned too */
+    /* path p's plane: columns p·r.. by rows, else rows p·r.. */
+    path_strides ps = {a->bits_stride, a->scale_stride, a->by_rows ? a->r : a->r * a->ld, 0,
+                       (unsigned)a->paths};
+    /* ld % 8 == 0: every row is aligned with the base; so is every path's plane when
+     * its stride is a multiple of 8 halves (r % 32 == 0: always) */
+    const bool vec = br_aligned(16, plane) && ps.out % 8 == 0;
     typedef void (*kernel_fn)(const uint32_t *, const float *, float, uint16_t *, unsigned,
-                              unsigned, unsigned);
+                              unsigned, unsigned, path_strides);
     kernel_fn k;
     size_t threads;
     if (a->by_rows) { /* a thread per 8 entries */
@@ -116,8 +142,8 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
         k = vec ? expand_scaled_kernel<true> : expand_scaled_kernel<false>;
         threads = (size_t)((ld + ES_COLS - 1) / ES_COLS) * words * THREADS;
     }
-    k<<<br_cuda_blocks(ctx, threads, THREADS), THREADS, 0, s->stream>>>(bits, rowscale, a->scale,
-                                                                        plane, rows, words, ld);
+    dim3 grid(br_cuda_blocks(ctx, threads, THREADS), ps.paths < MAX_GRID_Y ? ps.paths : MAX_GRID_Y);
+    k<<<grid, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld, ps);
     BR_CUDA_LAUNCHED(ctx, "expand_scaled_kernel");
     return BR_OK;
 }
@@ -130,40 +156,49 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
 /* One warp per row i: lane l takes columns k = l, l+32, ... (coalesced 128-byte
  * loads of M, stores of grad); grad[i][k] = fl(h·M) (+ grad); the signed sum runs
  * in the lane order of layer_ops.h, then the shuffle tree (lane t adds lane t + s
- * for s = 16..1) and dsum[i] += lane 0's total. m points at column col0 of row 0. */
-__global__ void sign_rowdot_kernel(const float *m, size_t ldm, const uint32_t *bits,
-                                   const float *rowscale, float *grad, float *dsum, unsigned rows,
-                                   unsigned r, int accumulate) {
+ * for s = 16..1) and dsum[i] += lane 0's total. m0 points at column col0 of row 0;
+ * path p's columns start r further on per path, its other operands at p·stride
+ * (NULL ones stay NULL). */
+__global__ void sign_rowdot_kernel(const float *m0, size_t ldm, const uint32_t *bits0,
+                                   const float *rowscale0, float *grad0, float *dsum0,
+                                   unsigned rows, unsigned r, int accumulate, path_strides ps) {
     unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32, words = r / 32;
-    for (unsigned i = blockIdx.x * warps + threadIdx.x / 32; i < rows; i += gridDim.x * warps) {
-        const float *row = m + (size_t)i * ldm;
-        float h = grad ? rowscale[i] : 0.0f, acc = 0.0f;
-        for (unsigned w0 = 0; w0 < words; w0 += RD_BATCH) {
-            float x[RD_BATCH];
-            uint32_t b[RD_BATCH];
+    for (unsigned p = blockIdx.y; p < ps.paths; p += gridDim.y) { /* warp-uniform */
+        const float *m = m0 + (size_t)p * r;
+        const uint32_t *bits = bits0 ? bits0 + p * ps.bits : NULL;
+        const float *rowscale = rowscale0 ? rowscale0 + p * ps.scale : NULL;
+        float *grad = grad0 ? grad0 + p * ps.out : NULL;
+        float *dsum = dsum0 ? dsum0 + p * ps.dsum : NULL;
+        for (unsigned i = blockIdx.x * warps + threadIdx.x / 32; i < rows; i += gridDim.x * warps) {
+            const float *row = m + (size_t)i * ldm;
+            float h = grad ? rowscale[i] : 0.0f, acc = 0.0f;
+            for (unsigned w0 = 0; w0 < words; w0 += RD_BATCH) {
+                float x[RD_BATCH];
+                uint32_t b[RD_BATCH];
 #pragma unroll
-            for (unsigned u = 0; u < RD_BATCH; u++) {
-                if (w0 + u < words) {
-                    x[u] = row[32 * (w0 + u) + lane];
-                    b[u] = dsum ? bits[(size_t)i * words + w0 + u] : 0u;
-                }
-            }
-#pragma unroll
-            for (unsigned u = 0; u < RD_BATCH; u++) {
-                if (w0 + u < words) {
-                    if (grad) {
-                        size_t e = (size_t)i * r + 32 * (w0 + u) + lane;
-                        float p = __fmul_rn(h, x[u]);
-                        grad[e] = accumulate ? __fadd_rn(grad[e], p) : p;
+                for (unsigned u = 0; u < RD_BATCH; u++) {
+                    if (w0 + u < words) {
+                        x[u] = row[32 * (w0 + u) + lane];
+                        b[u] = dsum ? bits[(size_t)i * words + w0 + u] : 0u;
                     }
-                    if (dsum) acc = __fadd_rn(acc, b[u] >> lane & 1u ? x[u] : -x[u]);
+                }
+#pragma unroll
+                for (unsigned u = 0; u < RD_BATCH; u++) {
+                    if (w0 + u < words) {
+                        if (grad) {
+                            size_t e = (size_t)i * r + 32 * (w0 + u) + lane;
+                            float pr = __fmul_rn(h, x[u]);
+                            grad[e] = accumulate ? __fadd_rn(grad[e], pr) : pr;
+                        }
+                        if (dsum) acc = __fadd_rn(acc, b[u] >> lane & 1u ? x[u] : -x[u]);
+                    }
                 }
             }
-        }
-        if (dsum) {
-            for (unsigned s = 16; s >= 1; s >>= 1)
-                acc = __fadd_rn(acc, __shfl_down_sync(FULL_MASK, acc, s));
-            if (lane == 0) dsum[i] = __fadd_rn(dsum[i], acc);
+            if (dsum) {
+                for (unsigned s = 16; s >= 1; s >>= 1)
+                    acc = __fadd_rn(acc, __shfl_down_sync(FULL_MASK, acc, s));
+                if (lane == 0) dsum[i] = __fadd_rn(dsum[i], acc);
+            }
         }
     }
 }
@@ -171,10 +206,14 @@ __global__ void sign_rowdot_kernel(const float *m, size_t ldm, const uint32_t *b
 extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
     const br_sign_rowdot_args *a = &op->u.sign_rowdot;
     br_cuda *s = br_cuda_state(ctx);
-    sign_rowdot_kernel<<<br_cuda_blocks(ctx, a->rows * 32, THREADS), THREADS, 0, s->stream>>>(
+    path_strides ps = {a->bits_stride, a->scale_stride, a->grad_stride, a->dsum_stride,
+                       (unsigned)a->paths};
+    dim3 grid(br_cuda_blocks(ctx, a->rows * 32, THREADS),
+              ps.paths < MAX_GRID_Y ? ps.paths : MAX_GRID_Y);
+    sign_rowdot_kernel<<<grid, THREADS, 0, s->stream>>>(
         (const float *)br_ptr(a->mat) + a->col0, a->ldm, (const uint32_t *)br_ptr(a->bits),
         (const float *)br_ptr(a->rowscale), (float *)br_ptr(a->grad), (float *)br_ptr(a->dsum),
-        (unsigned)a->rows, (unsigned)a->r, a->accumulate);
+        (unsigned)a->rows, (unsigned)a->r, a->accumulate, ps);
     BR_CUDA_LAUNCHED(ctx, "sign_rowdot_kernel");
     return BR_OK;
 }
