@@ -200,9 +200,6 @@ typedef struct br_sign_step_args {
     br_buf *latent, *m1, *v; /* latent: f32 [rows][r]; v [rows][r] or [rows + r] */
     const br_buf *sched;     /* f32 [8], as br_step_ctrl_args.sign_sched */
     br_buf *flips;           /* u32: flips[slot] = signs flipped */
-    /* NULL, or u32 as flips: tickets[slot] is 0 before and after every step (a backend
-     * may count the step's finished blocks there, the last one reporting the flips) */
-    br_buf *tickets;
     size_t slot;
     size_t rows, r;
     size_t budget; /* most flips (rows·r: no limit) */

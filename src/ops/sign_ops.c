@@ -82,14 +82,6 @@ static br_status check_sign_step(br_ctx *ctx, const char *fn, const br_sign_step
     if (a->slot >= a->flips->count) /* not slot + 1 as a size: it could wrap to 0 */
         return br_fail(ctx, BR_E_SIZE, "%s: slot %zu is outside flips of %zu entries", fn, a->slot,
                        a->flips->count);
-    if (a->tickets) {
-        BR_TRY(br_check_buf(ctx, fn, "tickets", a->tickets, BR_U32, 1));
-        if (a->slot >= a->tickets->count)
-            return br_fail(ctx, BR_E_SIZE, "%s: slot %zu is outside tickets of %zu entries", fn,
-                           a->slot, a->tickets->count);
-        BR_TRY(br_check_apart(ctx, fn, "tickets", a->tickets, a->tickets->count, "flips", a->flips,
-                              a->flips->count));
-    }
     if (a->budget > n)
         return br_fail(ctx, BR_E_ARG, "%s: budget %zu exceeds rows·r = %zu", fn, a->budget, n);
     if (!a->exact) {
@@ -168,9 +160,6 @@ br_status br_sign_steps(br_ctx *ctx, const br_sign_step_args *a, size_t n) {
             if (a[j].flips == a[i].flips && a[j].slot == a[i].slot)
                 return br_fail(ctx, BR_E_ARG, "%s: matrices %zu and %zu report to one flips slot",
                                fn, j, i);
-            if (a[i].tickets && a[j].tickets == a[i].tickets && a[j].slot == a[i].slot)
-                return br_fail(ctx, BR_E_ARG, "%s: matrices %zu and %zu share one tickets slot", fn,
-                               j, i);
         }
     }
     for (size_t i0 = 0; i0 < n; i0 += BR_SIGN_STEPS_MAX) {

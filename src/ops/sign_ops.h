@@ -51,9 +51,7 @@ br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *args);
 /* The sign steps of n matrices, each exactly as br_sign_step does it (bit for
  * bit), possibly at once: no buffer a step writes (bits, latent, m1, v) may share
  * memory with a buffer of another step, and no two steps may report to the same
- * flips slot, or share a tickets slot (BR_E_ARG). n = 0 does nothing. A step with
- * tickets (its slot 0 before the call) lets the CUDA backend report its flips from
- * the update's last block instead of a second launch; the slot is 0 again after. */
+ * flips slot (BR_E_ARG). n = 0 does nothing. */
 br_status br_sign_steps(br_ctx *ctx, const br_sign_step_args *args, size_t n);
 
 /* Workspace bytes a sign step of rows × r entries uses on a device. */

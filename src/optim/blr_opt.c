@@ -102,9 +102,9 @@ void br_blr_opt_free(br_blr_opt *o) {
     if (o->adam_view)
         for (size_t i = 0; i < 2 * o->paths; i++)
             br_buf_free(o->adam_view[i]);
-    br_buf *bufs[] = {o->adam_m1,  o->adam_m2, o->mask,     o->floor,  o->adam_mem,   o->tab,
-                      o->partials, o->hyper,   o->state,    o->sched,  o->sign_sched, o->norms,
-                      o->ctrl,     o->flips,   o->sign_mem, o->tickets};
+    br_buf *bufs[] = {o->adam_m1,    o->adam_m2,  o->mask,  o->floor, o->adam_mem,
+                      o->tab,        o->partials, o->hyper, o->state, o->sched,
+                      o->sign_sched, o->norms,    o->ctrl,  o->flips, o->sign_mem};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
     free(o->mat);
@@ -240,9 +240,7 @@ br_status br_blr_opt_new(br_blr *l, const br_opt_cfg *cfg, br_blr_opt **out) {
         (st = br_buf_view(o->ctrl, off += BR_CTRL_STATE, 4, &o->sched)) ||
         (st = br_buf_view(o->ctrl, off += 4, BR_SIGN_SCHED, &o->sign_sched)) ||
         (st = br_buf_view(o->ctrl, off += BR_SIGN_SCHED, o->np + 1, &o->norms)) ||
-        (st = br_buf_new(ctx, BR_U32, 2 * P, &o->flips)) ||
-        (st = br_buf_new(ctx, BR_U32, 2 * P, &o->tickets)) ||
-        (st = br_buf_fill(o->tickets, 0, 2 * P, 0)))
+        (st = br_buf_new(ctx, BR_U32, 2 * P, &o->flips)))
         goto fail;
     for (size_t p = 0; p < P; p++)
         if ((st = br_buf_view(o->adam_m1, p * l->path_len, l->path_len, &o->adam_view[2 * p])) ||
@@ -288,7 +286,6 @@ static br_sign_step_args sign_args(br_blr_opt *o, size_t i) {
         .v = mt->v,
         .sched = o->sign_sched,
         .flips = o->flips,
-        .tickets = o->tickets,
         .slot = i,
         .rows = mt->rows,
         .r = l->r,

@@ -29,7 +29,6 @@ struct br_blr_opt {
     br_buf *ctrl;     /* f32: hyper [4] | state [4] | sched [4] | sign_sched [8] | norms [np+1] */
     br_buf *hyper, *state, *sched, *sign_sched, *norms;
     br_buf *flips;    /* u32 [2·paths] */
-    br_buf *tickets;  /* u32 [2·paths]: 0 between steps (br_sign_step_args.tickets) */
     br_buf *sign_mem; /* latent state of every matrix */
     br_sign_mat *mat; /* [2·paths]: S_U,0, S_V,0, S_U,1, ... */
     /* br_blr_opt_info's arrays */

@@ -157,7 +157,6 @@ typedef struct sign_job {
     float *lat, *m1, *v;
     const float *sched;
     uint32_t *flips;
-    uint32_t *ticket; /* tickets[slot] or NULL */
     unsigned slot, rows, r, n, chunks;
     unsigned long long budget;
     int exact, factored, direct;
@@ -207,20 +206,18 @@ static __device__ unsigned strided_count(const uint32_t *cnt, unsigned n) {
     return part;
 }
 
-/* Whether this block is the last of `blocks` to get here (ticket counts arrivals;
- * zeroed by select_init, or kept 0 between steps by its user). Every write of the
- * block before the call is visible to the last block after it. */
-static __device__ bool last_of(uint32_t *ticket, unsigned blocks) {
+/* Whether this block is the last of the grid to get here (ticket counts arrivals;
+ * zeroed by select_init). Every write of the block before the call is visible to
+ * the last block after it. */
+static __device__ bool last_block(uint32_t *ticket) {
     __shared__ bool last;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == blocks - 1;
+    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     __syncthreads();
     if (last) __threadfence();
     return last;
 }
-
-static __device__ bool last_block(uint32_t *ticket) { return last_of(ticket, gridDim.x); }
 
 /* Σ normsrc² in double: lane l sums j = l, l+256, ...; then a halving tree. */
 __global__ void norm_kernel(sign_job j) {
@@ -419,24 +416,13 @@ typedef struct sign_jobs {
     sign_job job[BR_SIGN_STEPS_MAX];
     unsigned start[BR_SIGN_STEPS_MAX + 1];
     unsigned n;
-    int fold; /* every job has a ticket: its last block reports flips (no finish_n) */
 } sign_jobs;
 
-/* With fold, the last of a job's blocks sums its counts as finish_n does (the same
- * total: integers) and puts the ticket back to 0 for the next step. */
 __global__ void update_n_kernel(const __grid_constant__ sign_jobs J) {
     unsigned i = 0;
     while (i + 1 < J.n && blockIdx.x >= J.start[i + 1])
         i++;
-    const sign_job &j = J.job[i];
-    const unsigned nb = J.start[i + 1] - J.start[i];
-    update_entries(j, blockIdx.x - J.start[i], nb);
-    if (!J.fold || skipped(j) || !last_of(j.ticket, nb)) return; /* block-uniform */
-    unsigned total = block_sum(strided_count(j.ws.cnt, nb));
-    if (threadIdx.x == 0) {
-        j.flips[j.slot] = total;
-        *j.ticket = 0;
-    }
+    update_entries(J.job[i], blockIdx.x - J.start[i], J.start[i + 1] - J.start[i]);
 }
 
 /* Block i: flips[slot] of job i from its counts. */
@@ -569,7 +555,6 @@ static sign_job make_job(const br_sign_step_args *a, uint32_t *w) {
     j.v = (float *)br_ptr(a->v);
     j.sched = (const float *)br_ptr(a->sched);
     j.flips = (uint32_t *)br_ptr(a->flips);
-    j.ticket = a->tickets ? (uint32_t *)br_ptr(a->tickets) + a->slot : nullptr;
     j.slot = (unsigned)a->slot;
     j.rows = (unsigned)a->rows;
     j.r = (unsigned)a->r;
@@ -667,12 +652,10 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     sign_jobs J;
     memset(&J, 0, sizeof J);
     J.n = (unsigned)a->n;
-    J.fold = 1;
     for (size_t i = 0; i < a->n; i++) {
         const br_sign_step_args *m = &a->m[i];
         J.job[i] = make_job(m, (uint32_t *)mem);
         J.job[i].ws.cnt = cnt + i * GRID_MAX;
-        J.fold = J.fold && J.job[i].ticket;
         size_t nb = entry_blocks((m->rows * m->r + UPD_BATCH - 1) / UPD_BATCH);
         if (nb > GRID_MAX / BR_SIGN_STEPS_MAX) nb = GRID_MAX / BR_SIGN_STEPS_MAX;
         J.start[i + 1] = J.start[i] + (unsigned)nb;
@@ -680,7 +663,6 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     br_cuda *s = br_cuda_state(ctx);
     update_n_kernel<<<J.start[J.n], THREADS, 0, s->stream>>>(J);
     BR_CUDA_LAUNCHED(ctx, "update_n_kernel");
-    if (J.fold) return BR_OK;
     finish_n_kernel<<<J.n, THREADS, 0, s->stream>>>(J);
     BR_CUDA_LAUNCHED(ctx, "finish_n_kernel");
     return BR_OK;
