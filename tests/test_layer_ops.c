@@ -522,6 +522,100 @@ static void cvt_both_matches_reference(void) {
     br_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- grouped columns */
+
+/* br_cvt_both_grouped and br_colsum_fused_grouped read col (and add into sum) in
+ * groups — column c at (c / g)·stride + c % g — exactly as the plain ops on the
+ * gathered col (and scattered sum) do, bit for bit: g = r of 1..3 paths, strides
+ * wider than the group with poison between the groups (which must survive), sum
+ * starting from random values (it accumulates); then the argument checks. */
+static void grouped_columns_match_gathered(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(71);
+    for (int c = 0; c < 6; c++) {
+        size_t g = 32 * t_rand_size(&rng, 1, 3), P = 1 + (size_t)c % 3, k = P * g;
+        size_t stride = g + t_rand_size(&rng, 0, 50), m = t_rand_size(&rng, 1, 300);
+        size_t span = (P - 1) * stride + g, nd = br_pad_rows(m) * k,
+               nt = br_pad_rows(k) * br_pad_tokens(m);
+        float *a = t_rand(&rng, m * k, 2.0f), *b = t_rand(&rng, m * k, 2.0f);
+        float *colg = t_rand(&rng, span, 1.5f), *sumg = t_rand(&rng, span, 1.0f);
+        float *col = t_xmalloc(k * sizeof *col), *sum = t_xmalloc(k * sizeof *sum);
+        for (size_t i = 0; i < k; i++) {
+            col[i] = colg[i / g * stride + i % g];
+            sum[i] = sumg[i / g * stride + i % g];
+        }
+        br_buf *ba = t_buf_from(ctx, BR_F32, a, m * k), *bb = t_buf_from(ctx, BR_F32, b, m * k);
+        br_buf *bcg = t_buf_from(ctx, BR_F32, colg, span), *bc = t_buf_from(ctx, BR_F32, col, k);
+        br_buf *bsg = t_buf_from(ctx, BR_F32, sumg, span), *bs = t_buf_from(ctx, BR_F32, sum, k);
+        br_buf *d[2], *dt[2];
+        for (int v = 0; v < 2; v++) {
+            d[v] = t_buf_poison(ctx, BR_F16, nd, T_NAN16);
+            dt[v] = t_buf_poison(ctx, BR_F16, nt, T_NAN16);
+        }
+        /* cvt_both */
+        CHECK_OK(ctx, br_cvt_both(ctx, ba, bc, d[0], dt[0], m, k, k, 4.0f));
+        CHECK_OK(ctx, br_cvt_both_grouped(ctx, ba, bcg, g, stride, d[1], dt[1], m, k, k, 4.0f));
+        uint16_t *x0 = t_download_f16(ctx, d[0], nd), *x1 = t_download_f16(ctx, d[1], nd);
+        uint16_t *t0 = t_download_f16(ctx, dt[0], nt), *t1 = t_download_f16(ctx, dt[1], nt);
+        CHECK(t_bits_differ16(x0, x1, nd) == 0 && t_bits_differ16(t0, t1, nt) == 0,
+              "cvt_both_grouped m=%zu k=%zu g=%zu stride=%zu: differs from the gathered col", m, k,
+              g, stride);
+        free(x0), free(x1), free(t0), free(t1);
+        /* colsum_fused (CVT_B) */
+        br_fuse f0 = {.kind = BR_FUSE_CVT_B, .col = bc, .dst = d[0], .scale = 8.0f, .dst_t = dt[0]};
+        br_fuse f1 = f0;
+        f1.col = bcg, f1.dst = d[1], f1.dst_t = dt[1];
+        CHECK_OK(ctx, br_colsum_fused(ctx, ba, bb, bs, m, k, &f0));
+        CHECK_OK(ctx, br_colsum_fused_grouped(ctx, ba, bb, bsg, m, k, &f1, g, stride));
+        x0 = t_download_f16(ctx, d[0], nd), x1 = t_download_f16(ctx, d[1], nd);
+        t0 = t_download_f16(ctx, dt[0], nt), t1 = t_download_f16(ctx, dt[1], nt);
+        float *s0 = t_download_f32(ctx, bs, k), *s1 = t_download_f32(ctx, bsg, span);
+        size_t bad = 0, moved = 0;
+        for (size_t i = 0; i < span; i++) {
+            int in = i % stride < g;
+            float want = in ? s0[i / stride * g + i % stride] : sumg[i];
+            bad += memcmp(&s1[i], &want, sizeof want) != 0;
+            moved += in && s1[i] != sumg[i];
+        }
+        CHECK(bad == 0 && moved > 0 && t_bits_differ16(x0, x1, nd) == 0 &&
+                  t_bits_differ16(t0, t1, nt) == 0,
+              "colsum_fused_grouped m=%zu k=%zu g=%zu stride=%zu: %zu sums differ (%zu moved)", m,
+              k, g, stride, bad, moved);
+        free(x0), free(x1), free(t0), free(t1), free(s0), free(s1);
+        free(a), free(b), free(colg), free(sumg), free(col), free(sum);
+        br_buf_free(ba), br_buf_free(bb), br_buf_free(bcg), br_buf_free(bc), br_buf_free(bsg),
+            br_buf_free(bs);
+        for (int v = 0; v < 2; v++)
+            br_buf_free(d[v]), br_buf_free(dt[v]);
+    }
+    { /* the checks: group not dividing k, stride below the group, a span too short */
+        size_t m = 40, k = 64, nd = br_pad_rows(m) * k, nt = br_pad_rows(k) * br_pad_tokens(m);
+        br_buf *a = t_buf_poison(ctx, BR_F32, m * k, 0), *col = t_buf_poison(ctx, BR_F32, 100, 0);
+        br_buf *d = t_buf_poison(ctx, BR_F16, nd, 0), *dt = t_buf_poison(ctx, BR_F16, nt, 0);
+        br_buf *sum = t_buf_poison(ctx, BR_F32, 100, 0);
+        CHECK_OK(ctx, br_cvt_both_grouped(ctx, a, col, 32, 68, d, dt, m, k, k, 1.0f));
+        CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "groups",
+                        br_cvt_both_grouped(ctx, a, col, 48, 48, d, dt, m, k, k, 1.0f));
+        CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "groups",
+                        br_cvt_both_grouped(ctx, a, col, 32, 31, d, dt, m, k, k, 1.0f));
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "col",
+                        br_cvt_both_grouped(ctx, a, col, 32, 69, d, dt, m, k, k, 1.0f));
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "col",
+                        br_cvt_both_grouped(ctx, a, NULL, 32, 68, d, dt, m, k, k, 1.0f));
+        br_fuse f = {.kind = BR_FUSE_CVT_B, .col = col, .dst = d, .scale = 1.0f, .dst_t = dt};
+        CHECK_OK(ctx, br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 32, 68));
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "sum",
+                        br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 32, 69));
+        CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "groups",
+                        br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 40, 50));
+        f.col = sum; /* sum over col */
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps",
+                        br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 32, 68));
+        br_buf_free(a), br_buf_free(col), br_buf_free(d), br_buf_free(dt), br_buf_free(sum);
+    }
+    br_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- mm_stage */
 
 /* f16 bits of n random values in [-scale, scale) (never all zero). */
@@ -947,4 +1041,4 @@ T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference), T_CASE(sign_rowdot_m
       T_CASE(expand_scaled_paths_match_single), T_CASE(sign_rowdot_paths_match_single),
       T_CASE(layer_ops_paths_bad_arguments), T_CASE(cvt_both_matches_reference),
       T_CASE(mm_stage_matches_mm_then_cvt_both), T_CASE(mm_stage_bad_arguments),
-      T_CASE(layer_ops_bad_arguments))
+      T_CASE(layer_ops_bad_arguments), T_CASE(grouped_columns_match_gathered))

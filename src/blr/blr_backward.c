@@ -13,8 +13,9 @@
  *     X_V = [f16(g_p ⊙ S_V,p)]                  [n][R]      br_expand_scaled_rows_paths
  *     dx  = B' · X_Vᵀ / gs                      [T][n]      br_mm, ONE GEMM, K = R (dx only)
  * Why M_U gives dh: dh_i = Σ_t dy_ti·c_ti with c = A'·S_Uᵀ, so dh_i = Σ_k S_U[i,k]·
- * (dyᵀA')_ik and the product c is never formed; likewise dg from N_V. dℓ of the
- * paths is summed into one [R] vector, then copied to each path's part. Every GEMM
+ * (dyᵀA')_ik and the product c is never formed; likewise dg from N_V. dℓ of every
+ * path is added in place into its part of the gradients (the sums in groups of r, a
+ * path's parameters apart). Every GEMM
  * reads the bits as they are: the input gradient and G come from the forward's bits. */
 #include <math.h>
 
@@ -39,17 +40,12 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     br_gemm gb = {.m = ntok, .n = R, .k = l->mpad, .oscale = 1.0f / gs};
     BR_TRY(br_mm(ctx, sh->stage, sh->plane, sh->b, gb));
 
-    /* dℓ of every path in one [R] sum (it accumulates: start from the layer's) */
-    if (accumulate)
-        for (size_t p = 0; p < P; p++)
-            BR_TRY(br_buf_copy(sh->dl, p * r, l->grads, br_blr_param_off(l, p) + m, r));
-    else
-        BR_TRY(br_buf_fill(sh->dl, 0, R, 0));
+    /* dℓ of every path added in place into the layer's gradients (zeroed by
+     * br_blr_backward unless accumulating), ℓ read in place: groups of r, a path apart */
     br_fuse fl = {
-        .kind = BR_FUSE_CVT_B, .col = s->lcat, .dst = sh->act, .scale = gs, .dst_t = sh->t_b};
-    BR_TRY(br_colsum_fused(ctx, s->a, sh->b, sh->dl, ntok, R, &fl));
-    for (size_t p = 0; p < P; p++)
-        BR_TRY(br_buf_copy(l->grads, br_blr_param_off(l, p) + m, sh->dl, p * r, r));
+        .kind = BR_FUSE_CVT_B, .col = sp[BR_BLR_L], .dst = sh->act, .scale = gs, .dst_t = sh->t_b};
+    BR_TRY(
+        br_colsum_fused_grouped(ctx, s->a, sh->b, sp[BR_BLR_DL], ntok, R, &fl, r, ss[BR_BLR_DL]));
 
     /* M_U, then N_V, each taken apart into the paths by one rowdot */
     br_tag_scope tag;

@@ -1,5 +1,6 @@
 /* Forward of the BLR layer as a sequence of ops (R = P·r, the paths side by side
- * along the rank axis; ℓ = [ℓ_1|ℓ_2|…] gathered from the parameters):
+ * along the rank axis; ℓ = [ℓ_1|ℓ_2|…] read in place from the parameters, a path
+ * apart: the ops take it in groups of r):
  *     x16, xᵀ = f16(x), its transpose        [pad_rows(T)][npad], [pad_rows(n)][pad_tokens(T)]
  *                                            br_cvt_both (or given: br_blr_stage)
  *     W_V  = [f16(g_p ⊙ S_V,p)]ᵀ             [R][npad]       br_expand_scaled_paths
@@ -55,15 +56,15 @@ static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, c
     br_blr_shared *sh = s->shared;
     size_t m = l->m, r = l->r, R = l->paths * r;
     s->dy_staged = 0; /* a new forward: whatever was staged is not its gradient */
-    for (size_t p = 0; p < l->paths; p++)
-        BR_TRY(br_buf_copy(s->lcat, p * r, l->params, br_blr_param_off(l, p) + m, r));
     br_buf *const *sp = l->span;
     const size_t *ss = l->span_stride;
     BR_TRY(br_expand_scaled_paths(ctx, sp[BR_BLR_BITS_V], ss[BR_BLR_BITS_V], l->n, r, sp[BR_BLR_G],
                                   ss[BR_BLR_G], 1.0f, sh->plane, l->npad, l->paths));
     br_gemm ga = {.m = ntok, .n = R, .k = l->npad, .oscale = 1.0f};
     BR_TRY(br_mm(ctx, x16, sh->plane, s->a, ga));
-    BR_TRY(br_cvt_both(ctx, s->a, s->lcat, sh->act, s->t_a, ntok, R, R, 1.0f));
+    /* ℓ of every path read in place from the parameters: groups of r, a path apart */
+    BR_TRY(br_cvt_both_grouped(ctx, s->a, sp[BR_BLR_L], r, ss[BR_BLR_L], sh->act, s->t_a, ntok, R,
+                               R, 1.0f));
     /* W_V is read: the plane takes Y_U */
     BR_TRY(br_expand_scaled_rows_paths(ctx, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U], m, r,
                                        sp[BR_BLR_H], ss[BR_BLR_H], 1.0f, sh->plane, R, l->paths));
@@ -147,10 +148,10 @@ static br_status check_staged(br_blr *l, const br_blr_scratch *s, const char *fn
     BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
     BR_TRY(br_check_buf(ctx, fn, "xt", xt, BR_F16, nt));
     const br_blr_shared *sh = s->shared;
-    const br_buf *mine[] = {sh->stage,  sh->act, sh->plane, sh->b,  sh->t_dy, sh->t_b,
-                            sh->rowmat, sh->dl,  s->mem,    s->t_a, s->t_x};
-    static const char *const names[] = {"stage", "A'",     "plane", "B",   "f16(dy)ᵀ", "B'ᵀ",
-                                        "M",     "dℓ sum", "A",     "A'ᵀ", "f16(x)ᵀ"};
+    const br_buf *mine[] = {sh->stage, sh->act,    sh->plane, sh->b,  sh->t_dy,
+                            sh->t_b,   sh->rowmat, s->mem,    s->t_a, s->t_x};
+    static const char *const names[] = {"stage", "A'", "plane", "B",   "f16(dy)ᵀ",
+                                        "B'ᵀ",   "M",  "A",     "A'ᵀ", "f16(x)ᵀ"};
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) {
         size_t ni = br_buf_count(mine[i]);
         if (br_bufs_overlap(x16, n16, mine[i], ni) || br_bufs_overlap(xt, nt, mine[i], ni))

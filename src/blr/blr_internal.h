@@ -58,7 +58,6 @@ struct br_blr_shared {
     br_buf *t_dy;   /* f16 [pad_rows(m)][pad_tokens(ntok)]: f16(dy·gs)ᵀ */
     br_buf *t_b;    /* f16 [pad_rows(R)][pad_tokens(ntok)]: B'ᵀ */
     br_buf *rowmat; /* f32 [max(m, n)][R]: M_U, then N_V */
-    br_buf *dl;     /* f32 [R]: dℓ of every path side by side */
     /* ops so far that wrote stage or t_dy: a dy staged by br_blr_forward_loss is
      * still there while this is the count its scratch noted */
     unsigned long long stage_writes;
@@ -72,11 +71,10 @@ struct br_blr_scratch {
     size_t ntok, paths;
     br_blr_shared *shared;
     int own_shared;
-    br_buf *mem;  /* f32: A [ntok][P·r] | ℓ [P·r] */
-    br_buf *a;    /* view f32 [ntok][P·r]: A = [a_1|a_2|…] */
-    br_buf *lcat; /* view f32 [P·r]: [ℓ_1|ℓ_2|…], gathered by the forward */
-    br_buf *t_a;  /* f16 [pad_rows(P·r)][pad_tokens(ntok)]: A'ᵀ */
-    br_buf *t_x;  /* f16 [pad_rows(n)][pad_tokens(ntok)]: f16(x)ᵀ of br_blr_forward */
+    br_buf *mem; /* f32: A [ntok][P·r] */
+    br_buf *a;   /* view f32 [ntok][P·r]: A = [a_1|a_2|…] */
+    br_buf *t_a; /* f16 [pad_rows(P·r)][pad_tokens(ntok)]: A'ᵀ */
+    br_buf *t_x; /* f16 [pad_rows(n)][pad_tokens(ntok)]: f16(x)ᵀ of br_blr_forward */
     /* the last forward: the f16(x)ᵀ it read (t_x or a staged one) and its tokens;
      * NULL / 0 before the first */
     const br_buf *xt;

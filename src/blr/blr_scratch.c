@@ -11,7 +11,7 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 
 void br_blr_shared_free(br_blr_shared *sh) {
     if (!sh) return;
-    br_buf *bufs[] = {sh->stage, sh->plane, sh->act, sh->b, sh->t_dy, sh->t_b, sh->rowmat, sh->dl};
+    br_buf *bufs[] = {sh->stage, sh->plane, sh->act, sh->b, sh->t_dy, sh->t_b, sh->rowmat};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
     free(sh);
@@ -64,8 +64,7 @@ br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t
                       &sh->t_dy)) ||
         (st = new_buf(ctx, fn, "pad_rows(paths·r)·pad_tokens(ntok)", BR_F16, br_pad_rows(R), tpad,
                       &sh->t_b)) ||
-        (st = new_buf(ctx, fn, "max(m, n)·paths·r", BR_F32, max2(m, n), R, &sh->rowmat)) ||
-        (st = br_buf_new(ctx, BR_F32, R, &sh->dl)))
+        (st = new_buf(ctx, fn, "max(m, n)·paths·r", BR_F32, max2(m, n), R, &sh->rowmat)))
         goto fail;
     *out = sh;
     return BR_OK;
@@ -77,7 +76,6 @@ fail:
 void br_blr_scratch_free(br_blr_scratch *s) {
     if (!s) return;
     br_buf_free(s->a);
-    br_buf_free(s->lcat);
     br_buf_free(s->mem);
     br_buf_free(s->t_a);
     br_buf_free(s->t_x);
@@ -122,8 +120,7 @@ br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared
     }
     size_t ar, tpad = br_pad_tokens(ntok);
     if ((st = br_check_mul(ctx, fn, "ntok·paths·r", ntok, R, &ar)) ||
-        (st = br_buf_new(ctx, BR_F32, ar + R, &s->mem)) ||
-        (st = br_buf_view(s->mem, 0, ar, &s->a)) || (st = br_buf_view(s->mem, ar, R, &s->lcat)) ||
+        (st = br_buf_new(ctx, BR_F32, ar, &s->mem)) || (st = br_buf_view(s->mem, 0, ar, &s->a)) ||
         (st = new_buf(ctx, fn, "pad_rows(paths·r)·pad_tokens(ntok)", BR_F16, br_pad_rows(R), tpad,
                       &s->t_a)) ||
         (st = new_buf(ctx, fn, "pad_rows(n)·pad_tokens(ntok)", BR_F16, br_pad_rows(l->n), tpad,

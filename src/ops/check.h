@@ -24,6 +24,11 @@ br_status br_check_dim(br_ctx *ctx, const char *fn, const char *name, size_t x);
 /* Whether elements [0, nx) of x and [0, ny) of y share memory (views of one
  * allocation share `mem`; separate allocations never overlap). NULL overlaps nothing. */
 int br_bufs_overlap(const br_buf *x, size_t nx, const br_buf *y, size_t ny);
+/* Elements a vector of k spans when stored in groups of `group` at `stride` apart
+ * (column c at (c / group)·stride + c % group; group 0: plain, k): BR_E_SHAPE unless
+ * group divides k and stride ≥ group. */
+br_status br_check_groups(br_ctx *ctx, const char *fn, size_t k, size_t group, size_t stride,
+                          size_t *count);
 /* BR_E_ARG ("fn: x overlaps y") when br_bufs_overlap(x, nx, y, ny). */
 br_status br_check_apart(br_ctx *ctx, const char *fn, const char *x_name, const br_buf *x,
                          size_t nx, const char *y_name, const br_buf *y, size_t ny);

@@ -192,9 +192,9 @@ br_status br_sign_rowdot_paths(br_ctx *ctx, const br_buf *mat, size_t ldm, size_
                        accumulate);
 }
 
-br_status br_cvt_both(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf *dst, br_buf *dst_t,
-                      size_t m, size_t k, size_t ld, float scale) {
-    static const char fn[] = "br_cvt_both";
+static br_status cvt_both(br_ctx *ctx, const char *fn, const br_buf *src, const br_buf *col,
+                          size_t col_group, size_t col_stride, br_buf *dst, br_buf *dst_t, size_t m,
+                          size_t k, size_t ld, float scale) {
     BR_TRY(br_check_ctx(ctx));
     if (!dst && !dst_t) return br_fail(ctx, BR_E_ARG, "%s: dst and dst_t are both NULL", fn);
     BR_TRY(br_check_dim(ctx, fn, "m", m));
@@ -207,7 +207,9 @@ br_status br_cvt_both(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf 
                         br_pad_tokens(m), &n_dst_t));
     BR_TRY(br_check_finite(ctx, fn, "scale", scale));
     BR_TRY(br_check_buf(ctx, fn, "src", src, BR_F32, n_src));
-    BR_TRY(br_check_opt_buf(ctx, fn, "col", col, BR_F32, k));
+    size_t n_col = k;
+    if (col) BR_TRY(br_check_groups(ctx, fn, k, col_group, col_stride, &n_col));
+    BR_TRY(br_check_opt_buf(ctx, fn, "col", col, BR_F32, n_col));
     BR_TRY(br_check_opt_buf(ctx, fn, "dst", dst, BR_F16, n_dst));
     BR_TRY(br_check_opt_buf(ctx, fn, "dst_t", dst_t, BR_F16, n_dst_t));
     BR_TRY(br_check_apart(ctx, fn, "dst", dst, n_dst, "dst_t", dst_t, n_dst_t));
@@ -219,6 +221,21 @@ br_status br_cvt_both(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf 
                                        .m = m,
                                        .k = k,
                                        .ld = ld,
-                                       .scale = scale};
+                                       .scale = scale,
+                                       .col_group = col ? col_group : 0,
+                                       .col_stride = col && col_group ? col_stride : 0};
     return br_submit(ctx, &op, 0);
+}
+
+br_status br_cvt_both(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf *dst, br_buf *dst_t,
+                      size_t m, size_t k, size_t ld, float scale) {
+    return cvt_both(ctx, "br_cvt_both", src, col, 0, 0, dst, dst_t, m, k, ld, scale);
+}
+
+br_status br_cvt_both_grouped(br_ctx *ctx, const br_buf *src, const br_buf *col, size_t col_group,
+                              size_t col_stride, br_buf *dst, br_buf *dst_t, size_t m, size_t k,
+                              size_t ld, float scale) {
+    static const char fn[] = "br_cvt_both_grouped";
+    if (ctx && !col) return br_fail(ctx, BR_E_ARG, "%s: col is NULL", fn);
+    return cvt_both(ctx, fn, src, col, col_group, col_stride, dst, dst_t, m, k, ld, scale);
 }

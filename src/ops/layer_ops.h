@@ -93,6 +93,18 @@ br_status br_sign_rowdot_paths(br_ctx *ctx, const br_buf *mat, size_t ldm, size_
  * both; they must not share memory (BR_E_ARG). */
 br_status br_cvt_both(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf *dst, br_buf *dst_t,
                       size_t m, size_t k, size_t ld, float scale);
+/* br_cvt_both with col (required) stored in groups: col[c] is the element at
+ * (c / col_group)·col_stride + c % col_group (the ℓ of every path read in place from
+ * the layer's parameters: group r, stride one path's parameters). col_group must
+ * divide k and col_stride ≥ col_group (BR_E_SHAPE); 0 for both: a plain col [k]. */
+br_status br_cvt_both_grouped(br_ctx *ctx, const br_buf *src, const br_buf *col, size_t col_group,
+                              size_t col_stride, br_buf *dst, br_buf *dst_t, size_t m, size_t k,
+                              size_t ld, float scale);
+/* br_colsum_fused with fuse->col and sum in groups as br_cvt_both_grouped's col: the
+ * column sums of every path added in place into the layer's gradients. */
+br_status br_colsum_fused_grouped(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum,
+                                  size_t rows, size_t k, const br_fuse *fuse, size_t group,
+                                  size_t stride);
 
 /* br_mm with c (out = oscale·act·planeᵀ + beta·c, f32, as br_mm computes it),
  * staged for the GEMMs that read it next exactly as
@@ -101,8 +113,8 @@ br_status br_cvt_both(br_ctx *ctx, const br_buf *src, const br_buf *col, br_buf 
  * can, so the f32 product need not go through memory: out may be NULL (not kept).
  * g.c is required, f32 or f16 (an f16 c enters as its exact f32 value: the same bits
  * as the f32 c holding those values, from half the bytes); no colscale; out (and c)
- * whole [m][n] matrices (ldo = n, ocol = 0); dst f16 [br_pad_rows(m)][ld] (ld ≥ n), dst_t f16 [br_pad_rows(n)][br_pad_tokens(m)],
- * both apart from each other and from act, plane, c and out. */
+ * whole [m][n] matrices (ldo = n, ocol = 0); dst f16 [br_pad_rows(m)][ld] (ld ≥ n), dst_t f16
+ * [br_pad_rows(n)][br_pad_tokens(m)], both apart from each other and from act, plane, c and out. */
 br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g,
                       br_buf *dst, br_buf *dst_t, size_t ld, float scale);
 

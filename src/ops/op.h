@@ -122,6 +122,8 @@ typedef struct br_colsum_fused_args {
     br_buf *sum;
     size_t rows, k;
     br_fuse fuse;
+    /* fuse.col and sum in groups (0: plain [k]): column c at (c / group)·stride + c % group */
+    size_t group, stride;
 } br_colsum_fused_args;
 
 typedef struct br_scale_acc_args {
@@ -248,6 +250,7 @@ typedef struct br_cvt_both_args {
     br_buf *dst_t;           /* f16 [br_pad_rows(k)][br_pad_tokens(m)] or NULL */
     size_t m, k, ld;
     float scale;
+    size_t col_group, col_stride; /* col in groups, as br_colsum_fused_args (0: plain) */
 } br_cvt_both_args;
 
 /* MM_STAGE: mm.out may be NULL (the f32 result is not kept); mm.g.c is set. */

@@ -1,5 +1,6 @@
 /* Front-ends of the column reductions: br_colsum and br_colsum_fused. */
 #include "ops/check.h"
+#include "ops/layer_ops.h"
 #include "ops/op.h"
 
 /* Workspace of a column reduction: the block partials f32 [nb][k] (CUDA keeps
@@ -41,9 +42,9 @@ br_status br_colsum(br_ctx *ctx, const br_buf *a, const br_buf *b, const br_buf 
     return br_submit(ctx, &op, colsum_ws_bytes(rows, k));
 }
 
-br_status br_colsum_fused(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum, size_t rows,
-                          size_t k, const br_fuse *fuse) {
-    static const char fn[] = "br_colsum_fused";
+static br_status colsum_fused(br_ctx *ctx, const char *fn, const br_buf *a, const br_buf *b,
+                              br_buf *sum, size_t rows, size_t k, const br_fuse *fuse, size_t group,
+                              size_t stride) {
     BR_TRY(br_check_ctx(ctx));
     if (!fuse) return br_fail(ctx, BR_E_ARG, "%s: fuse is NULL", fn);
     br_fuse fz = *fuse;
@@ -59,10 +60,12 @@ br_status br_colsum_fused(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf 
     if (fz.dst_t)
         BR_TRY(br_check_mul(ctx, fn, "br_pad_rows(k)·br_pad_tokens(rows)", br_pad_rows(k),
                             br_pad_tokens(rows), &n_t));
+    size_t n_grp;
+    BR_TRY(br_check_groups(ctx, fn, k, group, stride, &n_grp));
     BR_TRY(br_check_buf(ctx, fn, "a", a, BR_F32, n));
     BR_TRY(br_check_buf(ctx, fn, "b", b, BR_F32, n));
-    BR_TRY(br_check_buf(ctx, fn, "sum", sum, BR_F32, k));
-    BR_TRY(br_check_buf(ctx, fn, "fuse->col", fz.col, BR_F32, k));
+    BR_TRY(br_check_buf(ctx, fn, "sum", sum, BR_F32, n_grp));
+    BR_TRY(br_check_buf(ctx, fn, "fuse->col", fz.col, BR_F32, n_grp));
     BR_TRY(br_check_buf(ctx, fn, "fuse->dst", fz.dst, staged ? BR_F16 : BR_F32, n_dst));
     BR_TRY(br_check_opt_buf(ctx, fn, "fuse->dst_t", fz.dst_t, BR_F16, n_t));
     if (staged) {
@@ -75,7 +78,7 @@ br_status br_colsum_fused(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf 
      * writes (and differ from the separate ops). */
     static const char *const names[6] = {"sum", "fuse->dst", "fuse->dst_t", "a", "b", "fuse->col"};
     const br_buf *const bufs[6] = {sum, fz.dst, fz.dst_t, a, b, fz.col};
-    const size_t counts[6] = {k, n_dst, n_t, n, n, k};
+    const size_t counts[6] = {n_grp, n_dst, n_t, n, n, n_grp};
     for (size_t i = 0; i < 3; i++) /* each output against every later operand */
         for (size_t j = i + 1; j < 6; j++)
             BR_TRY(br_check_apart(ctx, fn, names[i], bufs[i], counts[i], names[j], bufs[j],
@@ -89,7 +92,24 @@ br_status br_colsum_fused(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf 
     if (staged || !fz.dst_t) fz.t_scale = 0.0f;
 
     br_op op = {.kind = BR_OP_COLSUM_FUSED};
-    op.u.colsum_fused =
-        (br_colsum_fused_args){.a = a, .b = b, .sum = sum, .rows = rows, .k = k, .fuse = fz};
+    op.u.colsum_fused = (br_colsum_fused_args){.a = a,
+                                               .b = b,
+                                               .sum = sum,
+                                               .rows = rows,
+                                               .k = k,
+                                               .fuse = fz,
+                                               .group = group,
+                                               .stride = group ? stride : 0};
     return br_submit(ctx, &op, colsum_ws_bytes(rows, k));
+}
+
+br_status br_colsum_fused(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum, size_t rows,
+                          size_t k, const br_fuse *fuse) {
+    return colsum_fused(ctx, "br_colsum_fused", a, b, sum, rows, k, fuse, 0, 0);
+}
+
+br_status br_colsum_fused_grouped(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum,
+                                  size_t rows, size_t k, const br_fuse *fuse, size_t group,
+                                  size_t stride) {
+    return colsum_fused(ctx, "br_colsum_fused_grouped", a, b, sum, rows, k, fuse, group, stride);
 }

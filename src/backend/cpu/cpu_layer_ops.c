@@ -141,15 +141,19 @@ br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op) {
     OMP("omp parallel for schedule(static) if (m * k >= PARALLEL_MIN_ELEMS)")
     for (size_t b = 0; b < nblocks; b++) {
         size_t c0 = b * COL_BLOCK, nc = c0 + COL_BLOCK < k ? COL_BLOCK : k - c0;
-        float v[COL_BLOCK];
+        float v[COL_BLOCK], colv[COL_BLOCK];
         uint16_t h[ROW_TILE][COL_BLOCK];
+        for (size_t c = 0; col && c < nc; c++) { /* col[c0 + c], in groups or not */
+            size_t i = c0 + c;
+            colv[c] = col[a->col_group ? i / a->col_group * a->col_stride + i % a->col_group : i];
+        }
         for (size_t t0 = 0; t0 < m; t0 += ROW_TILE) {
             size_t nt = t0 + ROW_TILE < m ? ROW_TILE : m - t0;
             for (size_t u = 0; u < nt; u++) {
                 const float *s = src + (t0 + u) * k + c0;
                 /* f16((x·col)·scale), each product rounded, as br_cvt_pad and br_cvt_t */
                 for (size_t c = 0; c < nc; c++)
-                    v[c] = (col ? s[c] * col[c0 + c] : s[c]) * a->scale;
+                    v[c] = (col ? s[c] * colv[c] : s[c]) * a->scale;
                 br_half_from_float_n(v, h[u], nc);
                 if (dst) memcpy(dst + (t0 + u) * ld + c0, h[u], nc * sizeof *dst);
             }

@@ -61,8 +61,14 @@ static void block_partial(const void *args, size_t r0, size_t r1, size_t c0, siz
 }
 
 /* out[c] (+)= Σ_blk part[blk][c], blocks in order from 0. total: scratch [k]. */
+/* Where column c of a grouped vector is (br_colsum_fused_args.group; 0: plain). */
+static size_t grouped(size_t c, size_t group, size_t stride) {
+    return group ? c / group * stride + c % group : c;
+}
+
+/* total = Σ partials in block order from 0; out[grouped(c)] = (out +) total[c]. */
 static void sum_partials(const float *part, size_t nb, size_t k, float *total, float *out,
-                         int accumulate) {
+                         int accumulate, size_t group, size_t stride) {
     for (size_t c = 0; c < k; c++)
         total[c] = 0.0f;
     for (size_t blk = 0; blk < nb; blk++) {
@@ -71,12 +77,10 @@ static void sum_partials(const float *part, size_t nb, size_t k, float *total, f
         for (size_t c = 0; c < k; c++)
             total[c] = total[c] + p[c];
     }
-    if (accumulate)
-        for (size_t c = 0; c < k; c++)
-            out[c] = out[c] + total[c];
-    else
-        for (size_t c = 0; c < k; c++)
-            out[c] = total[c];
+    for (size_t c = 0; c < k; c++) {
+        float *o = out + grouped(c, group, stride);
+        *o = accumulate ? *o + total[c] : total[c];
+    }
 }
 
 /* The work on one tile: rows r0..r1−1, columns c0..c1−1 of a row block whose
@@ -114,7 +118,7 @@ br_status br_cpu_colsum(br_ctx *ctx, const br_op *op) {
     float *part;
     BR_TRY(alloc_partials(ctx, "colsum", nb, k, &part));
     run_tiles(block_partial, x, x->rows, k, part);
-    sum_partials(part, nb, k, part + nb * k, br_ptr(x->out), x->accumulate);
+    sum_partials(part, nb, k, part + nb * k, br_ptr(x->out), x->accumulate, 0, 0);
     free(part);
     return BR_OK;
 }
@@ -125,8 +129,12 @@ br_status br_cpu_colsum(br_ctx *ctx, const br_op *op) {
 static void fused_block(const void *args, size_t r0, size_t r1, size_t c0, size_t c1, float *part) {
     const br_colsum_fused_args *x = args;
     const br_fuse *fz = &x->fuse;
-    const float *a = br_ptr(x->a), *b = br_ptr(x->b), *col = br_ptr(fz->col);
+    const float *a = br_ptr(x->a), *b = br_ptr(x->b), *gcol = br_ptr(fz->col);
     const size_t k = x->k;
+    /* the chunk's column factors, gathered (col may be in groups): col[c] for c0 ≤ c < c1 */
+    float colv[COL_CHUNK];
+    for (size_t c = c0; c < c1; c++)
+        colv[c - c0] = gcol[grouped(c, x->group, x->stride)];
     const size_t ld_t = br_pad_tokens(x->rows); /* row stride of dst_t [pad_rows(k)][ld_t] */
     uint16_t *dst_t = br_ptr(fz->dst_t);
     for (size_t c = c0; c < c1; c++)
@@ -143,7 +151,7 @@ static void fused_block(const void *args, size_t r0, size_t r1, size_t c0, size_
             const float *v = fz->kind == BR_FUSE_CVT_A ? ar : br;
             uint16_t *dr = (uint16_t *)br_ptr(fz->dst) + row * k;
             for (size_t c = c0; c < c1; c++) {
-                float s = v[c] * col[c];
+                float s = v[c] * colv[c - c0];
                 dr[c] = br_half_from_float(s * fz->scale);
             }
             if (dst_t)
@@ -157,18 +165,18 @@ static void fused_block(const void *args, size_t r0, size_t r1, size_t c0, size_
             if (fz->accumulate) {
                 OMP("omp simd")
                 for (size_t c = c0; c < c1; c++) {
-                    float v = br[c] * col[c];
+                    float v = br[c] * colv[c - c0];
                     dr[c] = dr[c] + v;
                 }
             } else {
                 OMP("omp simd")
                 for (size_t c = c0; c < c1; c++)
-                    dr[c] = br[c] * col[c];
+                    dr[c] = br[c] * colv[c - c0];
             }
             /* dst_t = br_cvt_t(a, col, t_scale) */
             if (dst_t)
                 for (size_t c = c0; c < c1; c++) {
-                    float s = ar[c] * col[c];
+                    float s = ar[c] * colv[c - c0];
                     dst_t[c * ld_t + row] = br_half_from_float(s * fz->t_scale);
                 }
             break;
@@ -203,7 +211,7 @@ br_status br_cpu_colsum_fused(br_ctx *ctx, const br_op *op) {
     BR_TRY(alloc_partials(ctx, "colsum_fused", nb, k, &part));
     run_tiles(fused_block, x, x->rows, k, part);
     fused_pads(x);
-    sum_partials(part, nb, k, part + nb * k, br_ptr(x->sum), 1);
+    sum_partials(part, nb, k, part + nb * k, br_ptr(x->sum), 1, x->group, x->stride);
     free(part);
     return BR_OK;
 }

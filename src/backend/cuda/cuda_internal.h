@@ -145,6 +145,12 @@ static __device__ __forceinline__ float br_dev_f16_to_f32(uint16_t h) {
     return __half2float(__ushort_as_half(h));
 }
 
+/* Where column c of a vector stored in groups is (group 0: plain, c). */
+static __device__ __forceinline__ unsigned br_dev_grouped(unsigned c, unsigned group,
+                                                          unsigned stride) {
+    return group ? c / group * stride + c % group : c;
+}
+
 /* A grid-stride loop over [0, n): with n ≤ BR_MAX_ELEMS < 2^31 and a grid of fewer
  * than 2^31 threads (br_cuda_blocks gives far fewer), the 32-bit index cannot wrap. */
 #define BR_GRID_STRIDE(i, n)                                                                       \

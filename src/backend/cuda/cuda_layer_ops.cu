@@ -234,7 +234,8 @@ typedef struct cvt_both_job {
     uint16_t *dst;          /* f16 [mpad][ld] or NULL */
     uint16_t *dst_t;        /* f16 [kpad][tpad] or NULL */
     unsigned m, k, ld, mpad, kpad, tpad;
-    unsigned text, cext; /* tokens and columns the tiles cover */
+    unsigned text, cext;            /* tokens and columns the tiles cover */
+    unsigned col_group, col_stride; /* col in groups (0: plain [k]) */
     float scale;
     /* RES: the staged value is of fl(fl(src·alpha) + fl(beta·c)) (col NULL): the
      * epilogue of a GEMM with c, applied to its plain product */
@@ -336,9 +337,14 @@ template <bool VEC, int RES> __global__ void cvt_both_kernel(cvt_both_job j) {
                     if (RES)
                         res[u] = __fadd_rn(__fmul_rn(x[it][u], j.alpha),
                                            __fmul_rn(j.beta, xc[RES ? it : 0][u]));
-                    float v = RES     ? __fmul_rn(res[u], j.scale)
-                              : j.col ? __fmul_rn(__fmul_rn(x[it][u], j.col[c + u]), j.scale)
-                                      : __fmul_rn(x[it][u], j.scale);
+                    float v =
+                        RES     ? __fmul_rn(res[u], j.scale)
+                        : j.col ? __fmul_rn(
+                                      __fmul_rn(
+                                          x[it][u],
+                                          j.col[br_dev_grouped(c + u, j.col_group, j.col_stride)]),
+                                      j.scale)
+                                : __fmul_rn(x[it][u], j.scale);
                     h[u] = br_dev_f16_bits(v);
                 }
             }
@@ -404,7 +410,7 @@ template <bool VEC, int RES> __global__ void cvt_both_kernel(cvt_both_job j) {
 static br_status cvt_both_launch(br_ctx *ctx, const float *src, const float *col, uint16_t *dst,
                                  uint16_t *dst_t, size_t m, size_t k, size_t ld, float scale,
                                  const float *c, const uint16_t *ch, float *res_out, float alpha,
-                                 float beta) {
+                                 float beta, size_t col_group = 0, size_t col_stride = 0) {
     br_cuda *s = br_cuda_state(ctx);
     cvt_both_job j;
     memset(&j, 0, sizeof j);
@@ -422,6 +428,8 @@ static br_status cvt_both_launch(br_ctx *ctx, const float *src, const float *col
     j.cext = j.dst ? j.ld : 0;
     if (j.dst_t && j.kpad > j.cext) j.cext = j.kpad;
     j.scale = scale;
+    j.col_group = (unsigned)col_group;
+    j.col_stride = (unsigned)col_stride;
     j.c = c;
     j.ch = ch;
     j.res_out = res_out;
@@ -465,7 +473,8 @@ extern "C" br_status br_cuda_cvt_both_res16(br_ctx *ctx, const float *src, uint1
 
 extern "C" br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op) {
     const br_cvt_both_args *a = &op->u.cvt_both;
-    return br_cuda_cvt_both_ptr(ctx, (const float *)br_ptr(a->src), (const float *)br_ptr(a->col),
-                                (uint16_t *)br_ptr(a->dst), (uint16_t *)br_ptr(a->dst_t), a->m,
-                                a->k, a->ld, a->scale, NULL, 1.0f, 0.0f);
+    return cvt_both_launch(ctx, (const float *)br_ptr(a->src), (const float *)br_ptr(a->col),
+                           (uint16_t *)br_ptr(a->dst), (uint16_t *)br_ptr(a->dst_t), a->m, a->k,
+                           a->ld, a->scale, nullptr, nullptr, nullptr, 1.0f, 0.0f, a->col_group,
+                           a->col_stride);
 }

@@ -10,15 +10,16 @@
 #define THREADS 256
 
 /* out[c] = total (ACC: out[c] + total) where total = 0 + part[0][c] + part[1][c] + …
- * (part [nb][k]); one thread per column c < k. */
+ * (part [nb][k]); one thread per column c < k; out in groups (group 0: plain). */
 __global__ void colsum_fin_kernel(const float *part, float *out, unsigned k, unsigned nb,
-                                  int accumulate) {
+                                  int accumulate, unsigned group, unsigned stride) {
     unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= k) return;
     float total = 0.0f;
     for (unsigned blk = 0; blk < nb; blk++)
         total = __fadd_rn(total, part[(size_t)blk * k + c]);
-    out[c] = accumulate ? __fadd_rn(out[c], total) : total;
+    float *o = out + br_dev_grouped(c, group, stride);
+    *o = accumulate ? __fadd_rn(*o, total) : total;
 }
 
 /* Pass 1 of colsum: part[blk][c] = Σ over rows r0..r1−1 of block blk (in order, from
@@ -82,7 +83,7 @@ extern "C" br_status br_cuda_colsum(br_ctx *ctx, const br_op *op) {
     }
     if (nb == 1) return BR_OK;
     colsum_fin_kernel<<<(k + THREADS - 1) / THREADS, THREADS, 0, s->stream>>>(
-        (const float *)part, (float *)br_ptr(a->out), k, nb, a->accumulate);
+        (const float *)part, (float *)br_ptr(a->out), k, nb, a->accumulate, 0u, 0u);
     BR_CUDA_LAUNCHED(ctx, "colsum_fin_kernel");
     return BR_OK;
 }
@@ -100,6 +101,7 @@ typedef struct fused_job {
     int accumulate; /* SCALE_B: dst32 += b·col */
     unsigned rows, k, brows, nb;
     unsigned rpad, tpad, kpad; /* br_pad_rows(rows), br_pad_tokens(rows), br_pad_rows(k) */
+    unsigned group, stride;    /* col and sum in groups (0: plain [k]) */
 } fused_job;
 
 /* The element op of a fused reduction at flat index i (row < rows) on the loaded
@@ -180,7 +182,7 @@ template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j
         if (cvt) rend = max(rend, j.rpad);
         if (WITH_T) rend = max(rend, j.tpad);
     }
-    float cf = live && j.col ? j.col[c] : 1.0f;
+    float cf = live && j.col ? j.col[br_dev_grouped(c, j.group, j.stride)] : 1.0f;
     float acc = 0.0f;
     if (!WITH_T) {
         fused_rows<KIND>(j, c, cf, r0, r1, acc, NULL, 0);
@@ -207,10 +209,12 @@ template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j
         }
         if (!live) return;
     }
-    if (j.nb == 1)
-        j.sum[c] = __fadd_rn(j.sum[c], __fadd_rn(0.0f, acc));
-    else
+    if (j.nb == 1) {
+        float *o = j.sum + br_dev_grouped(c, j.group, j.stride);
+        *o = __fadd_rn(*o, __fadd_rn(0.0f, acc));
+    } else {
         j.part[(size_t)blk * j.k + c] = acc;
+    }
 }
 
 template <int KIND> static br_status fused_launch(br_ctx *ctx, const fused_job &j) {
@@ -244,6 +248,8 @@ extern "C" br_status br_cuda_colsum_fused(br_ctx *ctx, const br_op *op) {
     j.rpad = (unsigned)br_pad_rows(a->rows);
     j.tpad = (unsigned)br_pad_tokens(a->rows);
     j.kpad = (unsigned)br_pad_rows(a->k);
+    j.group = (unsigned)a->group;
+    j.stride = (unsigned)a->stride;
     if (j.nb > 1) {
         void *part = NULL;
         BR_TRY(br_cuda_workspace(ctx, (size_t)j.nb * j.k * sizeof(float), &part));
@@ -265,8 +271,8 @@ extern "C" br_status br_cuda_colsum_fused(br_ctx *ctx, const br_op *op) {
     default: return br_fail(ctx, BR_E_ARG, "colsum_fused: unknown fuse kind %d", (int)a->fuse.kind);
     }
     if (j.nb == 1) return BR_OK;
-    colsum_fin_kernel<<<(j.k + THREADS - 1) / THREADS, THREADS, 0, s->stream>>>(j.part, j.sum, j.k,
-                                                                                j.nb, 1);
+    colsum_fin_kernel<<<(j.k + THREADS - 1) / THREADS, THREADS, 0, s->stream>>>(
+        j.part, j.sum, j.k, j.nb, 1, j.group, j.stride);
     BR_CUDA_LAUNCHED(ctx, "colsum_fin_kernel");
     return BR_OK;
 }
