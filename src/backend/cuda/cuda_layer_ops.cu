@@ -303,7 +303,8 @@ static __device__ __forceinline__ void load8h(float (&x)[8], const uint16_t *s, 
  * with res_out also stores the unscaled f32 value there (src may be res_out: each
  * element is read by the thread that writes it, before it writes). Grid-stride
  * over tiles. */
-template <bool VEC, int RES> __global__ void cvt_both_kernel(cvt_both_job j) {
+template <bool VEC, int RES>
+__global__ void __launch_bounds__(THREADS, 4) cvt_both_kernel(cvt_both_job j) {
     __shared__ __align__(16) uint16_t tile[CB_TILE][CB_STRIDE]; /* [column][token] */
     unsigned ctiles = (j.cext + CB_TILE - 1) / CB_TILE;
     unsigned tiles = ctiles * ((j.text + CB_TILE - 1) / CB_TILE);
