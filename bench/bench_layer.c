@@ -4,7 +4,7 @@
  *
  *   bench_layer [--device cuda|cpu] [--runs N] [--mode latent|factored|exact|off]
  *               [--dx] [--quick] [--profile] [--shape 1|2|3] [--residual] [--stage-x]
- *               [--target-f16]
+ *               [--target-f32]
  * --profile: after timing, three eager (not graph) steps under the op profiler,
  * its table on stderr: where a step's time goes, op by op.
  *
@@ -16,8 +16,8 @@
  * PyTorch reference's resident bf16 x are): staged once by br_blr_stage before the
  * graph is recorded, and the step runs br_blr_forward_loss_staged (--stage-x: the
  * step stages x itself, br_blr_forward_loss, as before 2026-11-30). The target y* is
- * f32 (--target-f16: held in f16, as the reference holds it in bf16; the same values
- * either way; the H200 ran the f16 form 1 µs slower on 2026-11-30). 5 warm-up replays, then N
+ * held in f16, as the PyTorch reference holds it in bf16 (--target-f32: in f32, as
+ * before 2026-11-30; the same values either way). 5 warm-up replays, then N
  * (default 20, at least 20) replays each timed by device timers (CUDA events) around the launch;
  * the median and the minimum in ms.
  * --dx also forms the input gradient (a layer inside a network needs it; the
@@ -30,8 +30,8 @@
  *           (2TRm), B = dy·W_Uᵀ [T][R] (2TmR, one GEMM), M_U = dyᵀ·A' [m][R] (2mRT),
  *           N_V = xᵀ·B' [n][R] (2nRT) [, dx = B'·S_Vᵀ per path (2TRn)];
  *           everything else is O(T·(m+n+R)) (staging, expand, colsum, rowdot).
- *   bytes = 4·T·n + 4·T·m  (read x once in f32, or its f16 staging and transpose
- *           once each; y* once in f32; 2·T·m with --target-f16)
+ *   bytes = 4·T·n + 2·T·m  (read x once in f32, or its f16 staging and transpose
+ *           once each; y* once in f16; 4·T·m with --target-f32 or --residual)
  *         + P·(m+n)·r·(24 latent: Λ, m1, v read and written, f32 | 16 factored:
  *           Λ, m1 | 0 exact, off) + P·(m+n)·r/4 (bitmaps read and written)
  *           [+ 4·T·n written for dx with --dx]
@@ -76,7 +76,7 @@ static float *rand_f32(br_rng *rng, size_t n, float lo, float hi) {
     return v;
 }
 
-static int g_profile, g_residual, g_stage_x, g_target_f16;
+static int g_profile, g_residual, g_stage_x, g_target_f32;
 static br_buf *g_x16, *g_xt; /* x staged once (unless --stage-x) */
 
 /* One training step: forward with the loss gradient, backward, (optimizer: caller). */
@@ -88,7 +88,7 @@ static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, br_buf *
         OK(br_blr_forward_residual(l, s, bx, bys, inv, bdy, T));
         OK(br_blr_backward(l, s, bx, bdy, bdx, T, gs, 0));
     } else {
-        const br_buf *target = g_target_f16 ? bys16 : bys;
+        const br_buf *target = g_target_f32 ? bys : bys16;
         if (g_stage_x)
             OK(br_blr_forward_loss(l, s, bx, target, inv, gs, NULL, T));
         else
@@ -186,7 +186,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     double flop = 2.0 * (double)T * R * (double)(2 * n + 3 * m);
     if (with_dx) flop += 2.0 * (double)T * R * (double)n;
     double per_sign = mode == BR_SIGN_LATENT ? (factored ? 16.0 : 24.0) : 0.0;
-    const double ybytes = g_target_f16 && !g_residual ? 2.0 : 4.0;
+    const double ybytes = g_target_f32 || g_residual ? 4.0 : 2.0;
     double bytes = 4.0 * (double)T * (double)n + ybytes * (double)T * (double)m +
                    (double)P * (double)(m + n) * (double)r * (per_sign + (mode ? 0.25 : 0.0));
     if (with_dx) bytes += 4.0 * (double)T * (double)n;
@@ -204,7 +204,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
         br_ctx_device(g_ctx), m, n, r, P, T, mode_name, with_dx ? "true" : "false",
         g_residual ? "residual" : "staged",
         g_stage_x || g_residual ? "staged each step" : "staged once",
-        g_target_f16 && !g_residual ? "f16" : "f32", br_graph_op_count(gr), runs, med, t[0],
+        g_target_f32 || g_residual ? "f32" : "f16", br_graph_op_count(gr), runs, med, t[0],
         flop / 1e9, flop / (med * 1e-3) / 1e12, bytes / 1e6, floor_ms, med / floor_ms,
         (unsigned long long)flips, info.refused);
     fflush(stdout);
@@ -234,8 +234,8 @@ int main(int argc, char **argv) {
             g_profile = 1;
         else if (!strcmp(argv[i], "--stage-x"))
             g_stage_x = 1;
-        else if (!strcmp(argv[i], "--target-f16"))
-            g_target_f16 = 1;
+        else if (!strcmp(argv[i], "--target-f32"))
+            g_target_f32 = 1;
         else if (!strcmp(argv[i], "--residual"))
             g_residual = 1;
         else if (!strcmp(argv[i], "--quick"))
@@ -246,7 +246,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: bench_layer [--device cuda|cpu] [--runs N] "
                             "[--mode latent|factored|exact|off] [--dx] [--quick] [--profile] "
-                            "[--shape 1|2|3] [--residual] [--stage-x] [--target-f16]\n");
+                            "[--shape 1|2|3] [--residual] [--stage-x] [--target-f32]\n");
             return 2;
         }
     }
