@@ -39,8 +39,7 @@ struct br_blr {
     size_t span_stride[BR_BLR_NPARTS];
 };
 
-/* Offsets of a path's parts inside params / grads (elements). */
-static inline size_t br_blr_param_off(const br_blr *l, size_t p) { return p * l->path_len; }
+/* Offset of a path's sign gradients inside grads (elements). */
 static inline size_t br_blr_sign_grad_off(const br_blr *l, size_t p) {
     return l->paths * l->path_len + p * (l->m + l->n) * l->r;
 }

@@ -52,6 +52,17 @@ int br_bufs_overlap(const br_buf *x, size_t nx, const br_buf *y, size_t ny) {
     return bx < ey && by < ex;
 }
 
+br_status br_check_span(br_ctx *ctx, const char *fn, const char *stride_name, size_t count,
+                        size_t stride, size_t need, size_t *out) {
+    size_t lead = 0;
+    BR_TRY(br_check_mul(ctx, fn, stride_name, count - 1, stride, &lead));
+    if (need > BR_MAX_ELEMS - lead)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: (%zu − 1)·%s + %zu exceeds %zu elements", fn, count,
+                       stride_name, need, (size_t)BR_MAX_ELEMS);
+    *out = lead + need;
+    return BR_OK;
+}
+
 br_status br_check_groups(br_ctx *ctx, const char *fn, size_t k, size_t group, size_t stride,
                           size_t *count) {
     if (!group) {
@@ -63,13 +74,7 @@ br_status br_check_groups(br_ctx *ctx, const char *fn, size_t k, size_t group, s
                        "%s: groups of %zu at stride %zu do not tile k = %zu (the group must "
                        "divide k, the stride be at least the group)",
                        fn, group, stride, k);
-    size_t before = 0;
-    BR_TRY(br_check_mul(ctx, fn, "(k/group − 1)·stride", k / group - 1, stride, &before));
-    if (before > BR_MAX_ELEMS - group)
-        return br_fail(ctx, BR_E_OVERFLOW, "%s: groups at stride %zu span past %zu elements", fn,
-                       stride, (size_t)BR_MAX_ELEMS);
-    *count = before + group;
-    return BR_OK;
+    return br_check_span(ctx, fn, "the groups' stride", k / group, stride, group, count);
 }
 
 br_status br_check_apart(br_ctx *ctx, const char *fn, const char *x_name, const br_buf *x,

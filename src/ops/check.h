@@ -24,6 +24,10 @@ br_status br_check_dim(br_ctx *ctx, const char *fn, const char *name, size_t x);
 /* Whether elements [0, nx) of x and [0, ny) of y share memory (views of one
  * allocation share `mem`; separate allocations never overlap). NULL overlaps nothing. */
 int br_bufs_overlap(const br_buf *x, size_t nx, const br_buf *y, size_t ny);
+/* *out = (count − 1)·stride + need: the elements of count pieces of need elements,
+ * stride apart (BR_E_OVERFLOW past BR_MAX_ELEMS, naming stride_name). count ≥ 1. */
+br_status br_check_span(br_ctx *ctx, const char *fn, const char *stride_name, size_t count,
+                        size_t stride, size_t need, size_t *out);
 /* Elements a vector of k spans when stored in groups of `group` at `stride` apart
  * (column c at (c / group)·stride + c % group; group 0: plain, k): BR_E_SHAPE unless
  * group divides k and stride ≥ group. */

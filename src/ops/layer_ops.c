@@ -7,17 +7,11 @@
 
 #include "ops/check.h"
 
-/* *out = (paths − 1)·stride + need: the elements of a buffer holding every path
- * (BR_E_OVERFLOW past BR_MAX_ELEMS); the stride of a NULL buffer is ignored. */
+/* The elements of a buffer holding every path: br_check_span over the paths; the
+ * stride of a NULL buffer is ignored. */
 static br_status span(br_ctx *ctx, const char *fn, const char *stride_name, const br_buf *b,
                       size_t paths, size_t stride, size_t need, size_t *out) {
-    size_t lead = 0;
-    if (b) BR_TRY(br_check_mul(ctx, fn, stride_name, paths - 1, stride, &lead));
-    if (need > BR_MAX_ELEMS - lead)
-        return br_fail(ctx, BR_E_OVERFLOW, "%s: (paths−1)·%s + %zu exceeds %zu elements", fn,
-                       stride_name, need, (size_t)BR_MAX_ELEMS);
-    *out = lead + need;
-    return BR_OK;
+    return br_check_span(ctx, fn, stride_name, b ? paths : 1, stride, need, out);
 }
 
 /* An output's stride must keep the paths apart: stride ≥ one path's elements. */
