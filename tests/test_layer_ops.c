@@ -203,9 +203,10 @@ static void sign_rowdot_matches_reference(void) {
             float *got = t_download_f32(ctx, bd, rows);
             for (size_t i = 0; i < rows; i++) {
                 const float *m = mat + i * ldm + col0;
-                float want = d0[i] + ref_rowdot(m, bits + i * words, r);
+                float total = ref_rowdot(m, bits + i * words, r);
+                float want = accumulate ? d0[i] + total : total;
                 bad_d += memcmp(&got[i], &want, 4) != 0;
-                double w64 = d0[i], mag = fabs(d0[i]);
+                double w64 = accumulate ? d0[i] : 0.0, mag = fabs(w64);
                 for (size_t k = 0; k < r; k++) {
                     w64 += (bits[i * words + k / 32] >> (k % 32) & 1u ? 1.0 : -1.0) * m[k];
                     mag += fabs(m[k]);
@@ -359,9 +360,13 @@ static void sign_rowdot_paths_match_single(void) {
         size_t ngrad = (P - 1) * gs + n, ndsum = (P - 1) * ds + rows, off = c % 8 >= 4 ? 3 : 0;
         float *mat = t_rand(&rng, rows * ldm, 1.0f), *rs = rand_wide(&rng, nscale);
         float *d0 = t_rand(&rng, ndsum, 1.0f), *g0 = t_rand(&rng, ngrad, 1.0f);
-        if (!accumulate) /* what it holds is overwritten: NaN, so a missed write shows */
+        if (!accumulate) { /* what it holds is overwritten: NaN, so a missed write shows */
             for (size_t e = 0; e < ngrad; e++)
                 memcpy(&g0[e], &(uint32_t){T_NAN32}, 4);
+            for (size_t p = 0; p < P; p++) /* the paths' dsum too; the gaps keep their values */
+                for (size_t i = 0; i < rows; i++)
+                    memcpy(&d0[p * ds + i], &(uint32_t){T_NAN32}, 4);
+        }
         uint32_t *bits = rand_bits(&rng, nbits);
         br_buf *pm, *pb, *pr, *pg[2] = {NULL, NULL}, *pd[2] = {NULL, NULL};
         br_buf *bm = input_at(ctx, BR_F32, mat, rows * ldm, off, &pm);
@@ -416,8 +421,8 @@ static void sign_rowdot_paths_match_single(void) {
                     const float *m = mat + i * ldm + col0 + p * r;
                     const uint32_t *b = bits + p * bs + i * words;
                     size_t e = p * ds + i;
-                    want[e] = d0[e] + ref_rowdot(m, b, r);
-                    double w64 = d0[e], mag = fabs(d0[e]);
+                    want[e] = accumulate ? d0[e] + ref_rowdot(m, b, r) : ref_rowdot(m, b, r);
+                    double w64 = accumulate ? d0[e] : 0.0, mag = fabs(w64);
                     for (size_t k = 0; k < r; k++) {
                         w64 += (b[k / 32] >> (k % 32) & 1u ? 1.0 : -1.0) * m[k];
                         mag += fabs(m[k]);
@@ -528,11 +533,13 @@ static void cvt_both_matches_reference(void) {
  * groups — column c at (c / g)·stride + c % g — exactly as the plain ops on the
  * gathered col (and scattered sum) do, bit for bit: g = r of 1..3 paths, strides
  * wider than the group with poison between the groups (which must survive), sum
- * starting from random values (it accumulates); then the argument checks. */
+ * starting from random values when it accumulates, from NaN when it is overwritten
+ * (against the plain op on a zero sum); then the argument checks. */
 static void grouped_columns_match_gathered(void) {
     br_ctx *ctx = t_ctx();
     br_rng rng = t_rng_for(71);
-    for (int c = 0; c < 6; c++) {
+    for (int c = 0; c < 8; c++) {
+        const int accumulate = c % 2;
         size_t g = 32 * t_rand_size(&rng, 1, 3), P = 1 + (size_t)c % 3, k = P * g;
         size_t stride = g + t_rand_size(&rng, 0, 50), m = t_rand_size(&rng, 1, 300);
         size_t span = (P - 1) * stride + g, nd = br_pad_rows(m) * k,
@@ -542,7 +549,8 @@ static void grouped_columns_match_gathered(void) {
         float *col = t_xmalloc(k * sizeof *col), *sum = t_xmalloc(k * sizeof *sum);
         for (size_t i = 0; i < k; i++) {
             col[i] = colg[i / g * stride + i % g];
-            sum[i] = sumg[i / g * stride + i % g];
+            if (!accumulate) memcpy(&sumg[i / g * stride + i % g], &(uint32_t){T_NAN32}, 4);
+            sum[i] = accumulate ? sumg[i / g * stride + i % g] : 0.0f;
         }
         br_buf *ba = t_buf_from(ctx, BR_F32, a, m * k), *bb = t_buf_from(ctx, BR_F32, b, m * k);
         br_buf *bcg = t_buf_from(ctx, BR_F32, colg, span), *bc = t_buf_from(ctx, BR_F32, col, k);
@@ -566,7 +574,7 @@ static void grouped_columns_match_gathered(void) {
         br_fuse f1 = f0;
         f1.col = bcg, f1.dst = d[1], f1.dst_t = dt[1];
         CHECK_OK(ctx, br_colsum_fused(ctx, ba, bb, bs, m, k, &f0));
-        CHECK_OK(ctx, br_colsum_fused_grouped(ctx, ba, bb, bsg, m, k, &f1, g, stride));
+        CHECK_OK(ctx, br_colsum_fused_grouped(ctx, ba, bb, bsg, m, k, &f1, g, stride, accumulate));
         x0 = t_download_f16(ctx, d[0], nd), x1 = t_download_f16(ctx, d[1], nd);
         t0 = t_download_f16(ctx, dt[0], nt), t1 = t_download_f16(ctx, dt[1], nt);
         float *s0 = t_download_f32(ctx, bs, k), *s1 = t_download_f32(ctx, bsg, span);
@@ -575,12 +583,13 @@ static void grouped_columns_match_gathered(void) {
             int in = i % stride < g;
             float want = in ? s0[i / stride * g + i % stride] : sumg[i];
             bad += memcmp(&s1[i], &want, sizeof want) != 0;
-            moved += in && s1[i] != sumg[i];
+            moved += in && memcmp(&s1[i], &sumg[i], sizeof want) != 0;
         }
         CHECK(bad == 0 && moved > 0 && t_bits_differ16(x0, x1, nd) == 0 &&
                   t_bits_differ16(t0, t1, nt) == 0,
-              "colsum_fused_grouped m=%zu k=%zu g=%zu stride=%zu: %zu sums differ (%zu moved)", m,
-              k, g, stride, bad, moved);
+              "colsum_fused_grouped m=%zu k=%zu g=%zu stride=%zu acc=%d: %zu sums differ (%zu "
+              "moved)",
+              m, k, g, stride, accumulate, bad, moved);
         free(x0), free(x1), free(t0), free(t1), free(s0), free(s1);
         free(a), free(b), free(colg), free(sumg), free(col), free(sum);
         br_buf_free(ba), br_buf_free(bb), br_buf_free(bcg), br_buf_free(bc), br_buf_free(bsg),
@@ -603,14 +612,14 @@ static void grouped_columns_match_gathered(void) {
         CHECK_FAILS_MSG(ctx, BR_E_ARG, "col",
                         br_cvt_both_grouped(ctx, a, NULL, 32, 68, d, dt, m, k, k, 1.0f));
         br_fuse f = {.kind = BR_FUSE_CVT_B, .col = col, .dst = d, .scale = 1.0f, .dst_t = dt};
-        CHECK_OK(ctx, br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 32, 68));
+        CHECK_OK(ctx, br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 32, 68, 1));
         CHECK_FAILS_MSG(ctx, BR_E_SIZE, "sum",
-                        br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 32, 69));
+                        br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 32, 69, 1));
         CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "groups",
-                        br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 40, 50));
+                        br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 40, 50, 0));
         f.col = sum; /* sum over col */
         CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps",
-                        br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 32, 68));
+                        br_colsum_fused_grouped(ctx, a, a, sum, m, k, &f, 32, 68, 1));
         br_buf_free(a), br_buf_free(col), br_buf_free(d), br_buf_free(dt), br_buf_free(sum);
     }
     br_ctx_free(ctx);

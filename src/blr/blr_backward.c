@@ -40,12 +40,12 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     br_gemm gb = {.m = ntok, .n = R, .k = l->mpad, .oscale = 1.0f / gs};
     BR_TRY(br_mm(ctx, sh->stage, sh->plane, sh->b, gb));
 
-    /* dℓ of every path added in place into the layer's gradients (zeroed by
-     * br_blr_backward unless accumulating), ℓ read in place: groups of r, a path apart */
+    /* dℓ of every path written (or, accumulating, added) in place into the layer's
+     * gradients, ℓ read in place: groups of r, a path apart */
     br_fuse fl = {
         .kind = BR_FUSE_CVT_B, .col = sp[BR_BLR_L], .dst = sh->act, .scale = gs, .dst_t = sh->t_b};
-    BR_TRY(
-        br_colsum_fused_grouped(ctx, s->a, sh->b, sp[BR_BLR_DL], ntok, R, &fl, r, ss[BR_BLR_DL]));
+    BR_TRY(br_colsum_fused_grouped(ctx, s->a, sh->b, sp[BR_BLR_DL], ntok, R, &fl, r, ss[BR_BLR_DL],
+                                   accumulate));
 
     /* M_U, then N_V, each taken apart into the paths by one rowdot */
     br_tag_scope tag;
@@ -124,11 +124,9 @@ br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const b
     if (dx)
         BR_TRY(br_check_apart(ctx, fn, "dx", dx, xn, "the staged f16(x)ᵀ", s->xt,
                               br_buf_count(s->xt)));
-    if (!accumulate) {
-        /* the scale gradients and curvature sums restart at 0; G is overwritten */
-        BR_TRY(br_buf_fill(l->grads, 0, l->paths * l->path_len, 0));
-        if (l->curv) BR_TRY(br_buf_fill(l->curv, 0, br_buf_count(l->curv), 0));
-    }
+    /* not accumulating: every gradient is overwritten (dh, dg by the rowdots, dℓ by the
+     * column sums, G by the rowdots); the curvature sums restart at 0 */
+    if (!accumulate && l->curv) BR_TRY(br_buf_fill(l->curv, 0, br_buf_count(l->curv), 0));
     br_tag_scope tag;
     br_tag_push(ctx, &tag, "blr.bwd");
     br_status st = backward_ops(l, s, x, dy, dx, ntok, gscale, accumulate);

@@ -36,7 +36,7 @@ br_status br_expand_scaled_rows(br_ctx *ctx, const br_buf *bits, size_t rows, si
 /* Sign gradients and the scale gradient of rows × r signs from one GEMM result M
  * (columns col0..col0+r−1 of mat f32 [rows][ldm]), s(i, k) = ±1 from bits:
  *     grad[i][k]  = fl(rowscale[i]·M[i][k])      (accumulate: grad[i][k] + that)
- *     dsum[i]     = dsum[i] + total_i            (always accumulates)
+ *     dsum[i]     = total_i                      (accumulate: dsum[i] + total_i)
  *     total_i     = Σ_k s(i, k)·M[i][k], in this order (a CUDA warp's): 32 lanes,
  *                   lane l sums k = l, l+32, l+64, ... in increasing k from +0
  *                   (acc = acc + s·M, the sign flip exact); then the lanes combine
@@ -101,10 +101,11 @@ br_status br_cvt_both_grouped(br_ctx *ctx, const br_buf *src, const br_buf *col,
                               size_t col_stride, br_buf *dst, br_buf *dst_t, size_t m, size_t k,
                               size_t ld, float scale);
 /* br_colsum_fused with fuse->col and sum in groups as br_cvt_both_grouped's col: the
- * column sums of every path added in place into the layer's gradients. */
+ * column sums of every path added in place into the layer's gradients (accumulate 0:
+ * sum[c] = the total, 0 + its block partials in order, instead of sum[c] + it). */
 br_status br_colsum_fused_grouped(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum,
                                   size_t rows, size_t k, const br_fuse *fuse, size_t group,
-                                  size_t stride);
+                                  size_t stride, int accumulate);
 
 /* br_mm with c (out = oscale·act·planeᵀ + beta·c, f32, as br_mm computes it),
  * staged for the GEMMs that read it next exactly as

@@ -124,6 +124,7 @@ typedef struct br_colsum_fused_args {
     br_fuse fuse;
     /* fuse.col and sum in groups (0: plain [k]): column c at (c / group)·stride + c % group */
     size_t group, stride;
+    int overwrite; /* sum = the totals (br_colsum_fused_grouped with accumulate 0), not += */
 } br_colsum_fused_args;
 
 typedef struct br_scale_acc_args {

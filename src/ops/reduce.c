@@ -44,7 +44,7 @@ br_status br_colsum(br_ctx *ctx, const br_buf *a, const br_buf *b, const br_buf 
 
 static br_status colsum_fused(br_ctx *ctx, const char *fn, const br_buf *a, const br_buf *b,
                               br_buf *sum, size_t rows, size_t k, const br_fuse *fuse, size_t group,
-                              size_t stride) {
+                              size_t stride, int overwrite) {
     BR_TRY(br_check_ctx(ctx));
     if (!fuse) return br_fail(ctx, BR_E_ARG, "%s: fuse is NULL", fn);
     br_fuse fz = *fuse;
@@ -99,17 +99,19 @@ static br_status colsum_fused(br_ctx *ctx, const char *fn, const br_buf *a, cons
                                                .k = k,
                                                .fuse = fz,
                                                .group = group,
-                                               .stride = group ? stride : 0};
+                                               .stride = group ? stride : 0,
+                                               .overwrite = overwrite != 0};
     return br_submit(ctx, &op, colsum_ws_bytes(rows, k));
 }
 
 br_status br_colsum_fused(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum, size_t rows,
                           size_t k, const br_fuse *fuse) {
-    return colsum_fused(ctx, "br_colsum_fused", a, b, sum, rows, k, fuse, 0, 0);
+    return colsum_fused(ctx, "br_colsum_fused", a, b, sum, rows, k, fuse, 0, 0, 0);
 }
 
 br_status br_colsum_fused_grouped(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum,
                                   size_t rows, size_t k, const br_fuse *fuse, size_t group,
-                                  size_t stride) {
-    return colsum_fused(ctx, "br_colsum_fused_grouped", a, b, sum, rows, k, fuse, group, stride);
+                                  size_t stride, int accumulate) {
+    return colsum_fused(ctx, "br_colsum_fused_grouped", a, b, sum, rows, k, fuse, group, stride,
+                        !accumulate);
 }

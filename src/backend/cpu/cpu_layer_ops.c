@@ -101,7 +101,10 @@ static void sign_rowdot_path(const br_sign_rowdot_args *a, const float *mat, con
                 for (size_t k = 0; k < r; k++)
                     g[k] = h * m[k];
         }
-        if (dsum) dsum[i] = dsum[i] + row_sign_dot(m, bits + i * words, r);
+        if (dsum) {
+            float total = row_sign_dot(m, bits + i * words, r);
+            dsum[i] = a->accumulate ? dsum[i] + total : total;
+        }
     }
 }
 

@@ -211,7 +211,7 @@ br_status br_cpu_colsum_fused(br_ctx *ctx, const br_op *op) {
     BR_TRY(alloc_partials(ctx, "colsum_fused", nb, k, &part));
     run_tiles(fused_block, x, x->rows, k, part);
     fused_pads(x);
-    sum_partials(part, nb, k, part + nb * k, br_ptr(x->sum), 1, x->group, x->stride);
+    sum_partials(part, nb, k, part + nb * k, br_ptr(x->sum), !x->overwrite, x->group, x->stride);
     free(part);
     return BR_OK;
 }

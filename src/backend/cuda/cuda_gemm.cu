@@ -377,53 +377,48 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
     const br_mm_stage_args &a = op->u.mm_stage;
     const size_t m = a.mm.g.m, n = a.mm.g.n;
-    if (c_is_f16(a)) { /* the plain product in out (or the workspace), then c applied */
-        br_mm_args plain_args = a.mm;
-        plain_args.g.c = nullptr;
-        Problem plain = problem_of(plain_args, PLANE_F16);
-        plain.oscale = 1.0f;
-        plain.beta = 0.0f;
-        if (!plain.out) {
-            void *ws = nullptr;
-            BR_TRY(br_cuda_workspace(ctx, m * n * sizeof(float), &ws));
-            plain.out = static_cast<float *>(ws);
-        }
-        BR_TRY(run_problem(ctx, plain, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
-        return br_cuda_cvt_both_res16(ctx, plain.out, static_cast<uint16_t *>(br_ptr(a.dst)),
-                                      static_cast<uint16_t *>(br_ptr(a.dst_t)), m, n, a.ld, a.scale,
-                                      static_cast<const uint16_t *>(br_ptr(a.mm.g.c)),
-                                      a.mm.g.oscale, a.mm.g.beta, a.mm.out ? plain.out : nullptr);
-    }
-    const Problem staged = stage_problem(a);
-    if (stage_fused(ctx, staged)) {
-        WgmmaTile tile;
-        WgmmaASource src;
-        int splits = 1;
-        pick_wgmma(staged, br_cuda_state(ctx)->sm_count, &tile, &src);
-        env_overrides(&tile, &src, &splits);
-        return launch_wgmma_f16_stage(ctx, staged, tile);
-    }
-    Problem p = problem_of(a.mm, PLANE_F16);
+    const bool c16 = c_is_f16(a);
     uint16_t *dst = static_cast<uint16_t *>(br_ptr(a.dst));
     uint16_t *dst_t = static_cast<uint16_t *>(br_ptr(a.dst_t));
-    if (p.out) { /* the product with c in out, then staged */
-        BR_TRY(run_problem(ctx, p, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
-        return br_cuda_cvt_both_ptr(ctx, p.out, nullptr, dst, dst_t, m, n, a.ld, a.scale, nullptr,
-                                    1.0f, 0.0f);
+    if (!c16) {
+        const Problem staged = stage_problem(a);
+        if (stage_fused(ctx, staged)) {
+            WgmmaTile tile;
+            WgmmaASource src;
+            int splits = 1;
+            pick_wgmma(staged, br_cuda_state(ctx)->sm_count, &tile, &src);
+            env_overrides(&tile, &src, &splits);
+            return launch_wgmma_f16_stage(ctx, staged, tile);
+        }
+        if (a.mm.out) { /* the product with c in out, then staged */
+            Problem p = problem_of(a.mm, PLANE_F16);
+            BR_TRY(run_problem(ctx, p, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
+            return br_cuda_cvt_both_ptr(ctx, p.out, nullptr, dst, dst_t, m, n, a.ld, a.scale,
+                                        nullptr, 1.0f, 0.0f);
+        }
     }
-    /* out not kept: the plain product (acc exactly: oscale 1, no c) in the workspace,
-     * and the staging pass applies c's epilogue, reading c there instead of in the
-     * GEMM (whose epilogue does not overlap its main loop) */
-    void *ws = nullptr;
-    BR_TRY(br_cuda_workspace(ctx, m * n * sizeof(float), &ws));
-    Problem plain = p;
-    plain.out = static_cast<float *>(ws);
-    plain.c = nullptr;
-    plain.beta = 0.0f;
+    /* The plain product (acc exactly: oscale 1, no c) in out, or the workspace when out
+     * is not kept; the staging pass applies c's epilogue, reading c there instead of in
+     * the GEMM (whose epilogue does not overlap its main loop; nor can it read an f16
+     * c). With an f16 c and out kept, the pass also writes the f32 result to out. */
+    br_mm_args plain_args = a.mm;
+    plain_args.g.c = nullptr;
+    Problem plain = problem_of(plain_args, PLANE_F16);
     plain.oscale = 1.0f;
+    plain.beta = 0.0f;
+    if (!plain.out) {
+        void *ws = nullptr;
+        BR_TRY(br_cuda_workspace(ctx, m * n * sizeof(float), &ws));
+        plain.out = static_cast<float *>(ws);
+    }
     BR_TRY(run_problem(ctx, plain, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
-    return br_cuda_cvt_both_ptr(ctx, plain.out, nullptr, dst, dst_t, m, n, a.ld, a.scale, p.c,
-                                p.oscale, p.beta);
+    const float alpha = a.mm.g.oscale, beta = a.mm.g.beta;
+    if (c16)
+        return br_cuda_cvt_both_res16(ctx, plain.out, dst, dst_t, m, n, a.ld, a.scale,
+                                      static_cast<const uint16_t *>(br_ptr(a.mm.g.c)), alpha, beta,
+                                      a.mm.out ? plain.out : nullptr);
+    return br_cuda_cvt_both_ptr(ctx, plain.out, nullptr, dst, dst_t, m, n, a.ld, a.scale,
+                                static_cast<const float *>(br_ptr(a.mm.g.c)), alpha, beta);
 }
 
 extern "C" br_status br_cuda_mm(br_ctx *ctx, const br_op *op) {

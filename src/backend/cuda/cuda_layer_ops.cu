@@ -156,7 +156,7 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
 /* One warp per row i: lane l takes columns k = l, l+32, ... (coalesced 128-byte
  * loads of M, stores of grad); grad[i][k] = fl(h·M) (+ grad); the signed sum runs
  * in the lane order of layer_ops.h, then the shuffle tree (lane t adds lane t + s
- * for s = 16..1) and dsum[i] += lane 0's total. m0 points at column col0 of row 0;
+ * for s = 16..1) and dsum[i] (+)= lane 0's total. m0 points at column col0 of row 0;
  * path p's columns start r further on per path, its other operands at p·stride
  * (NULL ones stay NULL). */
 __global__ void sign_rowdot_kernel(const float *m0, size_t ldm, const uint32_t *bits0,
@@ -197,7 +197,7 @@ __global__ void sign_rowdot_kernel(const float *m0, size_t ldm, const uint32_t *
             if (dsum) {
                 for (unsigned s = 16; s >= 1; s >>= 1)
                     acc = __fadd_rn(acc, __shfl_down_sync(FULL_MASK, acc, s));
-                if (lane == 0) dsum[i] = __fadd_rn(dsum[i], acc);
+                if (lane == 0) dsum[i] = accumulate ? __fadd_rn(dsum[i], acc) : acc;
             }
         }
     }

@@ -102,6 +102,7 @@ typedef struct fused_job {
     unsigned rows, k, brows, nb;
     unsigned rpad, tpad, kpad; /* br_pad_rows(rows), br_pad_tokens(rows), br_pad_rows(k) */
     unsigned group, stride;    /* col and sum in groups (0: plain [k]) */
+    int overwrite;             /* sum = total, not sum + total */
 } fused_job;
 
 /* The element op of a fused reduction at flat index i (row < rows) on the loaded
@@ -211,7 +212,8 @@ template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j
     }
     if (j.nb == 1) {
         float *o = j.sum + br_dev_grouped(c, j.group, j.stride);
-        *o = __fadd_rn(*o, __fadd_rn(0.0f, acc));
+        const float total = __fadd_rn(0.0f, acc);
+        *o = j.overwrite ? total : __fadd_rn(*o, total);
     } else {
         j.part[(size_t)blk * j.k + c] = acc;
     }
@@ -250,6 +252,7 @@ extern "C" br_status br_cuda_colsum_fused(br_ctx *ctx, const br_op *op) {
     j.kpad = (unsigned)br_pad_rows(a->k);
     j.group = (unsigned)a->group;
     j.stride = (unsigned)a->stride;
+    j.overwrite = a->overwrite;
     if (j.nb > 1) {
         void *part = NULL;
         BR_TRY(br_cuda_workspace(ctx, (size_t)j.nb * j.k * sizeof(float), &part));
@@ -272,7 +275,7 @@ extern "C" br_status br_cuda_colsum_fused(br_ctx *ctx, const br_op *op) {
     }
     if (j.nb == 1) return BR_OK;
     colsum_fin_kernel<<<(j.k + THREADS - 1) / THREADS, THREADS, 0, s->stream>>>(
-        j.part, j.sum, j.k, j.nb, 1, j.group, j.stride);
+        j.part, j.sum, j.k, j.nb, !j.overwrite, j.group, j.stride);
     BR_CUDA_LAUNCHED(ctx, "colsum_fin_kernel");
     return BR_OK;
 }
