@@ -1,8 +1,11 @@
 /* The GEMM family (R-MM): br_mm and br_mm_bits against f64 references computed from
  * the exact f16 operands, the output block (ldo, ocol) against a poisoned output,
- * both bitmap layouts, the expand-then-mm path, graphs, and bad arguments. */
+ * both bitmap layouts, the expand-then-mm path, graphs, and bad arguments; br_mm_tn
+ * (ops/layer_ops.h) against f64 and against br_mm on transposed copies. */
+#include "core/backend.h"
 #include "core/internal.h"
 #include "harness.h"
+#include "ops/layer_ops.h"
 #include "threads.h"
 
 #ifdef _OPENMP
@@ -1142,8 +1145,360 @@ static void mm_bad_args(void) {
     br_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- mm_tn */
+
+/* One br_mm_tn: act [k][lda] and plane [k][ldp] with NaN in every element past m (n)
+ * of a row and before the view (act_off), buffers exactly as long as the spans; c
+ * as in epi_run (cmode 0 none, 1 apart, 2 out itself). Checked against f64 (the
+ * block, and the poison around it surviving) and against br_mm on explicitly
+ * transposed copies with the same g: the same bits on the CPU, within the
+ * tolerance elsewhere. */
+typedef struct tn_spec {
+    size_t m, n, k, lda, ldp, act_off, ldo, ocol;
+    float oscale;
+    int colscale, cmode;
+    float beta;
+} tn_spec;
+
+static void tn_run(br_ctx *ctx, br_rng *r, const tn_spec *sp) {
+    const size_t m = sp->m, n = sp->n, k = sp->k;
+    const size_t lda = sp->lda ? sp->lda : m, ldp = sp->ldp ? sp->ldp : n;
+    const size_t stride = sp->ldo ? sp->ldo : n;
+    const size_t act_span = (k - 1) * lda + m, plane_span = (k - 1) * ldp + n;
+    /* the operands as the op reads them, NaN where it must not read */
+    uint16_t *act = t_xmalloc((sp->act_off + act_span) * sizeof *act);
+    uint16_t *plane = t_xmalloc(plane_span * sizeof *plane);
+    for (size_t i = 0; i < sp->act_off + act_span; i++)
+        act[i] = T_NAN16;
+    for (size_t i = 0; i < plane_span; i++)
+        plane[i] = T_NAN16;
+    uint16_t *a0 = act + sp->act_off;
+    for (size_t kk = 0; kk < k; kk++) {
+        for (size_t i = 0; i < m; i++)
+            a0[kk * lda + i] = br_half_from_float(2.0f * br_rng_sym(r));
+        for (size_t j = 0; j < n; j++)
+            plane[kk * ldp + j] = br_half_from_float(br_rng_sym(r));
+    }
+    /* the transposed copies br_mm takes: actT [m][k], planeT [n][k] */
+    uint16_t *act_t = t_xmalloc(m * k * sizeof *act_t),
+             *plane_t = t_xmalloc(n * k * sizeof *plane_t);
+    for (size_t kk = 0; kk < k; kk++) {
+        for (size_t i = 0; i < m; i++)
+            act_t[i * k + kk] = a0[kk * lda + i];
+        for (size_t j = 0; j < n; j++)
+            plane_t[j * k + kk] = plane[kk * ldp + j];
+    }
+    float *cs = t_xmalloc(n * sizeof *cs);
+    for (size_t j = 0; j < n; j++)
+        cs[j] = rand_scale(r);
+    /* c: random in the block, NaN around it (random everywhere when apart); out one
+     * row and a few elements longer than its block, poisoned past it */
+    const size_t count = (m + 1) * stride + 7;
+    float *c_host = t_xmalloc(count * sizeof *c_host);
+    uint32_t nan_bits = T_NAN32;
+    float nanf_;
+    memcpy(&nanf_, &nan_bits, 4);
+    for (size_t idx = 0; idx < count; idx++) {
+        size_t i = idx / stride, col = idx % stride;
+        int in = i < m && col >= sp->ocol && col < sp->ocol + n;
+        c_host[idx] = in || sp->cmode == 1 ? 4.0f * br_rng_sym(r) : nanf_;
+    }
+
+    br_buf *act_parent = t_buf_from(ctx, BR_F16, act, sp->act_off + act_span), *ab = NULL;
+    CHECK_OK(ctx, br_buf_view(act_parent, sp->act_off, act_span, &ab));
+    br_buf *pb = t_buf_from(ctx, BR_F16, plane, plane_span);
+    br_buf *atb = t_buf_from(ctx, BR_F16, act_t, m * k),
+           *ptb = t_buf_from(ctx, BR_F16, plane_t, n * k);
+    br_buf *csb = sp->colscale ? t_buf_from(ctx, BR_F32, cs, n) : NULL;
+    br_buf *ob = sp->cmode == 2 ? t_buf_from(ctx, BR_F32, c_host, count)
+                                : t_buf_poison(ctx, BR_F32, count, T_NAN32);
+    br_buf *om = sp->cmode == 2 ? t_buf_from(ctx, BR_F32, c_host, count)
+                                : t_buf_poison(ctx, BR_F32, count, T_NAN32);
+    br_buf *cb = sp->cmode == 1 ? t_buf_from(ctx, BR_F32, c_host, count) : NULL;
+    br_gemm g = {.m = m,
+                 .n = n,
+                 .k = k,
+                 .ldo = sp->ldo,
+                 .ocol = sp->ocol,
+                 .oscale = sp->oscale,
+                 .lda = sp->lda,
+                 .colscale = csb,
+                 .c = sp->cmode == 1   ? cb
+                      : sp->cmode == 2 ? ob
+                                       : NULL,
+                 .beta = sp->beta};
+    CHECK_OK(ctx, br_mm_tn(ctx, ab, pb, sp->ldp, ob, g));
+    br_gemm gm = g; /* the same GEMM on the transposed copies */
+    gm.lda = 0;
+    if (sp->cmode == 2) gm.c = om;
+    CHECK_OK(ctx, br_mm(ctx, atb, ptb, om, gm));
+
+    /* f64: Σ over kk of act[kk][i]·plane[kk][j], then the epilogue */
+    double *ref = t_xmalloc(m * n * sizeof *ref), *pl = t_xmalloc(k * n * sizeof *pl);
+    double *ai = t_xmalloc(k * sizeof *ai);
+    for (size_t kk = 0; kk < k; kk++)
+        for (size_t j = 0; j < n; j++)
+            pl[kk * n + j] = t_f16_value(plane[kk * ldp + j]);
+    for (size_t i = 0; i < m; i++) {
+        for (size_t kk = 0; kk < k; kk++)
+            ai[kk] = t_f16_value(a0[kk * lda + i]);
+        for (size_t j = 0; j < n; j++) {
+            double s = 0;
+            for (size_t kk = 0; kk < k; kk++)
+                s += ai[kk] * pl[kk * n + j];
+            double v = (double)sp->oscale * s;
+            if (sp->colscale) v *= cs[j];
+            if (sp->cmode) v += (double)sp->beta * c_host[i * stride + sp->ocol + j];
+            ref[i * n + j] = v;
+        }
+    }
+    char what[200];
+    snprintf(what, sizeof what,
+             "mm_tn m=%zu n=%zu k=%zu lda=%zu@%zu ldp=%zu ldo=%zu ocol=%zu oscale=%g%s%s beta=%g",
+             m, n, k, lda, sp->act_off, ldp, stride, sp->ocol, sp->oscale,
+             sp->colscale ? " colscale" : "",
+             sp->cmode == 1   ? " c"
+             : sp->cmode == 2 ? " c=out"
+                              : "",
+             sp->beta);
+    check_block(ctx, ob, count, ref, m, n, stride, sp->ocol, what);
+
+    float *got = t_download_f32(ctx, ob, count), *viamm = t_download_f32(ctx, om, count);
+    if (strcmp(br_ctx_backend(ctx), "cpu") == 0) {
+        size_t differ = t_bits_differ32(got, viamm, count);
+        CHECK(differ == 0, "%s: %zu of %zu outputs differ in bits from br_mm on the transposes",
+              what, differ, count);
+    } else {
+        double *mmd = t_xmalloc(count * sizeof *mmd);
+        for (size_t i = 0; i < count; i++) {
+            mmd[i] = isnan(viamm[i]) ? 0 : viamm[i];
+            if (isnan(got[i]) && isnan(viamm[i])) got[i] = 0; /* both untouched */
+        }
+        double err = t_rel_err(got, mmd, count);
+        CHECK(err < MM_TOL, "%s vs br_mm on the transposes: relative error %.3g", what, err);
+        free(mmd);
+    }
+    if (sp->cmode == 1) { /* c is only read */
+        float *c_after = t_download_f32(ctx, cb, count);
+        CHECK(t_bits_differ32(c_after, c_host, count) == 0, "%s: c was written", what);
+        free(c_after);
+    }
+    if (t_small()) fprintf(stderr, "  [%.1f s] %s\n", t_elapsed(), what);
+    free(act), free(plane), free(act_t), free(plane_t), free(cs), free(c_host);
+    free(ref), free(pl), free(ai), free(got), free(viamm);
+    br_buf *all[] = {ab, act_parent, pb, atb, ptb, csb, ob, om, cb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        br_buf_free(all[i]);
+}
+
+/* Sizes that are multiples of nothing, padded strides (lda > m, ldp > n), an act
+ * view at an offset, output blocks in wider rows, every epilogue operand, panels of
+ * rows and of columns (the CPU team for the largest), and the K = tokens shapes
+ * with few outputs that take split-K on a GPU. */
+static void mm_tn_shapes(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(14);
+    static const tn_spec cases[] = {
+        {.m = 97, .n = 70, .k = 64, .oscale = 1.0f},
+        {.m = 97,
+         .n = 70,
+         .k = 96,
+         .lda = 100,
+         .ldp = 75,
+         .act_off = 3,
+         .oscale = -0.75f,
+         .colscale = 1},
+        {.m = 1, .n = 1, .k = 32, .oscale = 1.0f},
+        {.m = 33,
+         .n = 5,
+         .k = 32,
+         .lda = 40,
+         .ldp = 8,
+         .ldo = 50,
+         .ocol = 7,
+         .oscale = -1.5f,
+         .colscale = 1,
+         .cmode = 1,
+         .beta = 0.75f},
+        {.m = 7,
+         .n = 200,
+         .k = 160,
+         .lda = 9,
+         .ldp = 203,
+         .ldo = 230,
+         .ocol = 20,
+         .oscale = 1.0f,
+         .cmode = 1,
+         .beta = 2.0f},
+        {.m = 300,
+         .n = 520,
+         .k = 96,
+         .lda = 320,
+         .ldp = 530,
+         .act_off = 64,
+         .oscale = 0.37f,
+         .colscale = 1,
+         .cmode = 2,
+         .beta = -0.5f},
+        {.m = 520,
+         .n = 300,
+         .k = 96,
+         .lda = 521,
+         .ldo = 310,
+         .ocol = 5,
+         .oscale = 2.0f,
+         .cmode = 1,
+         .beta = -1.0f},
+        {.m = 300,
+         .n = 520,
+         .k = 512,
+         .lda = 301,
+         .ldp = 522,
+         .oscale = 0.5f,
+         .colscale = 1,
+         .cmode = 2,
+         .beta = 1.0f},
+        {.m = 96, .n = 70, .k = 4096, .oscale = 1.0f / 64, .colscale = 1, .cmode = 2, .beta = 1.0f},
+        {.m = 96,
+         .n = 70,
+         .k = 4096,
+         .lda = 100,
+         .ldp = 72,
+         .ldo = 90,
+         .ocol = 9,
+         .oscale = -0.25f,
+         .cmode = 1,
+         .beta = 0.5f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        if (t_small() && ci != 1 && ci != 8) continue; /* one padded, one split-K */
+        tn_run(ctx, &r, &cases[ci]);
+    }
+    br_ctx_free(ctx);
+}
+
+/* Bad arguments: each fails with its status and a message naming the argument, no
+ * failed call writes out; exact spans are accepted; a backend without the op fails
+ * cleanly, eagerly and from a graph. */
+static void mm_tn_bad_args(void) {
+    br_ctx *ctx = t_ctx(), *other = t_ctx();
+    const size_t m = 10, n = 40, k = 64, lda = 13, ldp = 44;
+    const size_t act_span = (k - 1) * lda + m, plane_span = (k - 1) * ldp + n;
+    br_buf *act = t_buf_poison(ctx, BR_F16, act_span, 0x3C00u);
+    br_buf *plane = t_buf_poison(ctx, BR_F16, plane_span, 0x3C00u);
+    br_buf *act_short = t_buf_poison(ctx, BR_F16, act_span - 1, 0x3C00u);
+    br_buf *plane_short = t_buf_poison(ctx, BR_F16, plane_span - 1, 0x3C00u);
+    br_buf *act32 = t_buf_poison(ctx, BR_F32, act_span, 0);
+    br_buf *plane32 = t_buf_poison(ctx, BR_F32, plane_span, 0);
+    br_buf *big = t_buf_poison(ctx, BR_F32, m * n + 8, T_NAN32);
+    br_buf *out = NULL, *shifted = NULL, *same = NULL;
+    CHECK_OK(ctx, br_buf_view(big, 0, m * n, &out));
+    CHECK_OK(ctx, br_buf_view(big, 1, m * n, &shifted));
+    CHECK_OK(ctx, br_buf_view(big, 0, m * n, &same));
+    br_buf *out_short = t_buf_poison(ctx, BR_F32, m * n - 1, T_NAN32);
+    br_buf *out16 = t_buf_poison(ctx, BR_F16, m * n, 0);
+    br_buf *c16 = t_buf_poison(ctx, BR_F16, m * n, 0);
+    br_buf *c = t_buf_poison(ctx, BR_F32, m * n, 0);
+    br_buf *cs16 = t_buf_poison(ctx, BR_F16, n, 0x3C00u);
+    br_buf *cs_short = t_buf_poison(ctx, BR_F32, n - 1, 0x3f800000u);
+    br_buf *foreign = t_buf_poison(other, BR_F16, act_span, 0);
+    const br_gemm g = {.m = m, .n = n, .k = k, .lda = lda, .oscale = 1.0f};
+    br_gemm b;
+
+    CHECK(br_mm_tn(NULL, act, plane, ldp, out, g) == BR_E_ARG, "NULL ctx");
+    /* NULL buffers */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "br_mm_tn: act", br_mm_tn(ctx, NULL, plane, ldp, out, g));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "plane", br_mm_tn(ctx, act, NULL, ldp, out, g));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "out", br_mm_tn(ctx, act, plane, ldp, NULL, g));
+    /* shapes */
+    b = g, b.k = 48;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "k = 48", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.k = 0;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "k is 0", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.m = 0;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "m is 0", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.n = 0;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "n is 0", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.lda = m - 1; /* lda bounds m here, not k */
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "lda = 9 is less than m",
+                    br_mm_tn(ctx, act, plane, ldp, out, b));
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ldp = 39 is less than n",
+                    br_mm_tn(ctx, act, plane, n - 1, out, g));
+    b = g, b.ldo = n - 1;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ldo", br_mm_tn(ctx, act, plane, ldp, out, b));
+    /* spans one element short: act (k−1)·lda + m, plane (k−1)·ldp + n, out */
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "act", br_mm_tn(ctx, act_short, plane, ldp, out, g));
+    b = g, b.lda = lda + 1;
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "act", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.lda = 0; /* m: holds (k−1)·m + m ≤ act_span, fine; then the plane */
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "plane", br_mm_tn(ctx, act, plane_short, ldp, out, b));
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "plane", br_mm_tn(ctx, act, plane, ldp + 1, out, g));
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "out", br_mm_tn(ctx, act, plane, ldp, out_short, g));
+    /* overflowing strides */
+    b = g, b.lda = (size_t)1 << 28;
+    CHECK_FAILS_MSG(ctx, BR_E_OVERFLOW, "lda", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.lda = (size_t)1 << 40;
+    CHECK_FAILS_MSG(ctx, BR_E_OVERFLOW, "lda", br_mm_tn(ctx, act, plane, ldp, out, b));
+    CHECK_FAILS_MSG(ctx, BR_E_OVERFLOW, "ldp", br_mm_tn(ctx, act, plane, (size_t)1 << 28, out, g));
+    CHECK_FAILS_MSG(ctx, BR_E_OVERFLOW, "ldp", br_mm_tn(ctx, act, plane, SIZE_MAX, out, g));
+    /* dtypes */
+    CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "act", br_mm_tn(ctx, act32, plane, ldp, out, g));
+    CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "plane", br_mm_tn(ctx, act, plane32, ldp, out, g));
+    CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "out", br_mm_tn(ctx, act, plane, ldp, out16, g));
+    b = g, b.c = c16, b.beta = 1.0f;
+    CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "c", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.colscale = cs16;
+    CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "colscale", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.colscale = cs_short;
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "colscale", br_mm_tn(ctx, act, plane, ldp, out, b));
+    /* c overlapping out one element off; finiteness; another context's buffer */
+    b = g, b.c = shifted, b.beta = 1.0f;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "c overlaps out", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.c = c, b.beta = NAN;
+    CHECK_FAILS_MSG(ctx, BR_E_NONFINITE, "beta", br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.oscale = INFINITY;
+    CHECK_FAILS_MSG(ctx, BR_E_NONFINITE, "oscale", br_mm_tn(ctx, act, plane, ldp, out, b));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "act", br_mm_tn(ctx, foreign, plane, ldp, out, g));
+
+    /* no failed call wrote out (nor past it) */
+    CHECK_OK(ctx, br_ctx_sync(ctx));
+    float *o = t_download_f32(ctx, big, m * n + 8);
+    size_t written = t_count_written32(o, m * n + 8);
+    CHECK(written == 0, "failed calls wrote %zu outputs", written);
+    free(o);
+
+    /* exact spans, c a different view of out's exact elements, ldp 0 = n, lda = m */
+    b = g, b.c = same, b.beta = 0.5f;
+    CHECK_OK(ctx, br_mm_tn(ctx, act, plane, ldp, out, b));
+    b = g, b.lda = m;
+    CHECK_OK(ctx, br_mm_tn(ctx, act, plane, 0, out, b));
+
+    /* a backend without the op: br_submit says so, eagerly and when a graph runs */
+    const br_backend *be = ctx->be;
+    br_backend without = *be;
+    without.ops[BR_OP_MM_TN] = NULL;
+    ctx->be = &without;
+    CHECK_FAILS_MSG(ctx, BR_E_UNSUPPORTED, "mm_tn", br_mm_tn(ctx, act, plane, ldp, out, g));
+    br_graph *graph = NULL;
+    CHECK_OK(ctx, br_graph_begin(ctx));
+    CHECK_OK(ctx, br_mm_tn(ctx, act, plane, ldp, out, g));
+    CHECK_OK(ctx, br_graph_end(ctx, &graph));
+    CHECK_FAILS_MSG(ctx, BR_E_UNSUPPORTED, "mm_tn", br_graph_launch(graph));
+    br_graph_free(graph);
+    ctx->be = be;
+
+    br_buf *all[] = {act, plane,   act_short, plane_short, act32, plane32,
+                     out, shifted, same,      out_short,   out16, c16,
+                     c,   cs16,    cs_short,  foreign,     big};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        br_buf_free(all[i]);
+    br_ctx_free(other);
+    br_ctx_free(ctx);
+}
+
 T_RUN("gemm", T_CASE(mm_shapes), T_CASE(mm_ldo_ocol), T_CASE(mm_oscale), T_CASE(mm_special_values),
       T_CASE(mm_bits_layouts), T_CASE(mm_bits_expand_path), T_CASE(mm_bits_expand_graph),
       T_CASE(mm_bits_expand_eager_growth), T_CASE(mm_graph), T_CASE(mm_launch_counts),
       T_CASE(mm_bad_args), T_CASE(mm_epilogue), T_CASE(mm_epilogue_bad_args),
-      T_CASE(mm_tiles_splitk), T_CASE(mm_same_bits_any_thread_count))
+      T_CASE(mm_tiles_splitk), T_CASE(mm_same_bits_any_thread_count), T_CASE(mm_tn_shapes),
+      T_CASE(mm_tn_bad_args))

@@ -1,7 +1,8 @@
 /* Front-ends of the GEMM family (R-MM): br_mm on an f16 plane, br_mm_bits on a sign
- * bitmap. Both check the shapes once here; br_mm_bits either submits the bitmap GEMM
- * or, when BR_OPT_BITS_GEMM is 0 (or the backend has no bitmap GEMM), expands the
- * bitmap into a context-owned f16 plane and submits br_mm's op on it. */
+ * bitmap, br_mm_tn on an f16 act and plane both stored k-rows-first. All check the
+ * shapes once here; br_mm_bits either submits the bitmap GEMM or, when
+ * BR_OPT_BITS_GEMM is 0 (or the backend has no bitmap GEMM), expands the bitmap
+ * into a context-owned f16 plane and submits br_mm's op on it. */
 #include <stdlib.h>
 
 #include "core/backend.h"
@@ -9,12 +10,32 @@
 #include "ops/layer_ops.h"
 #include "ops/op.h"
 
+/* act f16 as `rows` rows of `len` elements, lda apart (0: len; resolved into *lda):
+ * [m][k] for br_mm, [k][m] for br_mm_tn. Rows past `rows` and elements past `len`
+ * are never read, so it spans (rows−1)·lda + len elements, *need. */
+static br_status check_act_span(br_ctx *ctx, const char *fn, size_t rows, size_t len,
+                                const char *len_name, size_t *lda, size_t *need) {
+    size_t stride = *lda ? *lda : len;
+    if (stride < len)
+        return br_fail(ctx, BR_E_SHAPE, "%s: lda = %zu is less than %s = %zu", fn, stride, len_name,
+                       len);
+    if (stride > BR_MAX_ELEMS)
+        return br_fail(ctx, BR_E_OVERFLOW, "%s: lda = %zu exceeds %zu", fn, stride,
+                       (size_t)BR_MAX_ELEMS);
+    BR_TRY(br_check_span(ctx, fn, "lda", rows, stride, len, need));
+    *lda = stride;
+    return BR_OK;
+}
+
 /* The checks shared by the front-ends: the shapes, act, out and the epilogue's
- * operands. On success g->ldo and g->lda hold the resolved strides and
- * *plane_elems n·k (the f16 plane's size, which also bounds the bitmap's). out may
- * be NULL only where out_optional (br_mm_stage). */
-static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, const br_buf *out,
-                            int out_optional, br_gemm *g, size_t *plane_elems, int c_f16_ok) {
+ * operands. On success g->ldo and g->lda hold the resolved strides and, where
+ * plane_elems is not NULL, *plane_elems n·k (the f16 plane's size, which also
+ * bounds the bitmap's). act_t: act is stored k-rows-first, [k][lda] with lda ≥ m
+ * (br_mm_tn), not [m][lda] with lda ≥ k. out may be NULL only where out_optional
+ * (br_mm_stage). */
+static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, int act_t,
+                            const br_buf *out, int out_optional, br_gemm *g, size_t *plane_elems,
+                            int c_f16_ok) {
     BR_TRY(br_check_dim(ctx, fn, "m", g->m));
     BR_TRY(br_check_dim(ctx, fn, "n", g->n));
     BR_TRY(br_check_dim(ctx, fn, "k", g->k));
@@ -30,27 +51,18 @@ static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, cons
     if (stride > BR_MAX_ELEMS)
         return br_fail(ctx, BR_E_OVERFLOW, "%s: ldo = %zu exceeds %zu", fn, stride,
                        (size_t)BR_MAX_ELEMS);
-    size_t lda = g->lda ? g->lda : g->k;
-    if (lda < g->k)
-        return br_fail(ctx, BR_E_SHAPE, "%s: lda = %zu is less than k = %zu", fn, lda, g->k);
-    if (lda > BR_MAX_ELEMS)
-        return br_fail(ctx, BR_E_OVERFLOW, "%s: lda = %zu exceeds %zu", fn, lda,
-                       (size_t)BR_MAX_ELEMS);
+    size_t lda = g->lda, act_need;
+    BR_TRY(act_t ? check_act_span(ctx, fn, g->k, g->m, "m", &lda, &act_need)
+                 : check_act_span(ctx, fn, g->m, g->k, "k", &lda, &act_need));
     /* out (and c) span (m−1)·ldo + ocol + n floats: the last row ends at its block's end */
     size_t rows_before;
     BR_TRY(br_check_mul(ctx, fn, "(m-1)·ldo", g->m - 1, stride, &rows_before));
     if (rows_before > BR_MAX_ELEMS - (g->ocol + g->n))
         return br_fail(ctx, BR_E_OVERFLOW, "%s: (m-1)·ldo + ocol + n = %zu + %zu exceeds %zu", fn,
                        rows_before, g->ocol + g->n, (size_t)BR_MAX_ELEMS);
-    /* act spans (m−1)·lda + k elements: rows past m are never read */
-    size_t act_before;
-    BR_TRY(br_check_mul(ctx, fn, "(m-1)·lda", g->m - 1, lda, &act_before));
-    if (act_before > BR_MAX_ELEMS - g->k)
-        return br_fail(ctx, BR_E_OVERFLOW, "%s: (m-1)·lda + k = %zu + %zu exceeds %zu", fn,
-                       act_before, g->k, (size_t)BR_MAX_ELEMS);
-    BR_TRY(br_check_mul(ctx, fn, "n·k", g->n, g->k, plane_elems));
+    if (plane_elems) BR_TRY(br_check_mul(ctx, fn, "n·k", g->n, g->k, plane_elems));
     size_t out_need = rows_before + g->ocol + g->n;
-    BR_TRY(br_check_buf(ctx, fn, "act", act, BR_F16, act_before + g->k));
+    BR_TRY(br_check_buf(ctx, fn, "act", act, BR_F16, act_need));
     if (out || !out_optional) BR_TRY(br_check_buf(ctx, fn, "out", out, BR_F32, out_need));
     BR_TRY(br_check_finite(ctx, fn, "oscale", g->oscale));
     BR_TRY(br_check_opt_buf(ctx, fn, "colscale", g->colscale, BR_F32, g->n));
@@ -91,11 +103,30 @@ br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out
     static const char fn[] = "br_mm";
     BR_TRY(br_check_ctx(ctx));
     size_t plane_elems;
-    BR_TRY(check_gemm(ctx, fn, act, out, 0, &g, &plane_elems, 0));
+    BR_TRY(check_gemm(ctx, fn, act, 0, out, 0, &g, &plane_elems, 0));
     BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
     br_op op = {.kind = BR_OP_MM};
     size_t ws = split_ws_bytes(&g);
     op.u.mm = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws};
+    return br_submit(ctx, &op, ws);
+}
+
+br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t ldp, br_buf *out,
+                   br_gemm g) {
+    static const char fn[] = "br_mm_tn";
+    BR_TRY(br_check_ctx(ctx));
+    BR_TRY(check_gemm(ctx, fn, act, 1, out, 0, &g, NULL, 0));
+    /* plane [k][ldp]: row kk at kk·ldp, (k−1)·ldp + n elements (columns past n unread) */
+    if (!ldp) ldp = g.n;
+    if (ldp < g.n)
+        return br_fail(ctx, BR_E_SHAPE, "%s: ldp = %zu is less than n = %zu", fn, ldp, g.n);
+    size_t plane_elems;
+    BR_TRY(br_check_span(ctx, fn, "ldp", g.k, ldp, g.n, &plane_elems));
+    BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
+    br_op op = {.kind = BR_OP_MM_TN};
+    size_t ws = split_ws_bytes(&g); /* K = tokens: the shape split-K is for */
+    op.u.mm =
+        (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws, .ldp = ldp};
     return br_submit(ctx, &op, ws);
 }
 
@@ -131,7 +162,7 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
     static const char fn[] = "br_mm_bits";
     BR_TRY(br_check_ctx(ctx));
     size_t plane_elems, bits_need;
-    BR_TRY(check_gemm(ctx, fn, act, out, 0, &g, &plane_elems, 0));
+    BR_TRY(check_gemm(ctx, fn, act, 0, out, 0, &g, &plane_elems, 0));
     if (layout == BR_BITS_ROWS) { /* bits u32 [n][k/32] */
         BR_TRY(br_check_mul(ctx, fn, "n·(k/32)", g.n, g.k / 32, &bits_need));
     } else if (layout == BR_BITS_COLS) { /* bits u32 [k][ceil(n/32)] */
@@ -172,7 +203,7 @@ br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_bu
     static const char fn[] = "br_mm_stage";
     BR_TRY(br_check_ctx(ctx));
     size_t plane_elems, n_out, n_dst, n_dst_t;
-    BR_TRY(check_gemm(ctx, fn, act, out, 1, &g, &plane_elems, 1));
+    BR_TRY(check_gemm(ctx, fn, act, 0, out, 1, &g, &plane_elems, 1));
     BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
     if (!g.c) return br_fail(ctx, BR_E_ARG, "%s: c is NULL (the staged GEMM needs c)", fn);
     if (g.ocol != 0 || g.ldo != g.n)

@@ -119,6 +119,19 @@ br_status br_colsum_fused_grouped(br_ctx *ctx, const br_buf *a, const br_buf *b,
 br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g,
                       br_buf *dst, br_buf *dst_t, size_t ld, float scale);
 
+/* br_mm with both operands stored k-rows-first (the sign-gradient GEMMs, K = tokens,
+ * read token-major as they are, without transposed copies):
+ *     out[i][ocol + j] = (oscale · Σ_kk act[kk][i]·plane[kk][j]) · colscale[j]
+ *                        + beta · c[i][ocol + j]            (i < m, j < n, kk < k)
+ * act f16 [k][lda]: row kk at kk·lda, lda ≥ m (0: m), (k − 1)·lda + m elements;
+ * plane f16 [k][ldp]: row kk at kk·ldp, ldp ≥ n (0: n), (k − 1)·ldp + n elements;
+ * elements past m (act) and n (plane) of a row are never read. out, c, colscale,
+ * oscale, beta, ocol and ldo as br_mm (c f32, out itself or apart from it); g.lda is
+ * act's row stride; k a multiple of 32. Same values as br_mm on the transposed
+ * operands within GEMM tolerance; on the CPU the same bits. */
+br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t ldp, br_buf *out,
+                   br_gemm g);
+
 #ifdef __cplusplus
 }
 #endif

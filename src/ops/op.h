@@ -43,6 +43,7 @@ typedef enum br_op_kind {
     BR_OP_CVT_BOTH,      /* layer_ops.c: cvt_pad and cvt_t from one read */
     BR_OP_SIGN_STEPS,    /* sign_ops.c: sign steps of up to BR_SIGN_STEPS_MAX matrices */
     BR_OP_MM_STAGE,      /* gemm.c: br_mm with c, its result staged as br_cvt_both would */
+    BR_OP_MM_TN,         /* gemm.c: br_mm on act and plane stored k-rows-first */
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT
 } br_op_kind;
@@ -63,13 +64,15 @@ typedef struct br_copy_args {
     size_t src_off, count;
 } br_copy_args;
 
-/* MM: plane is f16 [n][k]. MM_BITS: plane is the u32 bitmap in `layout`. */
+/* MM: act f16 [m][g.lda], plane f16 [n][k]. MM_BITS: plane is the u32 bitmap in
+ * `layout`. MM_TN: act f16 [k][g.lda] and plane f16 [k][ldp] (k rows first). */
 typedef struct br_mm_args {
     const br_buf *act, *plane;
     br_buf *out;
-    br_gemm g; /* g.ldo, g.lda already resolved (never 0); g.beta 0 without g.c */
-    br_bits_layout layout;
-    size_t ws_bytes; /* workspace reserved for a split-K reduction (0: none) */
+    br_gemm g;             /* g.ldo, g.lda already resolved (never 0); g.beta 0 without g.c */
+    br_bits_layout layout; /* MM_BITS only */
+    size_t ws_bytes;       /* workspace reserved for a split-K reduction (0: none) */
+    size_t ldp;            /* MM_TN only: plane row stride, resolved (≥ n) */
 } br_mm_args;
 
 typedef struct br_cvt_args {

@@ -38,6 +38,7 @@ static const char *const op_names[BR_OP_COUNT] = {
     [BR_OP_CVT_BOTH] = "cvt_both",
     [BR_OP_SIGN_STEPS] = "sign_step",
     [BR_OP_MM_STAGE] = "mm_stage",
+    [BR_OP_MM_TN] = "mm_tn",
 };
 
 const char *br_op_name(br_op_kind kind) {

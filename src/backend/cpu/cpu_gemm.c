@@ -1,9 +1,11 @@
 /* The CPU GEMMs (R-MM):
  *   out[i][ocol + j] = (oscale · Σ_kk act[i][kk] · plane[j][kk]) · colscale[j]
  *                      + beta · c[i][ocol + j]
+ * (mm_tn: act[kk][i] and plane[kk][j], both stored k-rows-first).
  *
- * Both ops bring their operands to f32 — act [m][k] (rows lda apart) compacted, the
- * plane transposed to bt [k][n] (from f16, or ±1 from the bitmap) — and end in f32
+ * The ops bring their operands to f32 — act [m][k] (rows lda apart) compacted, the
+ * plane transposed to bt [k][n] (from f16, or ±1 from the bitmap); mm_tn's act
+ * transposed to [m][k], its plane's rows bt's as they are — and end in the same f32
  * products: OpenBLAS's sgemm where the build has CBLAS, otherwise a cache-blocked
  * loop that adds the terms of each output in k order. f16 values are exact in f32,
  * so the only rounding is the f32 accumulation; then the epilogue, one rounding per
@@ -32,13 +34,17 @@
 #include "core/blas_threads.h" /* br_blas_serial_begin/end: one lock for the process */
 #include "core/gemm_panels.h"
 
-/* Where bt [k][n] comes from: an f16 plane [n][k], or a bitmap (bit 1 = +1)
+/* Where bt [k][n] comes from: an f16 plane [n][k] (tn: [k][ldp], bt's rows
+ * themselves), or a bitmap (bit 1 = +1)
  * ROWS: bits [n][k/32], plane[j][kk] = bit kk%32 of word kk/32 of row j;
- * COLS: bits [k][ceil(n/32)], plane[j][kk] = bit j%32 of word j/32 of row kk. */
+ * COLS: bits [k][ceil(n/32)], plane[j][kk] = bit j%32 of word j/32 of row kk.
+ * tn also says act is stored k-rows-first ([k][lda], mm_tn). */
 typedef struct plane_src {
     const uint16_t *f16; /* NULL for a bitmap */
     const uint32_t *bits;
     br_bits_layout layout;
+    int tn;
+    size_t ldp;
 } plane_src;
 
 /* Columns j0 .. j0+31 (fewer at the end) of bt, in 32×32 tiles. */
@@ -70,10 +76,37 @@ static void bt_slice(const plane_src *src, float *bt, size_t n, size_t k, size_t
     }
 }
 
+/* bt [k][n] whole: mm_tn's plane rows converted as they are, else column slices. */
+static void bt_fill(const plane_src *src, float *bt, size_t n, size_t k) {
+    if (src->tn) {
+        for (size_t kk = 0; kk < k; kk++)
+            br_half_to_float_n(src->f16 + kk * src->ldp, bt + kk * n, n);
+        return;
+    }
+    for (size_t j0 = 0; j0 < n; j0 += 32)
+        bt_slice(src, bt, n, k, j0);
+}
+
 /* Rows i0 .. i1−1 of act (f16, lda apart) → f32 [..][k]. */
 static void act_rows(const uint16_t *src, size_t lda, float *act, size_t k, size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; i++)
         br_half_to_float_n(src + i * lda, act + i * k, k);
+}
+
+/* The same rows from act stored k-rows-first (f16 [k][lda], act[i][kk] at kk·lda + i):
+ * the transpose, in 32×32 tiles as bt_slice (k is a multiple of 32). */
+static void act_rows_t(const uint16_t *src, size_t lda, float *act, size_t k, size_t i0,
+                       size_t i1) {
+    for (size_t c0 = i0; c0 < i1; c0 += 32) {
+        size_t c1 = c0 + 32 < i1 ? c0 + 32 : i1;
+        for (size_t k0 = 0; k0 < k; k0 += 32)
+            for (size_t kk = k0; kk < k0 + 32; kk++) {
+                float row[32]; /* act[c0..c1−1][kk], converted 8 at a time, then spread */
+                br_half_to_float_n(src + kk * lda + c0, row, c1 - c0);
+                for (size_t i = c0; i < c1; i++)
+                    act[i * k + kk] = row[i - c0];
+            }
+    }
 }
 
 #ifdef BR_HAVE_CBLAS
@@ -155,12 +188,13 @@ static int team_size(int prev) {
 #endif
 }
 
-/* Shared body of both ops: bt from the plane, then the panels of
+/* Shared body of the ops: bt from the plane, then the panels of
  * core/gemm_panels.h, each its act rows to f32 (all of act before, for panels of
  * columns), one product and its epilogue. The sums go to out's block itself and
  * the epilogue runs over them in place (1·sum is sum: the plain product needs
  * none), except where c is out: then to a scratch block, so that c is still
- * there to be read. */
+ * there to be read. mm_tn differs only in how act and bt are read: the same f32
+ * values reach the same products, so it has br_mm's bits on the transposes. */
 static br_status run_gemm(br_ctx *ctx, const char *name, const br_mm_args *a,
                           const plane_src *src) {
     const br_gemm *g = &a->g;
@@ -187,9 +221,10 @@ static br_status run_gemm(br_ctx *ctx, const char *name, const br_mm_args *a,
     /* the operand all panels share, converted before the team starts (a barrier
      * inside would cost a scheduler time slice on a busy machine whenever one of
      * the team is not running) */
-    for (size_t j0 = 0; j0 < n; j0 += 32)
-        bt_slice(src, bt, n, k, j0);
-    if (!p.by_rows) act_rows(act16, g->lda, act, k, 0, m);
+    void (*rows_of)(const uint16_t *, size_t, float *, size_t, size_t, size_t) =
+        src->tn ? act_rows_t : act_rows;
+    bt_fill(src, bt, n, k);
+    if (!p.by_rows) rows_of(act16, g->lda, act, k, 0, m);
     const int prev = br_blas_serial_begin(), team = team_size(prev);
     (void)parallel, (void)team;
     OMP("omp parallel for schedule(dynamic, 1) num_threads(team) if (parallel)")
@@ -197,7 +232,7 @@ static br_status run_gemm(br_ctx *ctx, const char *name, const br_mm_args *a,
         size_t f, e;
         br_panel_range(p, t, &f, &e);
         if (p.by_rows) { /* rows f..f+e of act, sums and out */
-            act_rows(act16, g->lda, act, k, f, f + e);
+            rows_of(act16, g->lda, act, k, f, f + e);
             block_product(act + f * k, bt, n, sums + f * lds, lds, e, n, k);
             if (!plain) epilogue(g, sums, lds, out, colscale, c, f, f + e, 0, n);
         } else { /* columns f..f+e of bt, sums and out */
@@ -224,4 +259,11 @@ br_status br_cpu_mm_bits(br_ctx *ctx, const br_op *op) {
     ctx->stats.launches++;
     plane_src src = {.bits = br_ptr(a->plane), .layout = a->layout};
     return run_gemm(ctx, "mm_bits", a, &src);
+}
+
+br_status br_cpu_mm_tn(br_ctx *ctx, const br_op *op) {
+    const br_mm_args *a = &op->u.mm;
+    ctx->stats.launches++;
+    plane_src src = {.f16 = br_ptr(a->plane), .tn = 1, .ldp = a->ldp};
+    return run_gemm(ctx, "mm_tn", a, &src);
 }
