@@ -77,7 +77,7 @@ static float *rand_f32(br_rng *rng, size_t n, float lo, float hi) {
 }
 
 static int g_profile, g_residual, g_stage_x, g_target_f32;
-static br_buf *g_x16, *g_xt; /* x staged once (unless --stage-x) */
+static br_buf *g_x16; /* x staged once (unless --stage-x) */
 
 /* One training step: forward with the loss gradient, backward, (optimizer: caller). */
 static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, br_buf *bys16, float inv,
@@ -92,7 +92,7 @@ static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, br_buf *
         if (g_stage_x)
             OK(br_blr_forward_loss(l, s, bx, target, inv, gs, NULL, T));
         else
-            OK(br_blr_forward_loss_staged(l, s, g_x16, g_xt, target, inv, gs, NULL, T));
+            OK(br_blr_forward_loss_staged(l, s, g_x16, NULL, target, inv, gs, NULL, T));
         OK(br_blr_backward(l, s, bx, NULL, bdx, T, gs, 0));
     }
 }
@@ -133,8 +133,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     free(x), free(ys), free(ys16);
     float inv = 1.0f / (float)(T * m);
     OK(br_buf_new(g_ctx, BR_F16, br_pad_rows(T) * br_blr_stage_cols(l), &g_x16));
-    OK(br_buf_new(g_ctx, BR_F16, br_pad_rows(n) * br_pad_tokens(T), &g_xt));
-    OK(br_blr_stage(l, bx, g_x16, g_xt, T));
+    OK(br_blr_stage(l, bx, g_x16, NULL, T));
     br_buf *bdy = NULL, *bdx = NULL;
     OK(br_buf_new(g_ctx, BR_F32, T * m, &bdy));
     if (with_dx) OK(br_buf_new(g_ctx, BR_F32, T * n, &bdx));
@@ -213,8 +212,8 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     br_blr_opt_free(o);
     br_blr_scratch_free(s);
     br_buf_free(bx), br_buf_free(bys), br_buf_free(bys16), br_buf_free(bdy), br_buf_free(bdx);
-    br_buf_free(g_x16), br_buf_free(g_xt);
-    g_x16 = g_xt = NULL;
+    br_buf_free(g_x16);
+    g_x16 = NULL;
     br_blr_free(l);
 }
 

@@ -683,20 +683,22 @@ br_status br_blr_forward_loss(br_blr *layer, br_blr_scratch *s, const br_buf *x,
 /* Columns of the staged input f16(x): n rounded up to a multiple of 32. */
 size_t br_blr_stage_cols(const br_blr *layer);
 /* The staged input of any layers reading the same x f32 [ntok][n] (e.g. q, k, v):
- * x16 = f16(x) as f16 [br_pad_rows(ntok)][br_blr_stage_cols] and its transpose
- * xt f16 [br_pad_rows(n)][br_pad_tokens(ntok)], pads zero, from one read of x. It
- * depends only on x (any layer with these n inputs may be passed), and is
- * bit-identical to the staging br_blr_forward does itself. */
+ * x16 = f16(x) as f16 [br_pad_rows(ntok)][br_blr_stage_cols], pads zero, from one
+ * read of x, and, if xt is not NULL, its transpose xt f16
+ * [br_pad_rows(n)][br_pad_tokens(ntok)] (the layer no longer reads it, since
+ * 2026-11-30: pass NULL). It depends only on x (any layer with these n inputs may
+ * be passed), and is bit-identical to the staging br_blr_forward does itself. */
 br_status br_blr_stage(const br_blr *layer, const br_buf *x, br_buf *x16, br_buf *xt, size_t ntok);
-/* br_blr_forward on a staged input (as br_blr_stage). x16 may be reused once the
- * forward is issued; xt is read again by the backward of this forward: keep it
- * unchanged until then. Neither may overlap the scratch's own buffers. */
+/* br_blr_forward on a staged input (as br_blr_stage). x16 is read again by the
+ * backward of this forward: keep it unchanged until then; it may not overlap the
+ * scratch's own buffers. xt may be NULL (it is checked for size if given, never
+ * read). */
 br_status br_blr_forward_staged(br_blr *layer, br_blr_scratch *s, const br_buf *x16,
                                 const br_buf *xt, br_buf *y, size_t ntok);
 /* br_blr_forward_loss on a staged input (as br_blr_stage): the training step on a
  * fixed batch stages x once and skips that pass on every step. Bit-identical to
  * br_blr_forward_loss on the x that was staged; x16 and xt as for
- * br_blr_forward_staged (xt is read by the backward: keep it until then). */
+ * br_blr_forward_staged (x16 is read by the backward: keep it until then). */
 br_status br_blr_forward_loss_staged(br_blr *layer, br_blr_scratch *s, const br_buf *x16,
                                      const br_buf *xt, const br_buf *target, float alpha,
                                      float gscale, br_buf *out, size_t ntok);

@@ -395,9 +395,11 @@ static void loss_forward_stages_dy(void) {
             br_buf *o2 = keep ? t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32) : NULL;
             CHECK_OK(ctx, br_buf_fill(dx, 0, ntok * n, T_NAN32));
             if (staged) {
-                CHECK_OK(ctx, br_blr_stage(l, bx, x16, xt, ntok));
+                /* xt (never read) given or not */
+                br_buf *xtv = t16 ? NULL : xt;
+                CHECK_OK(ctx, br_blr_stage(l, bx, x16, xtv, ntok));
                 CHECK_OK(ctx,
-                         br_blr_forward_loss_staged(l, s, x16, xt, target, alpha, gs, o2, ntok));
+                         br_blr_forward_loss_staged(l, s, x16, xtv, target, alpha, gs, o2, ntok));
             } else {
                 CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, target, alpha, gs, o2, ntok));
             }
@@ -463,7 +465,9 @@ static void loss_forward_stages_dy(void) {
         br_blr_free(l);
         ref_free(&L);
     }
-    /* two layers on one shared set: the second one's forward overwrites the staging */
+    /* two layers on one shared set: the second one's loss forward overwrites the
+     * staged gradient; its plain forward does not (it writes none of the shared
+     * stage) */
     {
         br_rng rng = t_rng_for(49);
         size_t m = 64, n = 40, r = 32, ntok = 20;
@@ -479,9 +483,12 @@ static void loss_forward_stages_dy(void) {
                *btg = t_buf_from(ctx, BR_F32, tg, ntok * m);
         br_buf *y = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
         CHECK_OK(ctx, br_blr_forward_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
-        CHECK_OK(ctx, br_blr_forward(l2, s2, bx, y, ntok));
+        CHECK_OK(ctx, br_blr_forward_loss(l2, s2, bx, btg, 1.0f, 1.0f, NULL, ntok));
         CHECK_FAILS_MSG(ctx, BR_E_STATE, "overwritten",
                         br_blr_backward(l1, s1, bx, NULL, NULL, ntok, 1.0f, 0));
+        CHECK_OK(ctx, br_blr_forward_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
+        CHECK_OK(ctx, br_blr_forward(l2, s2, bx, y, ntok));
+        CHECK_OK(ctx, br_blr_backward(l1, s1, bx, NULL, NULL, ntok, 1.0f, 0));
         CHECK_OK(ctx, br_blr_forward_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
         CHECK_OK(ctx, br_blr_backward(l1, s1, bx, NULL, NULL, ntok, 1.0f, 0));
         free(x), free(tg);
@@ -787,7 +794,8 @@ static void bad_arguments(void) {
         CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward_staged(l, s, s16, x16, y, ntok));
         CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_staged(l, s, NULL, st, y, ntok));
         CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_forward_staged(l, s, x, st, y, ntok));
-        CHECK_FAILS(ctx, BR_E_ARG, br_blr_stage(l, x, s16, NULL, ntok));
+        CHECK_OK(ctx, br_blr_stage(l, x, s16, NULL, ntok)); /* xt is optional */
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_stage(l, x, NULL, st, ntok));
         CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, x, x16, st, ntok));
         CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, small, s16, st, ntok));
         CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_stage(l, x, s16, st, 0));

@@ -1369,11 +1369,36 @@ static void mm_tn_shapes(void) {
          .oscale = -0.25f,
          .cmode = 1,
          .beta = 0.5f},
+        /* 16-byte rows (CUDA on Hopper: the MN-major kernels): the layer's sign
+         * GEMMs (K = tokens, split-K) and a k tail of half a 64-row box */
+        {.m = 512, .n = 1024, .k = 4096, .lda = 544, .oscale = 1.0f / 1024},
+        {.m = 200, .n = 256, .k = 4160, .lda = 200, .ldp = 264, .act_off = 8, .oscale = 0.5f},
+        {.m = 72, .n = 64, .k = 96, .oscale = 2.0f, .colscale = 1, .cmode = 2, .beta = -1.0f},
+        {.m = 300, .n = 520, .k = 96, .lda = 304, .oscale = 1.0f, .cmode = 1, .beta = 0.25f},
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        if (t_small() && ci != 1 && ci != 8) continue; /* one padded, one split-K */
-        tn_run(ctx, &r, &cases[ci]);
+    const size_t nc = sizeof cases / sizeof cases[0];
+    /* CUDA: as picked, then every operand through the transposed copies */
+    for (int copy = 0; copy < 2; copy++) {
+        if (copy) setenv("BITRANK_MM_TN", "copy", 1);
+        for (size_t ci = 0; ci < nc; ci++) {
+            if (t_small() && ci != 1 && ci != 8 && ci != nc - 1) continue;
+            if (ci == nc - 4 && (t_small() || copy)) continue; /* the large one once */
+            tn_run(ctx, &r, &cases[ci]);
+        }
+        unsetenv("BITRANK_MM_TN");
     }
+    /* every MN-major tile, with the grid on one CTA too (several tiles per CTA) */
+    static const char *const tiles[] = {"256x128", "128x256", "128x128", "128x192", "pp128x128"};
+    for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
+        for (int one = 0; one < 2; one++) {
+            if (t_small() && one) continue;
+            setenv("BITRANK_GEMM_TILE", tiles[t], 1);
+            if (one) setenv("BITRANK_GEMM_CTAS", "1", 1);
+            tn_run(ctx, &r, &cases[nc - 1]);
+            tn_run(ctx, &r, &cases[nc - 2]);
+            unsetenv("BITRANK_GEMM_CTAS");
+            unsetenv("BITRANK_GEMM_TILE");
+        }
     br_ctx_free(ctx);
 }
 

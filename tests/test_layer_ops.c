@@ -643,10 +643,12 @@ static uint16_t *rand_f16(br_rng *r, size_t n, float scale) {
  * with and without BITRANK_MM_STAGE=fused (the CUDA staging kernel), then every
  * wgmma tile of that kernel forced through BITRANK_GEMM_TILE at one shape. c16: c
  * given as f16 (at the same offset), against the definition on an f32 c holding
- * its values (keep 2, in place over c, is not one of its forms). */
+ * its values (keep 2, in place over c, is not one of its forms); no_t: dst_t NULL
+ * (with c16 and out NULL the CUDA f16-c staging kernel, where aligned), and dst_t's
+ * poison must survive. */
 static void mm_stage_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k, size_t ld,
                           size_t off, int keep, float alpha, float scale, const char *tile,
-                          int c16) {
+                          int c16, int no_t) {
     size_t nd = br_pad_rows(m) * ld, nt = br_pad_rows(n) * br_pad_tokens(m);
     uint16_t *act = rand_f16(rng, m * k, 1.0f), *plane = rand_f16(rng, n * k, 1.0f);
     uint16_t *ch = c16 ? rand_f16(rng, m * n, 4.0f) : NULL;
@@ -670,18 +672,21 @@ static void mm_stage_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k
            *rt = t_buf_poison(ctx, BR_F16, nt, T_NAN16);
     CHECK_OK(ctx, br_mm(ctx, ba, bp, ro, g));
     CHECK_OK(ctx, br_cvt_both(ctx, ro, NULL, rd, rt, m, n, ld, scale));
-    CHECK_OK(ctx, br_mm_stage(ctx, ba, bp, bo, gh, bd, bt, ld, scale));
+    CHECK_OK(ctx, br_mm_stage(ctx, ba, bp, bo, gh, bd, no_t ? NULL : bt, ld, scale));
     uint16_t *got = t_download_f16(ctx, bd, nd), *got_t = t_download_f16(ctx, bt, nt);
     uint16_t *want = t_download_f16(ctx, rd, nd), *want_t = t_download_f16(ctx, rt, nt);
+    if (no_t) /* dst_t untouched: its poison */
+        for (size_t i = 0; i < nt; i++)
+            want_t[i] = T_NAN16;
     size_t bad = t_bits_differ16(got, want, nd), bad_t = t_bits_differ16(got_t, want_t, nt);
     CHECK(bad == 0,
-          "mm_stage %zux%zux%zu ld=%zu off=%zu keep=%d tile=%s c16=%d: dst differs in %zu of %zu "
-          "(first %zu)",
-          m, n, k, ld, off, keep, tile, c16, bad, nd, t_first_diff16(got, want, nd));
+          "mm_stage %zux%zux%zu ld=%zu off=%zu keep=%d tile=%s c16=%d no_t=%d: dst differs in %zu "
+          "of %zu (first %zu)",
+          m, n, k, ld, off, keep, tile, c16, no_t, bad, nd, t_first_diff16(got, want, nd));
     CHECK(bad_t == 0,
-          "mm_stage %zux%zux%zu off=%zu keep=%d tile=%s c16=%d: dst_t differs in %zu of %zu (first "
-          "%zu)",
-          m, n, k, off, keep, tile, c16, bad_t, nt, t_first_diff16(got_t, want_t, nt));
+          "mm_stage %zux%zux%zu off=%zu keep=%d tile=%s c16=%d no_t=%d: dst_t differs in %zu of %zu "
+          "(first %zu)",
+          m, n, k, off, keep, tile, c16, no_t, bad_t, nt, t_first_diff16(got_t, want_t, nt));
     if (bo) {
         float *go = t_download_f32(ctx, bo, m * n), *wo = t_download_f32(ctx, ro, m * n);
         bad = t_bits_differ32(go, wo, m * n);
@@ -738,12 +743,20 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
         for (int fused = 0; fused < 2; fused++) {
             if (fused) setenv("BITRANK_MM_STAGE", "fused", 1);
             mm_stage_case(ctx, &rng, m, n, k, ld, off, keep, alpha, scale, fused ? "fused" : "auto",
-                          0);
+                          0, 0);
             /* an f16 c (fused asked for: the composed path all the same) */
             if (c > 0)
                 mm_stage_case(ctx, &rng, m, n, k, ld, off, keep == 2 ? (int)(c % 2) : keep, alpha,
-                              scale, fused ? "fused" : "auto", 1);
+                              scale, fused ? "fused" : "auto", 1, 0);
             unsetenv("BITRANK_MM_STAGE");
+        }
+        /* an f16 c, out not kept, no dst_t: the layer's form (BITRANK_MM_STAGE16=0: the
+         * composed path on CUDA) */
+        for (int composed = 0; composed < 2; composed++) {
+            if (composed) setenv("BITRANK_MM_STAGE16", "0", 1);
+            mm_stage_case(ctx, &rng, m, n, k, ld, off, 0, alpha, scale,
+                          composed ? "stage16 off" : "auto", 1, 1);
+            unsetenv("BITRANK_MM_STAGE16");
         }
     }
     static const char *const tiles[] = {"256x128", "256x112", "128x256",  "128x128",
@@ -751,8 +764,15 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
         setenv("BITRANK_GEMM_TILE", tiles[i], 1);
         setenv("BITRANK_MM_STAGE", "fused", 1);
-        mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i], 0);
+        mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i], 0,
+                      0);
         unsetenv("BITRANK_MM_STAGE");
+        /* the f16-c staging kernel on this tile (n a multiple of 8; the ping-pong tile
+         * runs composed), twice with every tile of the grid on one CTA */
+        mm_stage_case(ctx, &rng, 333, 296, 96, 320, 0, 0, -0.3f, 512.0f, tiles[i], 1, 1);
+        setenv("BITRANK_GEMM_CTAS", "1", 1);
+        mm_stage_case(ctx, &rng, 333, 296, 160, 296, 0, 0, 0.6f, 64.0f, tiles[i], 1, 1);
+        unsetenv("BITRANK_GEMM_CTAS");
         unsetenv("BITRANK_GEMM_TILE");
     }
     /* ping-pong on one CTA: 9 units of 10 k blocks, the consumers taking turns */
@@ -760,7 +780,8 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
     setenv("BITRANK_GEMM_CTAS", "1", 1);
     for (int fused = 0; fused < 2; fused++) {
         if (fused) setenv("BITRANK_MM_STAGE", "fused", 1);
-        mm_stage_case(ctx, &rng, 333, 300, 640, 320, 0, fused, 0.7f, 256.0f, "pp128x128 1 CTA", 0);
+        mm_stage_case(ctx, &rng, 333, 300, 640, 320, 0, fused, 0.7f, 256.0f, "pp128x128 1 CTA", 0,
+                      0);
         unsetenv("BITRANK_MM_STAGE");
     }
     unsetenv("BITRANK_GEMM_CTAS");
@@ -786,7 +807,8 @@ static void mm_stage_bad_arguments(void) {
     CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ldo", br_mm_stage(ctx, a, p, o65, wide, d, t, 64, 1.0f));
     br_buf_free(c65), br_buf_free(o65);
     CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ld", br_mm_stage(ctx, a, p, o, g, d, t, 63, 1.0f));
-    CHECK_FAILS_MSG(ctx, BR_E_ARG, "dst_t", br_mm_stage(ctx, a, p, o, g, d, NULL, 64, 1.0f));
+    CHECK_OK(ctx, br_mm_stage(ctx, a, p, o, g, d, NULL, 64, 1.0f)); /* dst_t is optional */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "dst", br_mm_stage(ctx, a, p, o, g, NULL, t, 64, 1.0f));
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps", br_mm_stage(ctx, a, p, o, g, d, d, 64, 1.0f));
     br_buf *big = t_buf_poison(ctx, BR_F16, 128 * 64, 0); /* act in its first half */
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "act", br_mm_stage(ctx, big, p, o, g, d, big, 64, 1.0f));

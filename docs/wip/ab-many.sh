@@ -6,6 +6,8 @@
 # build-ab-in/head.variants for head); then every test suite
 # on cuda for head and each patched tree, the trees in parallel. About 7 minutes for three.
 #
+# A name with <name>.tar in build-ab-in is a whole tree instead of a patch (git archive
+# of another commit: the A/B of a change too large for a patch's reverse).
 # Setup here (the script and patches travel in an ignored folder named in carry):
 #   mkdir -p build-ab-in && cp docs/wip/ab-many.sh docs/wip/*/*.patch docs/wip/*/*.variants build-ab-in/
 # Device call (run tool, carry ["build-ab-in"]):
@@ -30,8 +32,13 @@ ok=()
 cmake -S . -B build-ab-head "${flags[@]}" >"$out/build-head.log" 2>&1 || { tail "$out/build-head.log"; exit 1; }
 for p in "$@"; do
   rm -rf "build-ab-src-$p" && mkdir -p "build-ab-src-$p"
-  tar --exclude='./build*' --exclude='./.git' -cf - . | tar -xf - -C "build-ab-src-$p"
-  if (cd "build-ab-src-$p" && patch -p1 --forward <"$root/build-ab-in/$p.patch") >"$out/patch-$p.log" 2>&1 &&
+  if [ -f "$root/build-ab-in/$p.tar" ]; then # a whole tree (git archive), e.g. the commit before a change
+    tar -xf "$root/build-ab-in/$p.tar" -C "build-ab-src-$p" >"$out/patch-$p.log" 2>&1
+  else
+    tar --exclude='./build*' --exclude='./.git' -cf - . | tar -xf - -C "build-ab-src-$p"
+    (cd "build-ab-src-$p" && patch -p1 --forward <"$root/build-ab-in/$p.patch") >"$out/patch-$p.log" 2>&1
+  fi
+  if [ $? -eq 0 ] &&
     cmake -S "build-ab-src-$p" -B "build-ab-$p" "${flags[@]}" >"$out/build-$p.log" 2>&1; then
     ok+=("$p")
   else

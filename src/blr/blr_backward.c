@@ -1,21 +1,22 @@
 /* Backward of the BLR layer as a sequence of ops (R = P·r, the paths side by side
  * along the rank axis as in the forward; gs the gradient staging scale, a power of
  * two divided back out by the GEMMs' oscale):
- *     dy16, dyᵀ = f16(dy·gs), its transpose   [pad_rows(T)][mpad], [pad_rows(m)][pad_tokens(T)]
- *                                               br_cvt_both (or staged by forward_loss)
+ *     dy16 = f16(dy·gs)                         [pad_rows(T)][mpad] br_cvt_both (or staged
+ *                                               by forward_loss)
  *     W_U = [f16(h_p ⊙ S_U,p)]ᵀ                 [R][mpad]   br_expand_scaled_paths
  *     B   = dy16 · W_Uᵀ / gs = [b_1|b_2|…]      [T][R]      br_mm, ONE GEMM, K = mpad
- *     dℓ += Σ_t A⊙B;  B', B'ᵀ = f16(B⊙ℓ·gs)     [R]         br_colsum_fused (CVT_B)
- *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm on dyᵀ, A'ᵀ: K = tokens
+ *     dℓ += Σ_t A⊙B;  B' = f16(B⊙ℓ·gs)          [R]         br_colsum_fused (CVT_B)
+ *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm_tn on dy16, A': K = tokens
  *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   br_sign_rowdot_paths
- *     N_V = f16(x)ᵀ · B' / gs                   [n][R]      br_mm on xᵀ, B'ᵀ: K = tokens
+ *     N_V = f16(x)ᵀ · B' / gs                   [n][R]      br_mm_tn on x16, B': K = tokens
  *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]   br_sign_rowdot_paths
  *     X_V = [f16(g_p ⊙ S_V,p)]                  [n][R]      br_expand_scaled_rows_paths
  *     dx  = B' · X_Vᵀ / gs                      [T][n]      br_mm, ONE GEMM, K = R (dx only)
  * Why M_U gives dh: dh_i = Σ_t dy_ti·c_ti with c = A'·S_Uᵀ, so dh_i = Σ_k S_U[i,k]·
  * (dyᵀA')_ik and the product c is never formed; likewise dg from N_V. dℓ of every
  * path is added in place into its part of the gradients (the sums in groups of r, a
- * path's parameters apart). Every GEMM
+ * path's parameters apart). The token-axis GEMMs read their token-major operands as
+ * they are (rows past T zero up to pad_tokens(T)). Every GEMM
  * reads the bits as they are: the input gradient and G come from the forward's bits. */
 #include <math.h>
 
@@ -31,7 +32,7 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     size_t m = l->m, n = l->n, r = l->r, P = l->paths, R = P * r, tpad = br_pad_tokens(ntok);
     if (dy) { /* else br_blr_forward_loss staged it */
         sh->stage_writes++;
-        BR_TRY(br_cvt_both(ctx, dy, NULL, sh->stage, sh->t_dy, ntok, m, l->mpad, gs));
+        BR_TRY(br_cvt_both(ctx, dy, NULL, sh->stage, NULL, ntok, m, l->mpad, gs));
     }
     br_buf *const *sp = l->span; /* every path's part at once */
     const size_t *ss = l->span_stride;
@@ -43,21 +44,21 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     /* dℓ of every path written (or, accumulating, added) in place into the layer's
      * gradients, ℓ read in place: groups of r, a path apart */
     br_fuse fl = {
-        .kind = BR_FUSE_CVT_B, .col = sp[BR_BLR_L], .dst = sh->act, .scale = gs, .dst_t = sh->t_b};
+        .kind = BR_FUSE_CVT_B, .col = sp[BR_BLR_L], .dst = sh->act, .scale = gs};
     BR_TRY(br_colsum_fused_grouped(ctx, s->a, sh->b, sp[BR_BLR_DL], ntok, R, &fl, r, ss[BR_BLR_DL],
                                    accumulate));
 
     /* M_U, then N_V, each taken apart into the paths by one rowdot */
     br_tag_scope tag;
     br_tag_push(ctx, &tag, "sign");
-    br_gemm gu = {.m = m, .n = R, .k = tpad, .oscale = 1.0f / gs};
-    br_status st = br_mm(ctx, sh->t_dy, s->t_a, sh->rowmat, gu);
+    br_gemm gu = {.m = m, .n = R, .k = tpad, .lda = l->mpad, .oscale = 1.0f / gs};
+    br_status st = br_mm_tn(ctx, sh->stage, s->act16, R, sh->rowmat, gu);
     if (st == BR_OK)
         st = br_sign_rowdot_paths(ctx, sh->rowmat, R, 0, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U],
                                   sp[BR_BLR_H], ss[BR_BLR_H], sign ? sp[BR_BLR_GU] : NULL,
                                   ss[BR_BLR_GU], sp[BR_BLR_DH], ss[BR_BLR_DH], m, r, P, accumulate);
-    br_gemm gv = {.m = n, .n = R, .k = tpad, .oscale = 1.0f / gs};
-    if (st == BR_OK) st = br_mm(ctx, s->xt, sh->t_b, sh->rowmat, gv);
+    br_gemm gv = {.m = n, .n = R, .k = tpad, .lda = l->npad, .oscale = 1.0f / gs};
+    if (st == BR_OK) st = br_mm_tn(ctx, s->x_in, sh->act, R, sh->rowmat, gv);
     if (st == BR_OK)
         st = br_sign_rowdot_paths(ctx, sh->rowmat, R, 0, sp[BR_BLR_BITS_V], ss[BR_BLR_BITS_V],
                                   sp[BR_BLR_G], ss[BR_BLR_G], sign ? sp[BR_BLR_GV] : NULL,
@@ -98,7 +99,8 @@ br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const b
     if (dy) BR_TRY(br_check_buf(ctx, fn, "dy", dy, BR_F32, yn));
     BR_TRY(br_check_opt_buf(ctx, fn, "dx", dx, BR_F32, xn));
     BR_TRY(br_blr_check_gscale(l, fn, gscale));
-    if (!s->xt) return br_fail(ctx, BR_E_STATE, "%s: no forward has run through this scratch", fn);
+    if (!s->x_in)
+        return br_fail(ctx, BR_E_STATE, "%s: no forward has run through this scratch", fn);
     if (ntok != s->fwd_ntok)
         return br_fail(ctx, BR_E_ARG, "%s: ntok = %zu, the last forward had %zu tokens", fn, ntok,
                        s->fwd_ntok);
@@ -122,8 +124,8 @@ br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const b
     BR_TRY(br_check_apart(ctx, fn, "dx", dx, dx ? xn : 0, "x", x, xn));
     if (dy) BR_TRY(br_check_apart(ctx, fn, "dx", dx, dx ? xn : 0, "dy", dy, yn));
     if (dx)
-        BR_TRY(br_check_apart(ctx, fn, "dx", dx, xn, "the staged f16(x)ᵀ", s->xt,
-                              br_buf_count(s->xt)));
+        BR_TRY(br_check_apart(ctx, fn, "dx", dx, xn, "the staged f16(x)", s->x_in,
+                              br_buf_count(s->x_in)));
     /* not accumulating: every gradient is overwritten (dh, dg by the rowdots, dℓ by the
      * column sums, G by the rowdots); the curvature sums restart at 0 */
     if (!accumulate && l->curv) BR_TRY(br_buf_fill(l->curv, 0, br_buf_count(l->curv), 0));

@@ -1,18 +1,19 @@
 /* Forward of the BLR layer as a sequence of ops (R = P·r, the paths side by side
  * along the rank axis; ℓ = [ℓ_1|ℓ_2|…] read in place from the parameters, a path
  * apart: the ops take it in groups of r):
- *     x16, xᵀ = f16(x), its transpose        [pad_rows(T)][npad], [pad_rows(n)][pad_tokens(T)]
- *                                            br_cvt_both (or given: br_blr_stage)
+ *     x16  = f16(x)                          [pad_rows(T)][npad] br_cvt_both (or given:
+ *                                            br_blr_stage)
  *     W_V  = [f16(g_p ⊙ S_V,p)]ᵀ             [R][npad]       br_expand_scaled_paths
  *     A    = x16 · W_Vᵀ = [a_1|a_2|…]        [T][R]          br_mm, ONE GEMM, K = npad
- *     A', A'ᵀ = f16(A ⊙ ℓ), its transpose    [pad_rows(T)][R] br_cvt_both
+ *     A'   = f16(A ⊙ ℓ)                      [pad_rows(T)][R] br_cvt_both
  *     Y_U  = [f16(h_p ⊙ S_U,p)]              [m][R]          br_expand_scaled_rows_paths
  *     out  = α·A'·Y_Uᵀ + β·target            [T][m]          br_mm, ONE GEMM, K = R;
  *            β = −α with a target (out = α(y − target)), else no c (out = y)
  * One GEMM over every path reads and writes out once (a GEMM per path with h in its
  * epilogue moved the [T][m] f32 output through memory P + 1 times); h enters as an
  * f16 factor of the plane, as it does in the backward's W_U.
- * A, A'ᵀ and the xᵀ read stay for the backward. */
+ * A, A' and the x16 read stay for the backward, whose token-axis GEMMs (br_mm_tn)
+ * read A' and x16 as they are: no transposed copies. */
 #include <stdlib.h>
 
 #include "blr/blr_internal.h"
@@ -34,7 +35,7 @@ br_status br_blr_check_run(const br_blr *l, const br_blr_scratch *s, const char 
 
 size_t br_blr_stage_cols(const br_blr *l) { return l ? l->npad : 0; }
 
-/* Elements of the staged f16(x) and of its transpose. */
+/* Elements of the staged f16(x) and of its (optional) transpose. */
 static br_status stage_sizes(br_ctx *ctx, const char *fn, const br_blr *l, size_t ntok, size_t *n16,
                              size_t *nt) {
     BR_TRY(br_check_mul(ctx, fn, "pad_rows(ntok)·stage_cols", br_pad_rows(ntok), l->npad, n16));
@@ -42,14 +43,10 @@ static br_status stage_sizes(br_ctx *ctx, const char *fn, const br_blr *l, size_
                         br_pad_tokens(ntok), nt);
 }
 
-static br_status stage(const br_blr *l, const br_buf *x, br_buf *x16, br_buf *xt, size_t ntok) {
-    return br_cvt_both(l->ctx, x, NULL, x16, xt, ntok, l->n, l->npad, 1.0f);
-}
-
-/* Everything after the staging of x: A, A', A'ᵀ, and out. gs > 0 (forward_loss):
- * out (may be NULL) is also staged as f16(out·gs) and its transpose into the shared
- * stage and t_dy for the backward (br_mm_stage). */
-static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, const br_buf *xt,
+/* Everything after the staging of x: A, A', and out. gs > 0 (forward_loss): out (may
+ * be NULL) is also staged as f16(out·gs) into the shared stage for the backward
+ * (br_mm_stage). */
+static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16,
                               const br_buf *target, float alpha, br_buf *out, size_t ntok,
                               float gs) {
     br_ctx *ctx = l->ctx;
@@ -63,23 +60,23 @@ static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16, c
     br_gemm ga = {.m = ntok, .n = R, .k = l->npad, .oscale = 1.0f};
     BR_TRY(br_mm(ctx, x16, sh->plane, s->a, ga));
     /* ℓ of every path read in place from the parameters: groups of r, a path apart */
-    BR_TRY(br_cvt_both_grouped(ctx, s->a, sp[BR_BLR_L], r, ss[BR_BLR_L], sh->act, s->t_a, ntok, R,
+    BR_TRY(br_cvt_both_grouped(ctx, s->a, sp[BR_BLR_L], r, ss[BR_BLR_L], s->act16, NULL, ntok, R,
                                R, 1.0f));
     /* W_V is read: the plane takes Y_U */
     BR_TRY(br_expand_scaled_rows_paths(ctx, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U], m, r,
                                        sp[BR_BLR_H], ss[BR_BLR_H], 1.0f, sh->plane, R, l->paths));
     br_gemm gy = {.m = ntok, .n = m, .k = R, .oscale = alpha};
     if (target) gy.c = target, gy.beta = -alpha;
-    if (gs > 0) { /* x16 (in stage) was read by A's GEMM: the stage takes f16(dy·gs) */
+    if (gs > 0) { /* the stage takes f16(dy·gs) */
         sh->stage_writes++;
-        BR_TRY(br_mm_stage(ctx, sh->act, sh->plane, out, gy, sh->stage, sh->t_dy, l->mpad, gs));
+        BR_TRY(br_mm_stage(ctx, s->act16, sh->plane, out, gy, sh->stage, NULL, l->mpad, gs));
         s->dy_staged = 1;
         s->dy_gs = gs;
         s->dy_writes = sh->stage_writes;
     } else {
-        BR_TRY(br_mm(ctx, sh->act, sh->plane, out, gy));
+        BR_TRY(br_mm(ctx, s->act16, sh->plane, out, gy));
     }
-    s->xt = xt;
+    s->x_in = x16;
     s->fwd_ntok = ntok;
     return BR_OK;
 }
@@ -110,10 +107,8 @@ static br_status forward_x(br_blr *l, br_blr_scratch *s, const char *fn, const b
     BR_TRY(br_check_finite(l->ctx, fn, "alpha", alpha));
     br_tag_scope tag;
     br_tag_push(l->ctx, &tag, "blr.fwd");
-    s->shared->stage_writes++;
-    br_status st = stage(l, x, s->shared->stage, s->t_x, ntok);
-    if (st == BR_OK)
-        st = forward_core(l, s, s->shared->stage, s->t_x, target, alpha, out, ntok, gs);
+    br_status st = br_cvt_both(l->ctx, x, NULL, s->x16, NULL, ntok, l->n, l->npad, 1.0f);
+    if (st == BR_OK) st = forward_core(l, s, s->x16, target, alpha, out, ntok, gs);
     br_tag_pop(l->ctx, &tag);
     return st;
 }
@@ -137,32 +132,25 @@ br_status br_blr_forward_loss(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     return forward_x(l, s, fn, x, target, alpha, out, ntok, gscale);
 }
 
-/* The checks of a forward on a staged input: x16 and xt of the staged sizes, apart
- * from the output and from every transient the forward or its backward writes
- * (xt is read again by the backward's last GEMM). */
+/* The checks of a forward on a staged input: x16 (and xt, if given: it is not read)
+ * of the staged sizes, x16 apart from the output and from every transient the
+ * forward or its backward writes (x16 is read again by the backward's N_V). */
 static br_status check_staged(br_blr *l, const br_blr_scratch *s, const char *fn, const br_buf *x16,
                               const br_buf *xt, const br_buf *out, size_t ntok) {
     br_ctx *ctx = l->ctx;
     size_t n16, nt;
     BR_TRY(stage_sizes(ctx, fn, l, ntok, &n16, &nt));
     BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
-    BR_TRY(br_check_buf(ctx, fn, "xt", xt, BR_F16, nt));
+    BR_TRY(br_check_opt_buf(ctx, fn, "xt", xt, BR_F16, nt));
     const br_blr_shared *sh = s->shared;
-    const br_buf *mine[] = {sh->stage, sh->act,    sh->plane, sh->b,  sh->t_dy,
-                            sh->t_b,   sh->rowmat, s->mem,    s->t_a, s->t_x};
-    static const char *const names[] = {"stage", "A'", "plane", "B",   "f16(dy)ᵀ",
-                                        "B'ᵀ",   "M",  "A",     "A'ᵀ", "f16(x)ᵀ"};
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) {
-        size_t ni = br_buf_count(mine[i]);
-        if (br_bufs_overlap(x16, n16, mine[i], ni) || br_bufs_overlap(xt, nt, mine[i], ni))
+    const br_buf *mine[] = {sh->stage, sh->act, sh->plane, sh->b, sh->rowmat, s->mem, s->act16};
+    static const char *const names[] = {"stage", "B'", "plane", "B", "M", "A", "A'"};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+        if (br_bufs_overlap(x16, n16, mine[i], br_buf_count(mine[i])))
             return br_fail(ctx, BR_E_ARG, "%s: the staged input overlaps the scratch's own %s", fn,
                            names[i]);
-    }
-    if (out) {
-        size_t no = br_buf_count(out);
-        if (br_bufs_overlap(x16, n16, out, no) || br_bufs_overlap(xt, nt, out, no))
-            return br_fail(ctx, BR_E_ARG, "%s: the staged input overlaps the output", fn);
-    }
+    if (out && br_bufs_overlap(x16, n16, out, br_buf_count(out)))
+        return br_fail(ctx, BR_E_ARG, "%s: the staged input overlaps the output", fn);
     return BR_OK;
 }
 
@@ -174,7 +162,7 @@ br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16,
     BR_TRY(check_staged(l, s, fn, x16, xt, y, ntok));
     br_tag_scope tag;
     br_tag_push(l->ctx, &tag, "blr.fwd");
-    br_status st = forward_core(l, s, x16, xt, NULL, 1.0f, y, ntok, 0.0f);
+    br_status st = forward_core(l, s, x16, NULL, 1.0f, y, ntok, 0.0f);
     br_tag_pop(l->ctx, &tag);
     return st;
 }
@@ -191,7 +179,7 @@ br_status br_blr_forward_loss_staged(br_blr *l, br_blr_scratch *s, const br_buf 
     BR_TRY(check_staged(l, s, fn, x16, xt, out, ntok));
     br_tag_scope tag;
     br_tag_push(l->ctx, &tag, "blr.fwd");
-    br_status st = forward_core(l, s, x16, xt, target, alpha, out, ntok, gscale);
+    br_status st = forward_core(l, s, x16, target, alpha, out, ntok, gscale);
     br_tag_pop(l->ctx, &tag);
     return st;
 }
@@ -206,6 +194,6 @@ br_status br_blr_stage(const br_blr *l, const br_buf *x, br_buf *x16, br_buf *xt
     BR_TRY(br_check_buf(ctx, fn, "x", x, BR_F32, xn));
     BR_TRY(stage_sizes(ctx, fn, l, ntok, &n16, &nt));
     BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
-    BR_TRY(br_check_buf(ctx, fn, "xt", xt, BR_F16, nt));
-    return stage(l, x, x16, xt, ntok);
+    BR_TRY(br_check_opt_buf(ctx, fn, "xt", xt, BR_F16, nt));
+    return br_cvt_both(ctx, x, NULL, x16, xt, ntok, l->n, l->npad, 1.0f);
 }

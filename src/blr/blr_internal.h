@@ -49,16 +49,14 @@ static inline size_t br_blr_sign_grad_off(const br_blr *l, size_t p) {
 struct br_blr_shared {
     br_ctx *ctx;
     size_t ntok, m, n, r, paths;
-    br_buf *stage;  /* f16 [pad_rows(ntok)][max(mpad, npad)]: f16(x), then f16(dy·gs) */
+    br_buf *stage;  /* f16 [pad_rows(ntok)][mpad]: f16(dy·gs) */
     br_buf *plane;  /* f16 [R][max(mpad, npad)]: W_V, then Y_U (forward); W_U, then X_V
                      * (backward): Y_U [m][R] and X_V [n][R] fit in the same elements */
-    br_buf *act;    /* f16 [pad_rows(ntok)][R]: A' (forward), B' (backward) */
+    br_buf *act;    /* f16 [pad_rows(ntok)][R]: B' (backward) */
     br_buf *b;      /* f32 [ntok][R]: B */
-    br_buf *t_dy;   /* f16 [pad_rows(m)][pad_tokens(ntok)]: f16(dy·gs)ᵀ */
-    br_buf *t_b;    /* f16 [pad_rows(R)][pad_tokens(ntok)]: B'ᵀ */
     br_buf *rowmat; /* f32 [max(m, n)][R]: M_U, then N_V */
-    /* ops so far that wrote stage or t_dy: a dy staged by br_blr_forward_loss is
-     * still there while this is the count its scratch noted */
+    /* ops so far that wrote stage: a dy staged by br_blr_forward_loss is still there
+     * while this is the count its scratch noted */
     unsigned long long stage_writes;
 };
 
@@ -70,16 +68,16 @@ struct br_blr_scratch {
     size_t ntok, paths;
     br_blr_shared *shared;
     int own_shared;
-    br_buf *mem; /* f32: A [ntok][P·r] */
-    br_buf *a;   /* view f32 [ntok][P·r]: A = [a_1|a_2|…] */
-    br_buf *t_a; /* f16 [pad_rows(P·r)][pad_tokens(ntok)]: A'ᵀ */
-    br_buf *t_x; /* f16 [pad_rows(n)][pad_tokens(ntok)]: f16(x)ᵀ of br_blr_forward */
-    /* the last forward: the f16(x)ᵀ it read (t_x or a staged one) and its tokens;
-     * NULL / 0 before the first */
-    const br_buf *xt;
+    br_buf *mem;   /* f32: A [ntok][P·r] */
+    br_buf *a;     /* view f32 [ntok][P·r]: A = [a_1|a_2|…] */
+    br_buf *act16; /* f16 [pad_rows(ntok)][P·r]: A' (the output GEMM's and M_U's) */
+    br_buf *x16;   /* f16 [pad_rows(ntok)][npad]: f16(x) of br_blr_forward */
+    /* the last forward: the f16(x) it read (x16 or a staged one; N_V reads it again)
+     * and its tokens; NULL / 0 before the first */
+    const br_buf *x_in;
     size_t fwd_ntok;
-    /* br_blr_forward_loss staged f16(dy·dy_gs) and its transpose in the shared stage
-     * and t_dy (valid while shared->stage_writes == dy_writes) */
+    /* br_blr_forward_loss staged f16(dy·dy_gs) in the shared stage (valid while
+     * shared->stage_writes == dy_writes) */
     int dy_staged;
     float dy_gs;
     unsigned long long dy_writes;

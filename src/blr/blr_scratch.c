@@ -1,6 +1,6 @@
 /* Scratch of the BLR layer ops: the transients shared by every layer that runs one
  * at a time (br_blr_shared) and what a layer's forward keeps for its backward
- * (br_blr_scratch: A, A'ᵀ, f16(x)ᵀ). */
+ * (br_blr_scratch: A, A', f16(x)). */
 #include <stdlib.h>
 
 #include "blr/blr_internal.h"
@@ -11,7 +11,7 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 
 void br_blr_shared_free(br_blr_shared *sh) {
     if (!sh) return;
-    br_buf *bufs[] = {sh->stage, sh->plane, sh->act, sh->b, sh->t_dy, sh->t_b, sh->rowmat};
+    br_buf *bufs[] = {sh->stage, sh->plane, sh->act, sh->b, sh->rowmat};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
     free(sh);
@@ -52,18 +52,13 @@ br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t
     sh->n = n;
     sh->r = r;
     sh->paths = paths;
-    size_t prows = br_pad_rows(ntok), tpad = br_pad_tokens(ntok);
+    size_t prows = br_pad_rows(ntok);
     size_t wide = max2(round32(m), round32(n));
     br_status st;
-    if ((st =
-             new_buf(ctx, fn, "pad_rows(ntok)·max(mpad, npad)", BR_F16, prows, wide, &sh->stage)) ||
+    if ((st = new_buf(ctx, fn, "pad_rows(ntok)·mpad", BR_F16, prows, round32(m), &sh->stage)) ||
         (st = new_buf(ctx, fn, "paths·r·max(mpad, npad)", BR_F16, R, wide, &sh->plane)) ||
         (st = new_buf(ctx, fn, "pad_rows(ntok)·paths·r", BR_F16, prows, R, &sh->act)) ||
         (st = new_buf(ctx, fn, "ntok·paths·r", BR_F32, ntok, R, &sh->b)) ||
-        (st = new_buf(ctx, fn, "pad_rows(m)·pad_tokens(ntok)", BR_F16, br_pad_rows(m), tpad,
-                      &sh->t_dy)) ||
-        (st = new_buf(ctx, fn, "pad_rows(paths·r)·pad_tokens(ntok)", BR_F16, br_pad_rows(R), tpad,
-                      &sh->t_b)) ||
         (st = new_buf(ctx, fn, "max(m, n)·paths·r", BR_F32, max2(m, n), R, &sh->rowmat)))
         goto fail;
     *out = sh;
@@ -77,8 +72,8 @@ void br_blr_scratch_free(br_blr_scratch *s) {
     if (!s) return;
     br_buf_free(s->a);
     br_buf_free(s->mem);
-    br_buf_free(s->t_a);
-    br_buf_free(s->t_x);
+    br_buf_free(s->act16);
+    br_buf_free(s->x16);
     if (s->own_shared) br_blr_shared_free(s->shared);
     free(s);
 }
@@ -118,13 +113,11 @@ br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared
             goto fail;
         s->own_shared = 1;
     }
-    size_t ar, tpad = br_pad_tokens(ntok);
+    size_t ar, prows = br_pad_rows(ntok);
     if ((st = br_check_mul(ctx, fn, "ntok·paths·r", ntok, R, &ar)) ||
         (st = br_buf_new(ctx, BR_F32, ar, &s->mem)) || (st = br_buf_view(s->mem, 0, ar, &s->a)) ||
-        (st = new_buf(ctx, fn, "pad_rows(paths·r)·pad_tokens(ntok)", BR_F16, br_pad_rows(R), tpad,
-                      &s->t_a)) ||
-        (st = new_buf(ctx, fn, "pad_rows(n)·pad_tokens(ntok)", BR_F16, br_pad_rows(l->n), tpad,
-                      &s->t_x)))
+        (st = new_buf(ctx, fn, "pad_rows(ntok)·paths·r", BR_F16, prows, R, &s->act16)) ||
+        (st = new_buf(ctx, fn, "pad_rows(ntok)·npad", BR_F16, prows, l->npad, &s->x16)))
         goto fail;
     *out = s;
     return BR_OK;

@@ -29,8 +29,8 @@ typedef struct trainer {
     /* every training batch staged once (br_blr_stage), so no step stages x again:
      * [nbatch] of f16(x) [pad_rows(T)][stage_cols] and of f16(x)ᵀ [pad_rows(n)][pad_tokens(T)];
      * NULL when the pool is too large to hold twice (each step then stages its batch) */
-    br_buf *x16_pool, *xt_pool;
-    br_buf **x16, **xt; /* [nbatch] views of the pools, made once (the scratch keeps xt) */
+    br_buf *x16_pool;
+    br_buf **x16; /* [nbatch] views of the pool, made once (the scratch keeps x16) */
     size_t npool, neval, nbatch;
     double *batch_norm2; /* Σ y*² of each batch */
     double eval_norm2;
@@ -42,12 +42,12 @@ static void trainer_free(trainer *t) {
     br_blr_opt_free(t->opt);
     br_blr_scratch_free(t->scratch);
     br_blr_free(t->layer);
-    br_buf *bufs[] = {t->x_pool, t->y_pool, t->x_eval, t->y_eval, t->dy, t->x16_pool, t->xt_pool};
+    br_buf *bufs[] = {t->x_pool, t->y_pool, t->x_eval, t->y_eval, t->dy, t->x16_pool};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
-    for (size_t b = 0; t->x16 && t->xt && b < t->nbatch; b++)
-        br_buf_free(t->x16[b]), br_buf_free(t->xt[b]);
-    free(t->x16), free(t->xt);
+    for (size_t b = 0; t->x16 && b < t->nbatch; b++)
+        br_buf_free(t->x16[b]);
+    free(t->x16);
     free(t->batch_norm2);
 }
 
@@ -163,20 +163,16 @@ static void copy_host(br_blr_host *dst, const br_blr_host *src) {
 
 static br_status stage_pool(trainer *t) {
     br_ctx *ctx = t->ctx;
-    size_t n16 = br_pad_rows(t->T) * br_blr_stage_cols(t->layer),
-           nt = br_pad_rows(t->n) * br_pad_tokens(t->T), per = (n16 + nt) * 2;
+    size_t n16 = br_pad_rows(t->T) * br_blr_stage_cols(t->layer), per = n16 * 2;
     if (per == 0 || t->nbatch > STAGED_POOL_MAX_BYTES / per) return BR_OK;
     t->x16 = calloc(t->nbatch, sizeof *t->x16);
-    t->xt = calloc(t->nbatch, sizeof *t->xt);
-    if (!t->x16 || !t->xt) return br_fail(ctx, BR_E_NOMEM, "training: out of host memory");
+    if (!t->x16) return br_fail(ctx, BR_E_NOMEM, "training: out of host memory");
     BR_TRY(br_buf_new(ctx, BR_F16, t->nbatch * n16, &t->x16_pool));
-    BR_TRY(br_buf_new(ctx, BR_F16, t->nbatch * nt, &t->xt_pool));
     for (size_t b = 0; b < t->nbatch; b++) {
         br_buf *xv = NULL;
         BR_TRY(br_buf_view(t->x16_pool, b * n16, n16, &t->x16[b]));
-        BR_TRY(br_buf_view(t->xt_pool, b * nt, nt, &t->xt[b]));
         br_status st = br_buf_view(t->x_pool, b * t->T * t->n, t->T * t->n, &xv);
-        if (!st) st = br_blr_stage(t->layer, xv, t->x16[b], t->xt[b], t->T);
+        if (!st) st = br_blr_stage(t->layer, xv, t->x16[b], NULL, t->T);
         br_buf_free(xv);
         BR_TRY(st);
     }
@@ -333,8 +329,8 @@ br_status br_train_layer(br_ctx *ctx, const float *w, const br_train_in *in,
         if (!st) st = br_buf_view(t.y_pool, b * T * t.m, T * t.m, &yv);
         /* the gradient goes to the backward staged in f16; in f32 only when logged */
         const int logged = s % every == 0 || s == steps - 1;
-        if (!st && t.xt_pool)
-            st = br_blr_forward_loss_staged(t.layer, t.scratch, t.x16[b], t.xt[b], yv, (float)t.c,
+        if (!st && t.x16_pool)
+            st = br_blr_forward_loss_staged(t.layer, t.scratch, t.x16[b], NULL, yv, (float)t.c,
                                             (float)gs, logged ? t.dy : NULL, T);
         else if (!st)
             st = br_blr_forward_loss(t.layer, t.scratch, xv, yv, (float)t.c, (float)gs,

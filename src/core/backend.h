@@ -32,6 +32,10 @@ typedef struct br_backend {
      * room for the f32 product where the backend cannot stage it without one and
      * mm.out is NULL. NULL: none (the backend finds its own room). */
     size_t (*mm_stage_ws)(br_ctx *ctx, const br_mm_stage_args *a);
+    /* Workspace bytes an MM_TN op needs on this device beyond its split-K partials:
+     * room for transposed copies of the operands where the backend has no kernel for
+     * them as they are (the split-K reservation stays its ws_bytes). NULL: none. */
+    size_t (*mm_tn_ws)(br_ctx *ctx, const br_mm_args *a);
     br_op_fn ops[BR_OP_COUNT];
 } br_backend;
 

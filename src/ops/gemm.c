@@ -127,7 +127,9 @@ br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t l
     size_t ws = split_ws_bytes(&g); /* K = tokens: the shape split-K is for */
     op.u.mm =
         (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws, .ldp = ldp};
-    return br_submit(ctx, &op, ws);
+    /* a backend that transposes the operands for its K-major kernels needs room */
+    size_t copy = ctx->be->mm_tn_ws ? ctx->be->mm_tn_ws(ctx, &op.u.mm) : 0;
+    return br_submit(ctx, &op, copy > ws ? copy : ws);
 }
 
 /* The context's f16 expand plane, grown to at least `count` elements. An outgrown
@@ -218,7 +220,7 @@ br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_bu
                         br_pad_tokens(g.m), &n_dst_t));
     BR_TRY(br_check_finite(ctx, fn, "scale", scale));
     BR_TRY(br_check_buf(ctx, fn, "dst", dst, BR_F16, n_dst));
-    BR_TRY(br_check_buf(ctx, fn, "dst_t", dst_t, BR_F16, n_dst_t));
+    BR_TRY(br_check_opt_buf(ctx, fn, "dst_t", dst_t, BR_F16, n_dst_t));
     /* the outputs are written while act, plane and c are read */
     const br_buf *in[] = {act, plane, g.c, out};
     static const char *const in_names[] = {"act", "plane", "c", "out"};

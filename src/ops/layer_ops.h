@@ -115,7 +115,8 @@ br_status br_colsum_fused_grouped(br_ctx *ctx, const br_buf *a, const br_buf *b,
  * g.c is required, f32 or f16 (an f16 c enters as its exact f32 value: the same bits
  * as the f32 c holding those values, from half the bytes); no colscale; out (and c)
  * whole [m][n] matrices (ldo = n, ocol = 0); dst f16 [br_pad_rows(m)][ld] (ld ≥ n), dst_t f16
- * [br_pad_rows(n)][br_pad_tokens(m)], both apart from each other and from act, plane, c and out. */
+ * [br_pad_rows(n)][br_pad_tokens(m)] or NULL (not written: the layer's GEMMs read dst
+ * in either layout), both apart from each other and from act, plane, c and out. */
 br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g,
                       br_buf *dst, br_buf *dst_t, size_t ld, float scale);
 

@@ -270,6 +270,7 @@ static const br_backend cuda_backend = {
     .timer_mark = cuda_timer_mark,
     .timer_elapsed = cuda_timer_elapsed,
     .mm_stage_ws = br_cuda_mm_stage_ws,
+    .mm_tn_ws = br_cuda_mm_tn_ws,
     .ops =
         {
             [BR_OP_FILL] = br_cuda_fill,
@@ -302,6 +303,7 @@ static const br_backend cuda_backend = {
             [BR_OP_SIGN_ROWDOT] = br_cuda_sign_rowdot,
             [BR_OP_CVT_BOTH] = br_cuda_cvt_both,
             [BR_OP_MM_STAGE] = br_cuda_mm_stage,
+            [BR_OP_MM_TN] = br_cuda_mm_tn,
         },
 };
 

@@ -187,6 +187,7 @@ void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *s
     const bool pp = !legacy && pp_env && !strcmp(pp_env, "1");
     for (int i = 0; i < (legacy ? 4 : TILE_COUNT); i++) {
         if (cand[i].tile == TILE_PP128x128 && !pp) continue;
+        if (p.mn && cand[i].bt % 64 != 0) continue; /* MN-major: whole 64-token boxes */
         const long long tiles_t = (p.m + cand[i].bt - 1) / cand[i].bt;
         const long long tiles = (long long)((p.n + cand[i].bj - 1) / cand[i].bj) * tiles_t;
         for (int sp = 1; sp <= (splits && !legacy ? 8 : 1); sp++) {
@@ -323,6 +324,7 @@ br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name
             p.splits = splits;
         }
     }
+    if (p.mn) return launch_wgmma_f16_mn(ctx, p, tile);
     switch (kind) {
     case PLANE_F16: return launch_wgmma_f16(ctx, p, tile, src);
     case PLANE_ROWS: return launch_wgmma_rows(ctx, p, tile, src);
@@ -336,11 +338,11 @@ static Problem stage_problem(const br_mm_stage_args &a) {
     const size_t m = a.mm.g.m, n = a.mm.g.n;
     Problem p = problem_of(a.mm, PLANE_F16);
     p.o16 = static_cast<uint16_t *>(br_ptr(a.dst));
-    p.o16t = static_cast<uint16_t *>(br_ptr(a.dst_t));
+    p.o16t = a.dst_t ? static_cast<uint16_t *>(br_ptr(a.dst_t)) : nullptr;
     p.ld16 = (long long)a.ld;
-    p.ld16t = (long long)br_pad_tokens(m);
+    p.ld16t = a.dst_t ? (long long)br_pad_tokens(m) : 0;
     p.rows16 = (int)br_pad_rows(m);
-    p.rows16t = (int)br_pad_rows(n);
+    p.rows16t = a.dst_t ? (int)br_pad_rows(n) : 0;
     p.s16 = a.scale;
     return p;
 }
@@ -354,10 +356,28 @@ static Problem stage_problem(const br_mm_stage_args &a) {
  * kept, tested bit for bit, for a faster epilogue (docs/wip/stage-wide). */
 static bool stage_fused(br_ctx *ctx, const Problem &p) {
     const char *e = getenv("BITRANK_MM_STAGE");
-    if (!e || strcmp(e, "fused") != 0) return false;
+    if (!e || strcmp(e, "fused") != 0 || !p.o16t) return false; /* it writes both outputs */
     Family f = FAMILY_AUTO;
     if (pick_family(ctx, p, "mm_stage", &f) != BR_OK) return false;
     return f == FAMILY_WGMMA && stage_aligned(p);
+}
+
+/* Whether an MM_STAGE op with an f16 c runs fused, on the EPI_STAGE16 kernel (the
+ * f16 c of a whole tile loaded under its main loop, the f16 output written over it):
+ * where out is not kept, no transposed output is asked for and the operands suit
+ * TMA. BITRANK_MM_STAGE16=0 (read on every call) runs the unfused path instead (the
+ * A/B switch). On success *tile holds the tile. */
+static bool stage16_fused(br_ctx *ctx, const Problem &p, WgmmaTile *tile) {
+    const char *e = getenv("BITRANK_MM_STAGE16");
+    if (e && !strcmp(e, "0")) return false;
+    Family f = FAMILY_AUTO;
+    if (pick_family(ctx, p, "mm_stage", &f) != BR_OK || f != FAMILY_WGMMA || !stage16_aligned(p))
+        return false;
+    WgmmaASource src;
+    int splits = 1;
+    pick_wgmma(p, br_cuda_state(ctx)->sm_count, tile, &src);
+    env_overrides(tile, &src, &splits);
+    return *tile != TILE_PP128x128;
 }
 
 } // namespace br_gemm_cuda
@@ -366,9 +386,19 @@ static bool stage_fused(br_ctx *ctx, const Problem &p) {
  * staging pass applies c (never the fused kernel). */
 static bool c_is_f16(const br_mm_stage_args &a) { return br_buf_dtype(a.mm.g.c) == BR_F16; }
 
+/* The problem of an MM_STAGE op with an f16 c for the EPI_STAGE16 kernel. */
+static br_gemm_cuda::Problem stage16_problem(const br_mm_stage_args &a) {
+    br_gemm_cuda::Problem p = br_gemm_cuda::stage_problem(a);
+    p.c = nullptr;
+    p.c16 = static_cast<const uint16_t *>(br_ptr(a.mm.g.c));
+    return p;
+}
+
 extern "C" size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a) {
+    br_gemm_cuda::WgmmaTile tile;
     if (a->mm.out ||
-        (!c_is_f16(*a) && br_gemm_cuda::stage_fused(ctx, br_gemm_cuda::stage_problem(*a))))
+        (!c_is_f16(*a) && br_gemm_cuda::stage_fused(ctx, br_gemm_cuda::stage_problem(*a))) ||
+        (c_is_f16(*a) && br_gemm_cuda::stage16_fused(ctx, stage16_problem(*a), &tile)))
         return 0;
     return a->mm.g.m * a->mm.g.n * sizeof(float); /* room for the product */
 }
@@ -379,8 +409,12 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
     const size_t m = a.mm.g.m, n = a.mm.g.n;
     const bool c16 = c_is_f16(a);
     uint16_t *dst = static_cast<uint16_t *>(br_ptr(a.dst));
-    uint16_t *dst_t = static_cast<uint16_t *>(br_ptr(a.dst_t));
-    if (!c16) {
+    uint16_t *dst_t = a.dst_t ? static_cast<uint16_t *>(br_ptr(a.dst_t)) : nullptr;
+    if (c16) {
+        const Problem staged = stage16_problem(a);
+        WgmmaTile tile;
+        if (stage16_fused(ctx, staged, &tile)) return launch_wgmma_f16_stage16(ctx, staged, tile);
+    } else {
         const Problem staged = stage_problem(a);
         if (stage_fused(ctx, staged)) {
             WgmmaTile tile;
@@ -424,6 +458,75 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
 extern "C" br_status br_cuda_mm(br_ctx *ctx, const br_op *op) {
     return br_gemm_cuda::run(ctx, op->u.mm, br_gemm_cuda::PLANE_F16, br_gemm_cuda::FAMILY_AUTO,
                              br_gemm_cuda::TILE_AUTO);
+}
+
+/* MM_TN (out = actᵀ·plane, act [k][lda] and plane [k][ldp]): the MN-major wgmma
+ * kernels where they run (Hopper, 16-byte aligned bases and rows); elsewhere both
+ * operands transposed into the workspace ([m][k] and [n][k]) for the K-major path.
+ * BITRANK_MM_TN=copy (read on every call) takes the second way anywhere (tests). */
+namespace {
+bool mm_tn_direct(br_ctx *ctx, const br_mm_args &a) {
+    const char *e = getenv("BITRANK_MM_TN");
+    if (e && !strcmp(e, "copy")) return false;
+    br_cuda *s = br_cuda_state(ctx);
+    const bool wgmma = ctx->opt_gemm_kernel == 2 || (ctx->opt_gemm_kernel == 0 && s->has_wgmma);
+    return wgmma && s->has_wgmma && br_gemm_cuda::aligned16(br_ptr(a.act)) &&
+           br_gemm_cuda::aligned16(br_ptr(a.plane)) && a.g.lda % 8 == 0 && a.ldp % 8 == 0;
+}
+size_t mm_tn_copy_bytes(const br_mm_args &a) { return (a.g.m + a.g.n) * a.g.k * sizeof(uint16_t); }
+
+/* dst [cols][rows] = srcᵀ, src [rows][lds] f16: 32 × 32 tiles through shared memory */
+__global__ void __launch_bounds__(256) transpose_f16_kernel(const uint16_t *src, long long lds,
+                                                            uint16_t *dst, int rows, int cols) {
+    __shared__ uint16_t tile[32][33];
+    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    for (int y = threadIdx.y; y < 32; y += 8) {
+        const int r = r0 + y, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[y][threadIdx.x] = src[(long long)r * lds + c];
+    }
+    __syncthreads();
+    for (int y = threadIdx.y; y < 32; y += 8) {
+        const int c = c0 + y, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) dst[(long long)c * rows + r] = tile[threadIdx.x][y];
+    }
+}
+
+br_status transpose_f16(br_ctx *ctx, const uint16_t *src, long long lds, uint16_t *dst, int rows,
+                        int cols) {
+    const dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32)), block(32, 8);
+    if (grid.y > 65535)
+        return br_fail(ctx, BR_E_UNSUPPORTED, "mm_tn: k = %d is too long for the transpose", rows);
+    transpose_f16_kernel<<<grid, block, 0, br_cuda_state(ctx)->stream>>>(src, lds, dst, rows, cols);
+    BR_CUDA_LAUNCHED(ctx, "transpose_f16_kernel");
+    return BR_OK;
+}
+} // namespace
+
+extern "C" size_t br_cuda_mm_tn_ws(br_ctx *ctx, const br_mm_args *a) {
+    return mm_tn_direct(ctx, *a) ? 0 : mm_tn_copy_bytes(*a);
+}
+
+extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
+    using namespace br_gemm_cuda;
+    const br_mm_args &a = op->u.mm;
+    Problem p = problem_of(a, PLANE_F16);
+    if (mm_tn_direct(ctx, a)) {
+        p.mn = true;
+        p.lda = (long long)a.g.lda;
+        p.ldp = (long long)a.ldp;
+        return run_problem(ctx, p, a.ws_bytes, "mm_tn", FAMILY_WGMMA, TILE_AUTO, A_AUTO);
+    }
+    void *ws = nullptr;
+    BR_TRY(br_cuda_workspace(ctx, mm_tn_copy_bytes(a), &ws));
+    uint16_t *act_t = static_cast<uint16_t *>(ws), *plane_t = act_t + a.g.m * a.g.k;
+    BR_TRY(transpose_f16(ctx, p.act, (long long)a.g.lda, act_t, p.k, p.m));
+    BR_TRY(transpose_f16(ctx, static_cast<const uint16_t *>(p.plane), (long long)a.ldp, plane_t,
+                         p.k, p.n));
+    p.act = act_t;
+    p.plane = plane_t;
+    p.lda = p.k;
+    return run_problem(ctx, p, 0, "mm_tn", FAMILY_AUTO, TILE_AUTO, A_AUTO); /* no split: the
+                                                                             workspace is taken */
 }
 
 extern "C" br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op) {

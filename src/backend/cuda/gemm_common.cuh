@@ -34,6 +34,12 @@ struct Problem {
     int splits; /* split-K factor the wgmma kernels use (1: none) */
     float *ws;  /* split-K partials (ws_bytes of them) or NULL */
     size_t ws_bytes;
+    /* MM_STAGE with an f16 c (EPI_STAGE16): c16 [m][ldo] instead of c */
+    const uint16_t *c16 = nullptr;
+    /* MM_TN: act [k][lda] and plane [k][ldp], k rows first (wgmma's MN-major
+     * operands); out as always */
+    bool mn = false;
+    long long ldp = 0;
     /* MM_STAGE (launch_wgmma_f16_stage): out (may be NULL) staged as f16(out·s16) into
      * o16 [rows16][ld16] and, transposed, o16t [rows16t][ld16t], +0 outside m × n */
     uint16_t *o16 = nullptr, *o16t = nullptr;
@@ -93,6 +99,11 @@ br_status launch_wgmma_rows(br_ctx *ctx, const Problem &p, WgmmaTile tile, Wgmma
 br_status launch_wgmma_cols(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
 /* The f16-plane kernels with the MM_STAGE epilogue (p.o16, p.o16t set; p.c required). */
 br_status launch_wgmma_f16_stage(br_ctx *ctx, const Problem &p, WgmmaTile tile);
+/* The f16-plane kernels with the EPI_STAGE16 epilogue (p.c16, p.o16 set; no out, no
+ * o16t): not the ping-pong tile. */
+br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile);
+/* The MN-major f16 kernels (p.mn, MM_TN): tiles of 128, 192 or 256 tokens only. */
+br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* out[i][j] = epilogue(Σ_s ws[s·mpad + i][j], s = 0, 1, … in order) for a split-K run
  * (cuda_gemm.cu). */
 br_status launch_reduce_splits(br_ctx *ctx, const Problem &p, int splits, int mpad);

@@ -55,6 +55,12 @@
  * tiles lose: a CTA per two tiles leaves SMs idle), so the picker takes it only
  * where BITRANK_GEMM_PP=1. Bitmaps: register fragments only.
  *
+ * MN-major operands (kMN, the MM_TN op: act [k][m] and plane [k][n], k rows first,
+ * as the layer's token-major matrices are stored): TMA loads [64 k][64] boxes along
+ * the tokens and the plane rows (128-byte swizzle, 8192 bytes each) and wgmma reads
+ * them through MN-major descriptors with its transpose bits set; the rest of the
+ * kernel is the same. Tiles with whole boxes of tokens only (kBT % 64 == 0).
+ *
  * Split-K (a.splits > 1): the work units are tiles × splits, unit u the tile
  * u % tiles over k blocks [split·nkb_unit, (split+1)·nkb_unit) with split =
  * u / tiles. A unit stores its raw sums (no epilogue) to the workspace, split s at
@@ -106,12 +112,13 @@ struct WgmmaArgs {
 };
 
 /* The epilogue a kernel is built with (see the top of this file). */
-enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2 };
+enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2, EPI_STAGE16 = 3 };
 /* Sets of epilogue boxes in shared memory: two for the f16-plane kernels with an
  * epilogue (EPI_FULL: c of the next round loads into the other; EPI_STAGE: the
- * second holds the f16 boxes), else one. */
+ * second holds the f16 boxes), else one; 0 for EPI_STAGE16, whose area holds a
+ * whole tile of f16 boxes instead. */
 constexpr int epi_box_sets(int kind, int epi) {
-    return kind == PLANE_F16 && epi == EPI_STAGE ? 2 : 1;
+    return epi == EPI_STAGE16 ? 0 : kind == PLANE_F16 && epi == EPI_STAGE ? 2 : 1;
 }
 
 /* The most pipeline stages of `stage_bytes` that fit beside `fixed` bytes (≤ 8). */
@@ -142,7 +149,10 @@ struct WgmmaCfg {
     /* kEpiSets = 2: two sets of a consumer's boxes, so that c for round q + 1 loads
      * while round q runs (the f16 kernels with an epilogue); a fourth stage only
      * where it still fits beside them */
-    static constexpr int kEpiBytes = 2 * kEpiSets * kEpiBoxes * kEpiBufBytes;
+    /* kEpiSets = 0 (EPI_STAGE16): each consumer's whole tile of f16 [kEpiRows][32]
+     * boxes, 64·kWgM plane rows × kBT tokens × 2 bytes */
+    static constexpr int kEpiBytes =
+        kEpiSets == 0 ? 2 * kWgM * kBT * 128 : 2 * kEpiSets * kEpiBoxes * kEpiBufBytes;
     /* ping-pong: as many as fit (the epilogue of one consumer runs beside the other's
      * main loop, which the stages then feed alone) */
     static constexpr int kStages = kPP ? stages_fitting(kActBytes + kPlaneBytes, kEpiBytes + 3072)
@@ -155,7 +165,8 @@ struct WgmmaCfg {
     static constexpr int kBarOff = kEpiOff + kEpiBytes;
     /* + one c-load barrier per consumer and set, + (ping-pong) one turn barrier per
      * consumer, + base alignment slack */
-    static constexpr int kSmem = kBarOff + 2 * kStages * 8 + 2 * kEpiSets * 8 + 2 * 8 + 1024;
+    static constexpr int kSmem =
+        kBarOff + 2 * kStages * 8 + 2 * (kEpiSets > 1 ? kEpiSets : 1) * 8 + 2 * 8 + 1024;
     /* full barrier: the TMA thread's arrive (+ tx bytes), plus one arrive per
      * expanding producer warp, or one cp.async arrive per copying lane */
     static constexpr int kFullArrivals = kKind == PLANE_F16 ? 1 : kExpand ? 1 + 4 : 1 + 32;
@@ -167,7 +178,7 @@ struct WgmmaCfg {
                                   4 * kWgM % (kASets > 0 ? kASets : 1) == 0),
                   "fragment sets must divide a stage's steps");
     static_assert(kSmem <= 227 * 1024, "shared memory");
-    static_assert(kEpiSets == 1 || kEpiBoxes == 1, "two box sets: one box per round");
+    static_assert(kEpiSets <= 1 || kEpiBoxes == 1, "two box sets: one box per round");
     static_assert(!kPP || !kExpand, "ping-pong: the producer warpgroup only loads");
     static_assert(kStages >= 2, "pipeline stages");
 };
@@ -261,6 +272,12 @@ __device__ __forceinline__ void sts32u(uint32_t addr, uint32_t v) {
 __device__ __forceinline__ void sts32(uint32_t addr, float v) {
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
+/* The f32 value of the f16 at addr, as br_half_to_float gives it. */
+__device__ __forceinline__ float ldsh(uint32_t addr) {
+    unsigned short h;
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(h) : "r"(addr) : "memory");
+    return br_dev_f16_to_f32(h);
+}
 __device__ __forceinline__ float ldsf(uint32_t addr) {
     float v;
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
@@ -317,6 +334,14 @@ template <int kPending> __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
     return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 |
            (uint64_t)1 << 62;
+}
+/* The same of an MN-major tile (kMN): [64 k][64 m or n] boxes of 128-byte rows in the
+ * 128-byte swizzle, the next 64 along m or n one box (8192 bytes) on (the leading
+ * byte offset), 8-row k groups 1024 bytes apart (the stride byte offset). Adding 128
+ * moves the start 2048 bytes = 16 k rows (still on a 1024-byte swizzle boundary). */
+__device__ __forceinline__ uint64_t sw128_mn_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)(8192 >> 4) << 16 |
+           (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
 
 /* ---------------------------------------------------------------- bit expansion */
@@ -392,7 +417,7 @@ __device__ __forceinline__ void expand_stage(const StageBits<kWgM> &b, uint32_t 
 
 /* ---------------------------------------------------------------- the kernel */
 
-template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP>
+template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP, bool kMN>
 __global__ void __launch_bounds__(384, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tm_act,
                       const __grid_constant__ CUtensorMap tm_plane,
@@ -402,7 +427,11 @@ __global__ void __launch_bounds__(384, 1)
                       const __grid_constant__ CUtensorMap tm_16t, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
-    static_assert(!kStage || kKind == PLANE_F16, "the staging epilogue is built for f16 planes");
+    constexpr bool kStage16 = kEpi == EPI_STAGE16;
+    static_assert(!(kStage || kStage16) || kKind == PLANE_F16,
+                  "the staging epilogues are built for f16 planes");
+    static_assert(!kMN || (kKind == PLANE_F16 && kBT % 64 == 0 && !kStage && !kStage16),
+                  "MN-major operands: f16 planes, whole 64-wide boxes of tokens");
     constexpr int kArea = epi_box_sets(kKind, kEpi);
     /* box sets c rotates through (EPI_STAGE: set 0 takes c, set 1 the f16 boxes) */
     constexpr int kSets = kEpi == EPI_FULL ? kArea : 1;
@@ -472,8 +501,18 @@ __global__ void __launch_bounds__(384, 1)
             const uint32_t bar = full + 8 * s, pdst = plane_s + s * Cfg::kPlaneBytes;
             if (tma_thread) {
                 mbar_arrive_expect_tx(bar, Cfg::kTxBytes);
-                tma_load(act_s + s * Cfg::kActBytes, &tm_act, bar, kb * Cfg::kBK, t0);
-                if (kKind == PLANE_F16) tma_load(pdst, &tm_plane, bar, kb * Cfg::kBK, j0);
+                if (kMN) { /* [64 k][64] boxes along the tokens, then along the plane rows */
+#pragma unroll
+                    for (int b = 0; b < kBT / 64; b++)
+                        tma_load(act_s + s * Cfg::kActBytes + b * 8192, &tm_act, bar, t0 + 64 * b,
+                                 kb * Cfg::kBK);
+#pragma unroll
+                    for (int b = 0; b < Cfg::kBJ / 64; b++)
+                        tma_load(pdst + b * 8192, &tm_plane, bar, j0 + 64 * b, kb * Cfg::kBK);
+                } else {
+                    tma_load(act_s + s * Cfg::kActBytes, &tm_act, bar, kb * Cfg::kBK, t0);
+                    if (kKind == PLANE_F16) tma_load(pdst, &tm_plane, bar, kb * Cfg::kBK, j0);
+                }
             }
             if (Cfg::kExpand) {
                 expand_stage<kKind, kWgM>(cur, pdst, tid);
@@ -555,7 +594,10 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kB = Cfg::kEpiBoxes;
     constexpr int kRoundsB = 2 / kB;                      /* rounds per (mi, r) */
     constexpr int kQ = kWgM * Cfg::kEpiRounds * kRoundsB; /* rounds per tile */
-    const bool c_tma = kFullEpi && a.tma_store && a.c != nullptr && a.splits == 1;
+    const bool c_tma = kFullEpi && !kStage16 && a.tma_store && a.c != nullptr && a.splits == 1;
+    /* EPI_STAGE16: box q = (mi·kEpiRounds + r)·2 + b of this consumer's tile area */
+    constexpr int kBox16 = Cfg::kEpiRows * 64;
+    auto box16 = [&](int q) { return epi_s + (cw * 2 * kWgM * Cfg::kEpiRounds + q) * kBox16; };
     uint32_t cphase = 0; /* bit `set`: the phase of that set's barrier */
     auto box_addr = [&](int set, int i) {
         return epi_s + ((cw * kArea + set) * kB + i) * Cfg::kEpiBufBytes;
@@ -605,6 +647,19 @@ __global__ void __launch_bounds__(384, 1)
             load_c(j0, t0, 0);
             if (kSets == 2 && kQ > 1) load_c(j0, t0, 1);
         }
+        if (kStage16 && tid == 0) {
+            /* the whole tile's c, under its main loop, once the last tile's stores have
+             * read the boxes (the epilogue turns c into the output in place) */
+            bulk_wait_read();
+            constexpr int kQ16 = 2 * kWgM * Cfg::kEpiRounds;
+            const uint32_t bar = cbar + 8 * cw;
+            mbar_arrive_expect_tx(bar, kQ16 * kBox16);
+#pragma unroll
+            for (int q = 0; q < kQ16; q++) /* boxes past m or n: zero-filled */
+                tma_load(box16(q), &tm_c, bar,
+                         j0 + (wrow + q / (2 * Cfg::kEpiRounds)) * 64 + 32 * (q % 2),
+                         t0 + q / 2 % Cfg::kEpiRounds * Cfg::kEpiRows);
+        }
 
         /* ping-pong: the other consumer's last unit has had all its stages (its n-th
          * main loop ended: phase n of this consumer's turn barrier) */
@@ -620,15 +675,20 @@ __global__ void __launch_bounds__(384, 1)
             __syncwarp();
             const uint32_t act_tile = act_s + s * Cfg::kActBytes;
             const uint32_t plane_tile = plane_s + s * Cfg::kPlaneBytes;
-            const uint64_t desc_b = sw128_desc(act_tile);
+            /* K-major: 16 k are 32 bytes on; MN-major: 16 rows of 128 bytes */
+            constexpr int kStep = kMN ? 128 : 2;
+            const uint64_t desc_b = kMN ? sw128_mn_desc(act_tile) : sw128_desc(act_tile);
             if (Cfg::kSmemA) {
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
 #pragma unroll
                     for (int mi = 0; mi < kWgM; mi++) {
+                        /* 64 plane rows × 64 k: 8192 bytes in either layout */
                         const uint32_t a_tile = plane_tile + ((wrow + mi) * 64) * 128;
-                        Wgmma<kBT>::ss(acc[mi], sw128_desc(a_tile) + 2 * kk, desc_b + 2 * kk);
+                        const uint64_t desc_a = kMN ? sw128_mn_desc(a_tile) : sw128_desc(a_tile);
+                        Wgmma<kBT>::template ss<kMN ? 1 : 0>(acc[mi], desc_a + kStep * kk,
+                                                             desc_b + kStep * kk);
                     }
                 wgmma_commit();
                 wgmma_wait<1>(); /* the previous k block's group is done */
@@ -704,7 +764,63 @@ __global__ void __launch_bounds__(384, 1)
             const float x = __fmul_rn(v, os);
             return has_cs ? __fmul_rn(x, cs[mi][h]) : x;
         };
-        if (kStage) { /* always by TMA: the launcher checks the alignment */
+        if (kStage16) { /* always by TMA: the launcher checks the alignment */
+            /* c (f16) of the whole tile is in this consumer's boxes: each value
+             * v = (acc·oscale) + beta·c leaves as f16(v·s16) written over its c (the
+             * same place of the same 64-byte-swizzled box, read and written by one
+             * thread), every warp on its own box; then the boxes leave by TMA, with
+             * nothing to wait for between them. */
+            constexpr int kC = Cfg::kEpiRows / 8;
+            const int col = 16 * (warp & 1) + g, box = warp / 2;
+            const float beta = a.beta, s16 = a.s16;
+            mbar_wait(cbar + 8 * cw, cphase & 1u);
+            cphase ^= 1u;
+#pragma unroll
+            for (int mi = 0; mi < kWgM; mi++)
+#pragma unroll
+                for (int r = 0; r < Cfg::kEpiRounds; r++) {
+                    const int jc = j0 + (wrow + mi) * 64 + 32 * box;
+                    const int tc = t0 + r * Cfg::kEpiRows;
+                    const uint32_t hb = box16((mi * Cfg::kEpiRounds + r) * 2 + box);
+                    const bool edge = tc + Cfg::kEpiRows > a.m || jc + 32 > a.n;
+#pragma unroll
+                    for (int c = 0; c < kC; c++) {
+                        const int cc = r * kC + c;
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int row = 8 * c + 2 * t + e;
+                            const uint32_t hl = hb + row * 64 + (col & 7) * 2,
+                                           sw = (row >> 1) & 3;
+                            const uint32_t a0 = hl + (((col >> 3) ^ sw) << 4);
+                            const uint32_t a1 = hl + ((((col + 8) >> 3) ^ sw) << 4);
+                            const float v0 = __fadd_rn(scaled(mi, 0, acc[mi][4 * cc + e]),
+                                                       __fmul_rn(beta, ldsh(a0)));
+                            const float v1 = __fadd_rn(scaled(mi, 1, acc[mi][4 * cc + 2 + e]),
+                                                       __fmul_rn(beta, ldsh(a1)));
+                            uint32_t h0 = br_dev_f16_bits(__fmul_rn(v0, s16));
+                            uint32_t h1 = br_dev_f16_bits(__fmul_rn(v1, s16));
+                            if (edge) { /* pads past m or n: +0 */
+                                const bool past = tc + row >= a.m;
+                                if (past || jc + col >= a.n) h0 = 0;
+                                if (past || jc + col + 8 >= a.n) h1 = 0;
+                            }
+                            sts16(a0, h0);
+                            sts16(a1, h1);
+                        }
+                    }
+                }
+            fence_proxy_async();
+            named_barrier(1 + cw, 128);
+            if (tid == 0) {
+#pragma unroll
+                for (int q = 0; q < 2 * kWgM * Cfg::kEpiRounds; q++) {
+                    const int jc = j0 + (wrow + q / (2 * Cfg::kEpiRounds)) * 64 + 32 * (q % 2);
+                    const int tc = t0 + q / 2 % Cfg::kEpiRounds * Cfg::kEpiRows;
+                    if (jc < a.ld16 && tc < a.rows16) tma_store(&tm_16, box16(q), jc, tc);
+                }
+                bulk_commit();
+            }
+        } else if (kStage) { /* always by TMA: the launcher checks the alignment */
             /* Per round (one [kEpiRows tokens][32 plane rows] box, c in set 0's box):
              * each value v = (acc·oscale) + beta·c is written as f16(v·s16) to the
              * f16 box (tokens × 32 rows, 64-byte swizzle: o16's rows) and, tokens
@@ -886,13 +1002,24 @@ inline bool stage_aligned(const Problem &p) {
            p.n % 4 == 0 && (uintptr_t)p.o16 % 16 == 0 && (uintptr_t)p.o16t % 16 == 0 &&
            p.ld16 % 8 == 0 && p.ld16t % 8 == 0;
 }
+/* EPI_STAGE16's: an f16 c with 16-byte rows (ldo, n multiples of 8), no f32 out, no
+ * transposed output, o16 with 16-byte rows; every base 16-byte aligned. */
+inline bool stage16_aligned(const Problem &p) {
+    return p.c16 && !p.out && !p.o16t && p.o16 && (uintptr_t)p.c16 % 16 == 0 && p.ldo % 8 == 0 &&
+           p.n % 8 == 0 && (uintptr_t)p.o16 % 16 == 0 && p.ld16 % 8 == 0;
+}
 
-template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP>
+template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP, bool kMN = false>
 br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
     using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, epi_box_sets(kKind, kEpi), kPP>;
     br_cuda *s = br_cuda_state(ctx);
-    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kEpi, kPP>;
+    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kEpi, kPP, kMN>;
+    constexpr bool kStage16 = kEpi == EPI_STAGE16;
+    if (kMN != p.mn)
+        return br_fail(ctx, BR_E_STATE, "mm: operand layout does not match the kernel's");
+    if (kStage16 && (p.splits > 1 || !stage16_aligned(p)))
+        return br_fail(ctx, BR_E_STATE, "mm_stage: operands not fit for the f16-c staging kernel");
     static std::atomic<uint64_t> attr_set{0}; /* per device: the attribute is per device */
     const uint64_t dev_bit = s->device >= 0 && s->device < 64 ? 1ull << s->device : 0;
     if (!dev_bit || !(attr_set.load() & dev_bit)) {
@@ -908,11 +1035,19 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     memset(&tm_16t, 0, sizeof tm_16t);
     if (kStage && (!p.c || !p.o16 || !p.o16t || p.splits > 1))
         return br_fail(ctx, BR_E_STATE, "mm_stage: the staging kernel needs c and both outputs");
-    BR_TRY(encode_tmap_2d(ctx, &tm_act, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.act, (uint64_t)p.k,
-                          (uint64_t)p.m, (uint64_t)p.lda * 2, Cfg::kBK, kBT));
-    if (kKind == PLANE_F16)
+    if (kMN) { /* act [k][lda], plane [k][ldp]: [64 k][64] boxes, the tokens or rows inner */
+        BR_TRY(encode_tmap_2d(ctx, &tm_act, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.act, (uint64_t)p.m,
+                              (uint64_t)p.k, (uint64_t)p.lda * 2, 64, Cfg::kBK));
         BR_TRY(encode_tmap_2d(ctx, &tm_plane, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.plane,
-                              (uint64_t)p.k, (uint64_t)p.n, (uint64_t)p.k * 2, Cfg::kBK, Cfg::kBJ));
+                              (uint64_t)p.n, (uint64_t)p.k, (uint64_t)p.ldp * 2, 64, Cfg::kBK));
+    } else {
+        BR_TRY(encode_tmap_2d(ctx, &tm_act, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.act, (uint64_t)p.k,
+                              (uint64_t)p.m, (uint64_t)p.lda * 2, Cfg::kBK, kBT));
+        if (kKind == PLANE_F16)
+            BR_TRY(encode_tmap_2d(ctx, &tm_plane, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.plane,
+                                  (uint64_t)p.k, (uint64_t)p.n, (uint64_t)p.k * 2, Cfg::kBK,
+                                  Cfg::kBJ));
+    }
     WgmmaArgs a;
     a.bits = kKind == PLANE_F16 ? nullptr : static_cast<const uint32_t *>(p.plane);
     a.colscale = p.colscale;
@@ -923,8 +1058,10 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     a.ld16 = p.ld16, a.ld16t = p.ld16t, a.rows16 = p.rows16, a.rows16t = p.rows16t;
     a.s16 = p.s16;
     /* the staging's tiles also cover its outputs' pads (zero operands there: +0) */
-    const int grid_m = kStage ? std::max(p.m, std::max(p.rows16, (int)p.ld16t)) : p.m;
-    const int grid_n = kStage ? std::max(p.n, std::max((int)p.ld16, p.rows16t)) : p.n;
+    const int grid_m =
+        kStage || kStage16 ? std::max(p.m, std::max(p.rows16, (int)p.ld16t)) : p.m;
+    const int grid_n =
+        kStage || kStage16 ? std::max(p.n, std::max((int)p.ld16, p.rows16t)) : p.n;
     a.tiles_j = (grid_n + Cfg::kBJ - 1) / Cfg::kBJ;
     const int tiles_t = (grid_m + kBT - 1) / kBT;
     a.tiles = a.tiles_j * tiles_t;
@@ -958,10 +1095,15 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
             BR_TRY(encode_tmap_2d(ctx, &tm_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.out,
                                   (uint64_t)p.n, (uint64_t)p.m, (uint64_t)p.ldo * 4, 32,
                                   Cfg::kEpiRows));
-        if (kStage) {
+        if (kStage || kStage16)
             BR_TRY(encode_tmap_2d(ctx, &tm_16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16,
                                   (uint64_t)p.ld16, (uint64_t)p.rows16, (uint64_t)p.ld16 * 2, 32,
                                   Cfg::kEpiRows, CU_TENSOR_MAP_SWIZZLE_64B));
+        if (kStage16) /* f16 c's boxes: the f16 output's geometry, written over in place */
+            BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.c16,
+                                  (uint64_t)p.n, (uint64_t)p.m, (uint64_t)p.ldo * 2, 32,
+                                  Cfg::kEpiRows, CU_TENSOR_MAP_SWIZZLE_64B));
+        if (kStage) {
             BR_TRY(encode_tmap_2d(ctx, &tm_16t, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16t,
                                   (uint64_t)p.ld16t, (uint64_t)p.rows16t, (uint64_t)p.ld16t * 2, 16,
                                   32, CU_TENSOR_MAP_SWIZZLE_32B));
@@ -1030,6 +1172,21 @@ br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, Wgmma
     default: break;
     }
     return br_fail(ctx, BR_E_ARG, "mm: unknown wgmma tile %d", (int)tile);
+}
+
+/* The MN-major kernels (p.mn: MM_TN, both operands k rows first) of one epilogue:
+ * the tiles whose tokens are whole 64-wide boxes. */
+template <int kEpi> br_status launch_wgmma_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile) {
+    switch (tile) {
+    case TILE_256x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, false, true>(ctx, p);
+    case TILE_128x256: return launch_wgmma_shape<PLANE_F16, 1, 256, 0, kEpi, false, true>(ctx, p);
+    case TILE_128x128: return launch_wgmma_shape<PLANE_F16, 1, 128, 0, kEpi, false, true>(ctx, p);
+    case TILE_128x192: return launch_wgmma_shape<PLANE_F16, 1, 192, 0, kEpi, false, true>(ctx, p);
+    case TILE_PP128x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, true, true>(ctx, p);
+    default: break;
+    }
+    return br_fail(ctx, BR_E_UNSUPPORTED, "mm_tn: no MN-major kernel for the %s tile",
+                   tile_name(tile));
 }
 
 } // namespace br_gemm_cuda

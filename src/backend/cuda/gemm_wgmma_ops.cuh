@@ -1,7 +1,8 @@
-/* wgmma.mma_async wrappers, m64nNk16, f16 × f16 → f32, both operands K-major,
- * D += A·B (the accumulators must be zeroed before a tile's first step). "ss": A and
- * B from shared memory descriptors; "rs": A from four registers per thread (the
- * m16n8k16 A-fragment layout, warp w of the warpgroup holding rows 16w..16w+15).
+/* wgmma.mma_async wrappers, m64nNk16, f16 × f16 → f32, both operands K-major
+ * (ss<1>: both MN-major, wgmma's transpose bits), D += A·B (the accumulators must
+ * be zeroed before a tile's first step). "ss": A and B from shared memory
+ * descriptors; "rs": A from four registers per thread (the m16n8k16 A-fragment
+ * layout, warp w of the warpgroup holding rows 16w..16w+15).
  * One wrapper per n the kernels use, written out because inline PTX must name every
  * accumulator register; each d[] has n/2 floats. Called only from sm_90a code. */
 #ifndef BR_BACKEND_CUDA_GEMM_WGMMA_OPS_CUH
@@ -14,6 +15,7 @@ namespace br_gemm_cuda {
 template <int kN> struct Wgmma;
 
 template <> struct Wgmma<96> {
+    template <int kTnsp = 0>
     static __device__ __forceinline__ void ss(float (&d)[48], uint64_t desc_a, uint64_t desc_b) {
         asm volatile(
             "{\n"
@@ -21,7 +23,7 @@ template <> struct Wgmma<96> {
             "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
             "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
             "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
-            "%48, %49, 1, 1, 1, 0, 0;\n"
+            "%48, %49, 1, 1, 1, %50, %50;\n"
             "}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
               "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
@@ -31,7 +33,7 @@ template <> struct Wgmma<96> {
               "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
               "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
               "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-            : "l"(desc_a), "l"(desc_b));
+            : "l"(desc_a), "l"(desc_b), "n"(kTnsp));
     }
     static __device__ __forceinline__ void rs(float (&d)[48], const uint32_t (&a)[4],
                                               uint64_t desc_b) {
@@ -56,6 +58,7 @@ template <> struct Wgmma<96> {
 };
 
 template <> struct Wgmma<112> {
+    template <int kTnsp = 0>
     static __device__ __forceinline__ void ss(float (&d)[56], uint64_t desc_a, uint64_t desc_b) {
         asm volatile(
             "{\n"
@@ -64,7 +67,7 @@ template <> struct Wgmma<112> {
             "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
             "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
             "%48, %49, %50, %51, %52, %53, %54, %55}, "
-            "%56, %57, 1, 1, 1, 0, 0;\n"
+            "%56, %57, 1, 1, 1, %58, %58;\n"
             "}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
               "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
@@ -76,7 +79,7 @@ template <> struct Wgmma<112> {
               "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
               "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
               "+f"(d[55])
-            : "l"(desc_a), "l"(desc_b));
+            : "l"(desc_a), "l"(desc_b), "n"(kTnsp));
     }
     static __device__ __forceinline__ void rs(float (&d)[56], const uint32_t (&a)[4],
                                               uint64_t desc_b) {
@@ -104,6 +107,7 @@ template <> struct Wgmma<112> {
 };
 
 template <> struct Wgmma<128> {
+    template <int kTnsp = 0>
     static __device__ __forceinline__ void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
         asm volatile(
             "{\n"
@@ -112,7 +116,7 @@ template <> struct Wgmma<128> {
             "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
             "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
             "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-            "%64, %65, 1, 1, 1, 0, 0;\n"
+            "%64, %65, 1, 1, 1, %66, %66;\n"
             "}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
               "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
@@ -125,7 +129,7 @@ template <> struct Wgmma<128> {
               "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
               "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
               "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "l"(desc_a), "l"(desc_b));
+            : "l"(desc_a), "l"(desc_b), "n"(kTnsp));
     }
     static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4],
                                               uint64_t desc_b) {
@@ -154,6 +158,7 @@ template <> struct Wgmma<128> {
 };
 
 template <> struct Wgmma<192> {
+    template <int kTnsp = 0>
     static __device__ __forceinline__ void ss(float (&d)[96], uint64_t desc_a, uint64_t desc_b) {
         asm volatile(
             "{\n"
@@ -164,7 +169,7 @@ template <> struct Wgmma<192> {
             "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
             "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
             "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-            "%96, %97, 1, 1, 1, 0, 0;\n"
+            "%96, %97, 1, 1, 1, %98, %98;\n"
             "}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
               "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
@@ -182,7 +187,7 @@ template <> struct Wgmma<192> {
               "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
               "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
               "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-            : "l"(desc_a), "l"(desc_b));
+            : "l"(desc_a), "l"(desc_b), "n"(kTnsp));
     }
     static __device__ __forceinline__ void rs(float (&d)[96], const uint32_t (&a)[4],
                                               uint64_t desc_b) {
@@ -218,6 +223,7 @@ template <> struct Wgmma<192> {
 };
 
 template <> struct Wgmma<256> {
+    template <int kTnsp = 0>
     static __device__ __forceinline__ void ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
         asm volatile(
             "{\n"
@@ -232,7 +238,7 @@ template <> struct Wgmma<256> {
             "%111,"
             "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, "
             "%126, %127}, "
-            "%128, %129, 1, 1, 1, 0, 0;\n"
+            "%128, %129, 1, 1, 1, %130, %130;\n"
             "}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
               "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
@@ -256,7 +262,7 @@ template <> struct Wgmma<256> {
               "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
               "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
               "+f"(d[127])
-            : "l"(desc_a), "l"(desc_b));
+            : "l"(desc_a), "l"(desc_b), "n"(kTnsp));
     }
     static __device__ __forceinline__ void rs(float (&d)[128], const uint32_t (&a)[4],
                                               uint64_t desc_b) {

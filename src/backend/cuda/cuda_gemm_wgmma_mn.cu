@@ -1,0 +1,14 @@
+/* The Hopper GEMM kernels (gemm_wgmma.cuh) for MN-major f16 operands (MM_TN: act
+ * [k][m] and plane [k][n], k rows first): the tiles with whole 64-token boxes, plain
+ * and full epilogues. A file of their own, so that the build compiles them in
+ * parallel with the others. */
+#include "backend/cuda/gemm_wgmma.cuh"
+
+namespace br_gemm_cuda {
+
+br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile) {
+    return plain_problem(p) ? launch_wgmma_mn<EPI_PLAIN>(ctx, p, tile)
+                            : launch_wgmma_mn<EPI_FULL>(ctx, p, tile);
+}
+
+} // namespace br_gemm_cuda
