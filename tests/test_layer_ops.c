@@ -767,8 +767,8 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
         mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i], 0,
                       0);
         unsetenv("BITRANK_MM_STAGE");
-        /* the f16-c staging kernel on this tile (n a multiple of 8; the ping-pong tile
-         * runs composed), twice with every tile of the grid on one CTA */
+        /* the f16-c staging kernel on this tile (n a multiple of 8), then with every
+         * tile of the grid on one CTA */
         mm_stage_case(ctx, &rng, 333, 296, 96, 320, 0, 0, -0.3f, 512.0f, tiles[i], 1, 1);
         setenv("BITRANK_GEMM_CTAS", "1", 1);
         mm_stage_case(ctx, &rng, 333, 296, 160, 296, 0, 0, 0.6f, 64.0f, tiles[i], 1, 1);

@@ -235,6 +235,14 @@ void env_overrides(WgmmaTile *tile, WgmmaASource *src, int *splits) {
     }
 }
 
+/* Benchmark hook: the tile named by environment variable `var` (read on every call),
+ * if it names one; *tile unchanged otherwise. */
+static void tile_from_env(const char *var, WgmmaTile *tile) {
+    const char *e = getenv(var);
+    for (int t = 0; e && t < TILE_COUNT; t++)
+        if (!strcmp(e, tile_name((WgmmaTile)t))) *tile = (WgmmaTile)t;
+}
+
 br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name, Family family,
                       WgmmaTile tile, WgmmaASource src);
 
@@ -377,7 +385,8 @@ static bool stage16_fused(br_ctx *ctx, const Problem &p, WgmmaTile *tile) {
     int splits = 1;
     pick_wgmma(p, br_cuda_state(ctx)->sm_count, tile, &src);
     env_overrides(tile, &src, &splits);
-    return *tile != TILE_PP128x128;
+    tile_from_env("BITRANK_STAGE16_TILE", tile); /* this op's alone (benchmarks) */
+    return true;
 }
 
 } // namespace br_gemm_cuda
@@ -514,7 +523,9 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
         p.mn = true;
         p.lda = (long long)a.g.lda;
         p.ldp = (long long)a.ldp;
-        return run_problem(ctx, p, a.ws_bytes, "mm_tn", FAMILY_WGMMA, TILE_AUTO, A_AUTO);
+        WgmmaTile tile = TILE_AUTO; /* benchmarks: this op's unsplit products alone */
+        if (a.ws_bytes == 0) tile_from_env("BITRANK_MM_TN_TILE", &tile);
+        return run_problem(ctx, p, a.ws_bytes, "mm_tn", FAMILY_WGMMA, tile, A_AUTO);
     }
     void *ws = nullptr;
     BR_TRY(br_cuda_workspace(ctx, mm_tn_copy_bytes(a), &ws));

@@ -22,6 +22,7 @@ br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile
     case TILE_128x128: return launch_wgmma_shape<PLANE_F16, 1, 128, 0, EPI_STAGE16, false>(ctx, p);
     case TILE_128x192: return launch_wgmma_shape<PLANE_F16, 1, 192, 0, EPI_STAGE16, false>(ctx, p);
     case TILE_256x96: return launch_wgmma_shape<PLANE_F16, 2, 96, 0, EPI_STAGE16, false>(ctx, p);
+    case TILE_PP128x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, EPI_STAGE16, true>(ctx, p);
     default: break;
     }
     return br_fail(ctx, BR_E_UNSUPPORTED, "mm_stage: no f16-c staging kernel for the %s tile",

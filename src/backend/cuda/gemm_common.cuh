@@ -100,7 +100,7 @@ br_status launch_wgmma_cols(br_ctx *ctx, const Problem &p, WgmmaTile tile, Wgmma
 /* The f16-plane kernels with the MM_STAGE epilogue (p.o16, p.o16t set; p.c required). */
 br_status launch_wgmma_f16_stage(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* The f16-plane kernels with the EPI_STAGE16 epilogue (p.c16, p.o16 set; no out, no
- * o16t): not the ping-pong tile. */
+ * o16t). */
 br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* The MN-major f16 kernels (p.mn, MM_TN): tiles of 128, 192 or 256 tokens only. */
 br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile);

@@ -272,11 +272,21 @@ __device__ __forceinline__ void sts32u(uint32_t addr, uint32_t v) {
 __device__ __forceinline__ void sts32(uint32_t addr, float v) {
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
-/* The f32 value of the f16 at addr, as br_half_to_float gives it. */
-__device__ __forceinline__ float ldsh(uint32_t addr) {
-    unsigned short h;
-    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(h) : "r"(addr) : "memory");
-    return br_dev_f16_to_f32(h);
+/* Four 8 × 8 f16 matrices, transposed: lane l gives the address of row l % 8 of
+ * matrix l / 8; each thread gets, of every matrix, its elements (2(l%4), l/4) and
+ * (2(l%4) + 1, l/4) as one register, the lower row in the low half. */
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+/* Its inverse: the registers of ldsm_x4_trans written back to the same rows. */
+__device__ __forceinline__ void stsm_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
 }
 __device__ __forceinline__ float ldsf(uint32_t addr) {
     float v;
@@ -765,13 +775,26 @@ __global__ void __launch_bounds__(384, 1)
             return has_cs ? __fmul_rn(x, cs[mi][h]) : x;
         };
         if (kStage16) { /* always by TMA: the launcher checks the alignment */
-            /* c (f16) of the whole tile is in this consumer's boxes: each value
-             * v = (acc·oscale) + beta·c leaves as f16(v·s16) written over its c (the
-             * same place of the same 64-byte-swizzled box, read and written by one
-             * thread), every warp on its own box; then the boxes leave by TMA, with
-             * nothing to wait for between them. */
-            constexpr int kC = Cfg::kEpiRows / 8;
-            const int col = 16 * (warp & 1) + g, box = warp / 2;
+            /* c (f16) of the whole tile is in this consumer's boxes ([tokens][32 plane
+             * rows], 64-byte swizzle). Per warp and 16 tokens, one ldmatrix.trans
+             * brings c's four 8 × 8 blocks (plane rows 16·(w&1) + 8h of box w/2,
+             * tokens 8c.. and 8c+8..) into the accumulators' fragment layout (this
+             * thread: plane row g, tokens 2t, 2t+1 as one half2), each value
+             * v = (acc·oscale) + beta·c becomes f16(v·s16) two at a time, and one
+             * stmatrix.trans writes them over c: 8 values a thread per pair of
+             * instructions, where element-wise shared accesses made the epilogue
+             * cost as much as a quarter of the main loop. A NaN (never in a sane
+             * step) takes the element-wise conversions, whose NaN bits are the
+             * definition's. Then the boxes leave by TMA, nothing waited for between
+             * them. */
+            constexpr int kC = Cfg::kEpiRows / 8; /* 8-token groups per box (even) */
+            static_assert(kC % 2 == 0, "16 tokens per ldmatrix");
+            const int box = warp / 2, q8 = lane & 7, mat = lane >> 3;
+            /* this lane's row of matrix `mat` (h = mat & 1, tokens + 8·(mat >> 1)):
+             * token row 8·(mat >> 1) + q8, 16-byte chunk 2·(w&1) + h, swizzled */
+            const uint32_t lane_off =
+                (uint32_t)(8 * (mat >> 1) + q8) * 64 +
+                ((uint32_t)((2 * (warp & 1) + (mat & 1)) ^ ((q8 >> 1) & 3)) << 4);
             const float beta = a.beta, s16 = a.s16;
             mbar_wait(cbar + 8 * cw, cphase & 1u);
             cphase ^= 1u;
@@ -783,30 +806,42 @@ __global__ void __launch_bounds__(384, 1)
                     const int tc = t0 + r * Cfg::kEpiRows;
                     const uint32_t hb = box16((mi * Cfg::kEpiRounds + r) * 2 + box);
                     const bool edge = tc + Cfg::kEpiRows > a.m || jc + 32 > a.n;
+                    const int jl = jc + 16 * (warp & 1) + g; /* + 8h */
 #pragma unroll
-                    for (int c = 0; c < kC; c++) {
-                        const int cc = r * kC + c;
+                    for (int c = 0; c < kC; c += 2) {
+                        const uint32_t addr = hb + lane_off + (uint32_t)c * 512;
+                        uint32_t f[4];
+                        ldsm_x4_trans(f, addr);
 #pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int row = 8 * c + 2 * t + e;
-                            const uint32_t hl = hb + row * 64 + (col & 7) * 2,
-                                           sw = (row >> 1) & 3;
-                            const uint32_t a0 = hl + (((col >> 3) ^ sw) << 4);
-                            const uint32_t a1 = hl + ((((col + 8) >> 3) ^ sw) << 4);
-                            const float v0 = __fadd_rn(scaled(mi, 0, acc[mi][4 * cc + e]),
-                                                       __fmul_rn(beta, ldsh(a0)));
-                            const float v1 = __fadd_rn(scaled(mi, 1, acc[mi][4 * cc + 2 + e]),
-                                                       __fmul_rn(beta, ldsh(a1)));
-                            uint32_t h0 = br_dev_f16_bits(__fmul_rn(v0, s16));
-                            uint32_t h1 = br_dev_f16_bits(__fmul_rn(v1, s16));
-                            if (edge) { /* pads past m or n: +0 */
-                                const bool past = tc + row >= a.m;
-                                if (past || jc + col >= a.n) h0 = 0;
-                                if (past || jc + col + 8 >= a.n) h1 = 0;
+                        for (int i = 0; i < 4; i++) { /* block (h, c + i/2) */
+                            const int h = i & 1, cc = r * kC + c + (i >> 1);
+                            const float a0 = scaled(mi, h, acc[mi][4 * cc + 2 * h]);
+                            const float a1 = scaled(mi, h, acc[mi][4 * cc + 2 * h + 1]);
+                            const float2 cf = __half22float2(*reinterpret_cast<__half2 *>(&f[i]));
+                            float v0 = __fadd_rn(a0, __fmul_rn(beta, cf.x));
+                            float v1 = __fadd_rn(a1, __fmul_rn(beta, cf.y));
+                            uint32_t out;
+                            if (v0 != v0 || v1 != v1) { /* NaN: the definition's bits */
+                                v0 = __fadd_rn(a0, __fmul_rn(beta, br_dev_f16_to_f32(
+                                                                       (uint16_t)(f[i] & 0xffffu))));
+                                v1 = __fadd_rn(a1, __fmul_rn(beta, br_dev_f16_to_f32(
+                                                                       (uint16_t)(f[i] >> 16))));
+                                out = (uint32_t)br_dev_f16_bits(__fmul_rn(v0, s16)) |
+                                      (uint32_t)br_dev_f16_bits(__fmul_rn(v1, s16)) << 16;
+                            } else {
+                                const __half2 h2 =
+                                    __floats2half2_rn(__fmul_rn(v0, s16), __fmul_rn(v1, s16));
+                                out = *reinterpret_cast<const uint32_t *>(&h2);
                             }
-                            sts16(a0, h0);
-                            sts16(a1, h1);
+                            if (edge) { /* pads past m or n: +0 */
+                                const int tok = tc + 8 * (c + (i >> 1)) + 2 * t;
+                                const bool col_out = jl + 8 * h >= a.n;
+                                if (col_out || tok >= a.m) out &= 0xffff0000u;
+                                if (col_out || tok + 1 >= a.m) out &= 0x0000ffffu;
+                            }
+                            f[i] = out;
                         }
+                        stsm_x4_trans(addr, f);
                     }
                 }
             fence_proxy_async();
