@@ -109,6 +109,7 @@ struct WgmmaArgs {
     long long ld16, ld16t;
     int rows16, rows16t;
     float s16;
+    int c_at; /* EPI_STAGE16: the k block of a unit at which c's loads are issued */
 };
 
 /* The epilogue a kernel is built with (see the top of this file). */
@@ -657,9 +658,11 @@ __global__ void __launch_bounds__(384, 1)
             load_c(j0, t0, 0);
             if (kSets == 2 && kQ > 1) load_c(j0, t0, 1);
         }
-        if (kStage16 && tid == 0) {
-            /* the whole tile's c, under its main loop, once the last tile's stores have
-             * read the boxes (the epilogue turns c into the output in place) */
+        /* EPI_STAGE16: the whole tile's c, under its main loop at k block a.c_at (late:
+         * at the tile start its loads queue before the first stages' and wait for
+         * the last tile's stores to read the boxes, which the epilogue turns from c
+         * into the output in place) */
+        auto load_c16 = [&]() {
             bulk_wait_read();
             constexpr int kQ16 = 2 * kWgM * Cfg::kEpiRounds;
             const uint32_t bar = cbar + 8 * cw;
@@ -669,7 +672,8 @@ __global__ void __launch_bounds__(384, 1)
                 tma_load(box16(q), &tm_c, bar,
                          j0 + (wrow + q / (2 * Cfg::kEpiRounds)) * 64 + 32 * (q % 2),
                          t0 + q / 2 % Cfg::kEpiRounds * Cfg::kEpiRows);
-        }
+        };
+        const int c_at = kStage16 ? std::min(a.c_at, nkb - 1) : -1;
 
         /* ping-pong: the other consumer's last unit has had all its stages (its n-th
          * main loop ended: phase n of this consumer's turn barrier) */
@@ -679,6 +683,7 @@ __global__ void __launch_bounds__(384, 1)
          * groups stay in flight across steps and k blocks. */
         int held = -1;
         for (int kb = 0; kb < nkb; kb++) {
+            if (kStage16 && kb == c_at && tid == 0) load_c16();
             mbar_wait(full + 8 * s, phase);
             /* the last stage has landed: the other consumer's turn */
             if (kPP && kb == nkb - 1 && tid == 0) mbar_arrive(turn + 8 * (1 - cw));
@@ -1092,6 +1097,15 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     a.o16 = p.o16, a.o16t = p.o16t;
     a.ld16 = p.ld16, a.ld16t = p.ld16t, a.rows16 = p.rows16, a.rows16t = p.rows16t;
     a.s16 = p.s16;
+    /* c's loads three quarters into the main loop (BITRANK_STAGE16_C_AT=<percent>,
+     * read on every call: a benchmark hook). On the H200 (2026-11-30, bench_layer):
+     * 0 % 0.2776 / 0.2337 / 0.4671 ms, 33 % 0.2762 / 0.2332 / 0.4675, 66 % 0.2761 /
+     * 0.2340 / 0.4619, 90 % 0.2753 / 0.2331 / 0.4619. */
+    {
+        const char *e = getenv("BITRANK_STAGE16_C_AT");
+        const int pct = e ? std::max(0, std::min(100, atoi(e))) : 75;
+        a.c_at = (int)((long long)((p.k + Cfg::kBK - 1) / Cfg::kBK) * pct / 100);
+    }
     /* the staging's tiles also cover its outputs' pads (zero operands there: +0) */
     const int grid_m =
         kStage || kStage16 ? std::max(p.m, std::max(p.rows16, (int)p.ld16t)) : p.m;
