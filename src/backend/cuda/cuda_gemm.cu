@@ -391,8 +391,8 @@ static bool stage16_fused(br_ctx *ctx, const Problem &p, WgmmaTile *tile) {
 
 } // namespace br_gemm_cuda
 
-/* An f16 c: the GEMM epilogues read c as f32, so the product is plain and the
- * staging pass applies c (never the fused kernel). */
+/* An f16 c: the EPI_STAGE16 kernel where it applies (stage16_fused), else the plain
+ * product and the staging pass applying c (never the f32-c staging kernel). */
 static bool c_is_f16(const br_mm_stage_args &a) { return br_buf_dtype(a.mm.g.c) == BR_F16; }
 
 /* The problem of an MM_STAGE op with an f16 c for the EPI_STAGE16 kernel. */
@@ -442,8 +442,8 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
     }
     /* The plain product (acc exactly: oscale 1, no c) in out, or the workspace when out
      * is not kept; the staging pass applies c's epilogue, reading c there instead of in
-     * the GEMM (whose epilogue does not overlap its main loop; nor can it read an f16
-     * c). With an f16 c and out kept, the pass also writes the f32 result to out. */
+     * the GEMM (whose f32-c epilogue does not overlap its main loop). With an f16 c and
+     * out kept, the pass also writes the f32 result to out. */
     br_mm_args plain_args = a.mm;
     plain_args.g.c = nullptr;
     Problem plain = problem_of(plain_args, PLANE_F16);
