@@ -1388,7 +1388,8 @@ static void mm_tn_shapes(void) {
         unsetenv("BITRANK_MM_TN");
     }
     /* every MN-major tile, with the grid on one CTA too (several tiles per CTA) */
-    static const char *const tiles[] = {"256x128", "128x256", "128x128", "128x192", "pp128x128"};
+    static const char *const tiles[] = {"256x128", "128x256", "128x128",
+                                        "128x192", "pp128x128", "256x96"};
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
         for (int one = 0; one < 2; one++) {
             if (t_small() && one) continue;

@@ -187,7 +187,8 @@ void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *s
     const bool pp = !legacy && pp_env && !strcmp(pp_env, "1");
     for (int i = 0; i < (legacy ? 4 : TILE_COUNT); i++) {
         if (cand[i].tile == TILE_PP128x128 && !pp) continue;
-        if (p.mn && cand[i].bt % 64 != 0) continue; /* MN-major: whole 64-token boxes */
+        /* MN-major: whole 64-token boxes (256x96 only when forced: not yet measured) */
+        if (p.mn && cand[i].bt % 64 != 0) continue;
         const long long tiles_t = (p.m + cand[i].bt - 1) / cand[i].bt;
         const long long tiles = (long long)((p.n + cand[i].bj - 1) / cand[i].bj) * tiles_t;
         for (int sp = 1; sp <= (splits && !legacy ? 8 : 1); sp++) {

@@ -330,6 +330,12 @@ __global__ void __launch_bounds__(THREADS, 4) cvt_both_kernel(cvt_both_job j) {
             unsigned t = t0 + tt, c = c0 + 8 * g;
             uint32_t h[8];
             float res[8];
+            /* the group's place of column c once: the 8 columns share a group where
+             * groups are whole groups of 8 (a division per element cost as much as
+             * the copy) */
+            const unsigned cg = j.col && j.col_group % 8 == 0
+                                    ? br_dev_grouped(c, j.col_group, j.col_stride)
+                                    : 0u;
 #pragma unroll
             for (unsigned u = 0; u < 8; u++) {
                 h[u] = 0u;
@@ -338,14 +344,12 @@ __global__ void __launch_bounds__(THREADS, 4) cvt_both_kernel(cvt_both_job j) {
                     if (RES)
                         res[u] = __fadd_rn(__fmul_rn(x[it][u], j.alpha),
                                            __fmul_rn(j.beta, xc[RES ? it : 0][u]));
-                    float v =
-                        RES     ? __fmul_rn(res[u], j.scale)
-                        : j.col ? __fmul_rn(
-                                      __fmul_rn(
-                                          x[it][u],
-                                          j.col[br_dev_grouped(c + u, j.col_group, j.col_stride)]),
-                                      j.scale)
-                                : __fmul_rn(x[it][u], j.scale);
+                    const unsigned ci = j.col_group % 8 == 0
+                                            ? cg + u
+                                            : br_dev_grouped(c + u, j.col_group, j.col_stride);
+                    float v = RES     ? __fmul_rn(res[u], j.scale)
+                              : j.col ? __fmul_rn(__fmul_rn(x[it][u], j.col[ci]), j.scale)
+                                      : __fmul_rn(x[it][u], j.scale);
                     h[u] = br_dev_f16_bits(v);
                 }
             }

@@ -121,9 +121,18 @@ __global__ void __launch_bounds__(SUMSQ_LANES) sumsq_kernel(const float *a, unsi
         float acc = 0.0f;
         const unsigned step = BR_SUMSQ_PARTS * SUMSQ_LANES;
         unsigned c0 = j * SUMSQ_LANES;
-        /* eight chunks at a time while all eight are whole: the loads first, then
-         * the same fmas in the same order (one load in flight per lane was
-         * latency-bound: few blocks carry the large parameters) */
+        /* sixteen, then eight chunks at a time while they are whole: the loads
+         * first, then the same fmas in the same order (few blocks carry the large
+         * parameters, so a lane's loads in flight set the speed) */
+        for (; (size_t)c0 + 15 * (size_t)step + SUMSQ_LANES <= n; c0 += 16 * step) {
+            float v[16];
+#pragma unroll
+            for (unsigned u = 0; u < 16; u++)
+                v[u] = x[c0 + u * step + t];
+#pragma unroll
+            for (unsigned u = 0; u < 16; u++)
+                acc = __fmaf_rn(v[u], v[u], acc);
+        }
         for (; (size_t)c0 + 7 * (size_t)step + SUMSQ_LANES <= n; c0 += 8 * step) {
             float v[8];
 #pragma unroll

@@ -102,7 +102,7 @@ br_status launch_wgmma_f16_stage(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* The f16-plane kernels with the EPI_STAGE16 epilogue (p.c16, p.o16 set; no out, no
  * o16t). */
 br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile);
-/* The MN-major f16 kernels (p.mn, MM_TN): tiles of 128, 192 or 256 tokens only. */
+/* The MN-major f16 kernels (p.mn, MM_TN): tiles of 96, 128, 192 or 256 tokens. */
 br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* out[i][j] = epilogue(Σ_s ws[s·mpad + i][j], s = 0, 1, … in order) for a split-K run
  * (cuda_gemm.cu). */

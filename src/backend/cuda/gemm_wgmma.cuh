@@ -354,6 +354,13 @@ __device__ __forceinline__ uint64_t sw128_mn_desc(uint32_t saddr) {
     return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)(8192 >> 4) << 16 |
            (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
+/* The same in [64 k][32] boxes of 64-byte rows, 64-byte swizzle (tokens in 32s: the
+ * 96-token tile): boxes 4096 bytes apart, 8-row k groups 512 bytes apart. Adding 64
+ * moves the start 1024 bytes = 16 k rows. */
+__device__ __forceinline__ uint64_t sw64_mn_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)(4096 >> 4) << 16 |
+           (uint64_t)(512 >> 4) << 32 | (uint64_t)2 << 62;
+}
 
 /* ---------------------------------------------------------------- bit expansion */
 
@@ -441,8 +448,11 @@ __global__ void __launch_bounds__(384, 1)
     constexpr bool kStage16 = kEpi == EPI_STAGE16;
     static_assert(!(kStage || kStage16) || kKind == PLANE_F16,
                   "the staging epilogues are built for f16 planes");
-    static_assert(!kMN || (kKind == PLANE_F16 && kBT % 64 == 0 && !kStage && !kStage16),
-                  "MN-major operands: f16 planes, whole 64-wide boxes of tokens");
+    static_assert(!kMN || (kKind == PLANE_F16 && kBT % 32 == 0 && !kStage && !kStage16),
+                  "MN-major operands: f16 planes, whole 32-wide boxes of tokens");
+    /* MN-major tokens in 64-byte boxes where they are not whole 64s (the 96 tile) */
+    constexpr bool kActSw64 = kMN && kBT % 64 != 0;
+    constexpr int kActBox = kActSw64 ? 32 : 64;
     constexpr int kArea = epi_box_sets(kKind, kEpi);
     /* box sets c rotates through (EPI_STAGE: set 0 takes c, set 1 the f16 boxes) */
     constexpr int kSets = kEpi == EPI_FULL ? kArea : 1;
@@ -514,9 +524,9 @@ __global__ void __launch_bounds__(384, 1)
                 mbar_arrive_expect_tx(bar, Cfg::kTxBytes);
                 if (kMN) { /* [64 k][64] boxes along the tokens, then along the plane rows */
 #pragma unroll
-                    for (int b = 0; b < kBT / 64; b++)
-                        tma_load(act_s + s * Cfg::kActBytes + b * 8192, &tm_act, bar, t0 + 64 * b,
-                                 kb * Cfg::kBK);
+                    for (int b = 0; b < kBT / kActBox; b++)
+                        tma_load(act_s + s * Cfg::kActBytes + b * kActBox * 128, &tm_act, bar,
+                                 t0 + kActBox * b, kb * Cfg::kBK);
 #pragma unroll
                     for (int b = 0; b < Cfg::kBJ / 64; b++)
                         tma_load(pdst + b * 8192, &tm_plane, bar, j0 + 64 * b, kb * Cfg::kBK);
@@ -690,9 +700,11 @@ __global__ void __launch_bounds__(384, 1)
             __syncwarp();
             const uint32_t act_tile = act_s + s * Cfg::kActBytes;
             const uint32_t plane_tile = plane_s + s * Cfg::kPlaneBytes;
-            /* K-major: 16 k are 32 bytes on; MN-major: 16 rows of 128 bytes */
-            constexpr int kStep = kMN ? 128 : 2;
-            const uint64_t desc_b = kMN ? sw128_mn_desc(act_tile) : sw128_desc(act_tile);
+            /* K-major: 16 k are 32 bytes on; MN-major: 16 rows of 128 (64) bytes */
+            constexpr int kStep = kMN ? 128 : 2, kStepB = kActSw64 ? 64 : kStep;
+            const uint64_t desc_b = kActSw64 ? sw64_mn_desc(act_tile)
+                                    : kMN    ? sw128_mn_desc(act_tile)
+                                             : sw128_desc(act_tile);
             if (Cfg::kSmemA) {
                 wgmma_fence();
 #pragma unroll
@@ -703,7 +715,7 @@ __global__ void __launch_bounds__(384, 1)
                         const uint32_t a_tile = plane_tile + ((wrow + mi) * 64) * 128;
                         const uint64_t desc_a = kMN ? sw128_mn_desc(a_tile) : sw128_desc(a_tile);
                         Wgmma<kBT>::template ss<kMN ? 1 : 0>(acc[mi], desc_a + kStep * kk,
-                                                             desc_b + kStep * kk);
+                                                             desc_b + kStepB * kk);
                     }
                 wgmma_commit();
                 wgmma_wait<1>(); /* the previous k block's group is done */
@@ -1075,9 +1087,12 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     memset(&tm_16t, 0, sizeof tm_16t);
     if (kStage && (!p.c || !p.o16 || !p.o16t || p.splits > 1))
         return br_fail(ctx, BR_E_STATE, "mm_stage: the staging kernel needs c and both outputs");
-    if (kMN) { /* act [k][lda], plane [k][ldp]: [64 k][64] boxes, the tokens or rows inner */
+    if (kMN) { /* act [k][lda], plane [k][ldp]: [64 k][64] boxes, the tokens or rows inner
+                * (tokens in [64 k][32] boxes, 64-byte swizzle, where kBT % 64 != 0) */
+        constexpr bool kSw64 = kBT % 64 != 0;
         BR_TRY(encode_tmap_2d(ctx, &tm_act, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.act, (uint64_t)p.m,
-                              (uint64_t)p.k, (uint64_t)p.lda * 2, 64, Cfg::kBK));
+                              (uint64_t)p.k, (uint64_t)p.lda * 2, kSw64 ? 32 : 64, Cfg::kBK,
+                              kSw64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B));
         BR_TRY(encode_tmap_2d(ctx, &tm_plane, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.plane,
                               (uint64_t)p.n, (uint64_t)p.k, (uint64_t)p.ldp * 2, 64, Cfg::kBK));
     } else {
@@ -1224,7 +1239,8 @@ br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, Wgmma
 }
 
 /* The MN-major kernels (p.mn: MM_TN, both operands k rows first) of one epilogue:
- * the tiles whose tokens are whole 64-wide boxes. */
+ * the tiles whose tokens are whole 64-wide boxes, and 256x96 (32-wide boxes, only
+ * when asked for: BITRANK_MM_TN_TILE or BITRANK_GEMM_TILE). */
 template <int kEpi> br_status launch_wgmma_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile) {
     switch (tile) {
     case TILE_256x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, false, true>(ctx, p);
@@ -1232,6 +1248,7 @@ template <int kEpi> br_status launch_wgmma_mn(br_ctx *ctx, const Problem &p, Wgm
     case TILE_128x128: return launch_wgmma_shape<PLANE_F16, 1, 128, 0, kEpi, false, true>(ctx, p);
     case TILE_128x192: return launch_wgmma_shape<PLANE_F16, 1, 192, 0, kEpi, false, true>(ctx, p);
     case TILE_PP128x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, true, true>(ctx, p);
+    case TILE_256x96: return launch_wgmma_shape<PLANE_F16, 2, 96, 0, kEpi, false, true>(ctx, p);
     default: break;
     }
     return br_fail(ctx, BR_E_UNSUPPORTED, "mm_tn: no MN-major kernel for the %s tile",
