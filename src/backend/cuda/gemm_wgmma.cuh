@@ -616,9 +616,10 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kRoundsB = 2 / kB;                      /* rounds per (mi, r) */
     constexpr int kQ = kWgM * Cfg::kEpiRounds * kRoundsB; /* rounds per tile */
     const bool c_tma = kFullEpi && !kStage16 && a.tma_store && a.c != nullptr && a.splits == 1;
-    /* EPI_STAGE16: box q = (mi·kEpiRounds + r)·2 + b of this consumer's tile area */
-    constexpr int kBox16 = Cfg::kEpiRows * 64;
-    auto box16 = [&](int q) { return epi_s + (cw * 2 * kWgM * Cfg::kEpiRounds + q) * kBox16; };
+    /* EPI_STAGE16: box q = mi·kEpiRounds + r of this consumer's tile area, [kEpiRows
+     * tokens][64 plane rows] f16: whole 128-byte lines of c and of the output */
+    constexpr int kQ16 = kWgM * Cfg::kEpiRounds, kBox16 = Cfg::kEpiRows * 128;
+    auto box16 = [&](int q) { return epi_s + (cw * kQ16 + q) * kBox16; };
     uint32_t cphase = 0; /* bit `set`: the phase of that set's barrier */
     auto box_addr = [&](int set, int i) {
         return epi_s + ((cw * kArea + set) * kB + i) * Cfg::kEpiBufBytes;
@@ -674,14 +675,12 @@ __global__ void __launch_bounds__(384, 1)
          * into the output in place) */
         auto load_c16 = [&]() {
             bulk_wait_read();
-            constexpr int kQ16 = 2 * kWgM * Cfg::kEpiRounds;
             const uint32_t bar = cbar + 8 * cw;
             mbar_arrive_expect_tx(bar, kQ16 * kBox16);
 #pragma unroll
             for (int q = 0; q < kQ16; q++) /* boxes past m or n: zero-filled */
-                tma_load(box16(q), &tm_c, bar,
-                         j0 + (wrow + q / (2 * Cfg::kEpiRounds)) * 64 + 32 * (q % 2),
-                         t0 + q / 2 % Cfg::kEpiRounds * Cfg::kEpiRows);
+                tma_load(box16(q), &tm_c, bar, j0 + (wrow + q / Cfg::kEpiRounds) * 64,
+                         t0 + q % Cfg::kEpiRounds * Cfg::kEpiRows);
         };
         const int c_at = kStage16 ? std::min(a.c_at, nkb - 1) : -1;
 
@@ -792,10 +791,10 @@ __global__ void __launch_bounds__(384, 1)
             return has_cs ? __fmul_rn(x, cs[mi][h]) : x;
         };
         if (kStage16) { /* always by TMA: the launcher checks the alignment */
-            /* c (f16) of the whole tile is in this consumer's boxes ([tokens][32 plane
-             * rows], 64-byte swizzle). Per warp and 16 tokens, one ldmatrix.trans
-             * brings c's four 8 × 8 blocks (plane rows 16·(w&1) + 8h of box w/2,
-             * tokens 8c.. and 8c+8..) into the accumulators' fragment layout (this
+            /* c (f16) of the whole tile is in this consumer's boxes ([tokens][64 plane
+             * rows], 128-byte swizzle). Per warp and 16 tokens, one ldmatrix.trans
+             * brings c's four 8 × 8 blocks (plane rows 16w + 8h of the box, tokens
+             * 8c.. and 8c+8..) into the accumulators' fragment layout (this
              * thread: plane row g, tokens 2t, 2t+1 as one half2), each value
              * v = (acc·oscale) + beta·c becomes f16(v·s16) two at a time, and one
              * stmatrix.trans writes them over c: 8 values a thread per pair of
@@ -806,12 +805,12 @@ __global__ void __launch_bounds__(384, 1)
              * them. */
             constexpr int kC = Cfg::kEpiRows / 8; /* 8-token groups per box (even) */
             static_assert(kC % 2 == 0, "16 tokens per ldmatrix");
-            const int box = warp / 2, q8 = lane & 7, mat = lane >> 3;
+            const int q8 = lane & 7, mat = lane >> 3;
             /* this lane's row of matrix `mat` (h = mat & 1, tokens + 8·(mat >> 1)):
-             * token row 8·(mat >> 1) + q8, 16-byte chunk 2·(w&1) + h, swizzled */
-            const uint32_t lane_off =
-                (uint32_t)(8 * (mat >> 1) + q8) * 64 +
-                ((uint32_t)((2 * (warp & 1) + (mat & 1)) ^ ((q8 >> 1) & 3)) << 4);
+             * token row 8·(mat >> 1) + q8, 16-byte chunk 2w + h, swizzled (chunk ^
+             * row % 8: conflict-free, the 8 rows of a matrix in 8 chunks) */
+            const uint32_t lane_off = (uint32_t)(8 * (mat >> 1) + q8) * 128 +
+                                      ((uint32_t)((2 * warp + (mat & 1)) ^ q8) << 4);
             const float beta = a.beta, s16 = a.s16;
             mbar_wait(cbar + 8 * cw, cphase & 1u);
             cphase ^= 1u;
@@ -819,14 +818,14 @@ __global__ void __launch_bounds__(384, 1)
             for (int mi = 0; mi < kWgM; mi++)
 #pragma unroll
                 for (int r = 0; r < Cfg::kEpiRounds; r++) {
-                    const int jc = j0 + (wrow + mi) * 64 + 32 * box;
+                    const int jc = j0 + (wrow + mi) * 64;
                     const int tc = t0 + r * Cfg::kEpiRows;
-                    const uint32_t hb = box16((mi * Cfg::kEpiRounds + r) * 2 + box);
-                    const bool edge = tc + Cfg::kEpiRows > a.m || jc + 32 > a.n;
-                    const int jl = jc + 16 * (warp & 1) + g; /* + 8h */
+                    const uint32_t hb = box16(mi * Cfg::kEpiRounds + r);
+                    const bool edge = tc + Cfg::kEpiRows > a.m || jc + 64 > a.n;
+                    const int jl = jc + 16 * warp + g; /* + 8h */
 #pragma unroll
                     for (int c = 0; c < kC; c += 2) {
-                        const uint32_t addr = hb + lane_off + (uint32_t)c * 512;
+                        const uint32_t addr = hb + lane_off + (uint32_t)c * 1024;
                         uint32_t f[4];
                         ldsm_x4_trans(f, addr);
 #pragma unroll
@@ -865,9 +864,9 @@ __global__ void __launch_bounds__(384, 1)
             named_barrier(1 + cw, 128);
             if (tid == 0) {
 #pragma unroll
-                for (int q = 0; q < 2 * kWgM * Cfg::kEpiRounds; q++) {
-                    const int jc = j0 + (wrow + q / (2 * Cfg::kEpiRounds)) * 64 + 32 * (q % 2);
-                    const int tc = t0 + q / 2 % Cfg::kEpiRounds * Cfg::kEpiRows;
+                for (int q = 0; q < kQ16; q++) {
+                    const int jc = j0 + (wrow + q / Cfg::kEpiRounds) * 64;
+                    const int tc = t0 + q % Cfg::kEpiRounds * Cfg::kEpiRows;
                     if (jc < a.ld16 && tc < a.rows16) tma_store(&tm_16, box16(q), jc, tc);
                 }
                 bulk_commit();
@@ -1159,14 +1158,17 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
             BR_TRY(encode_tmap_2d(ctx, &tm_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.out,
                                   (uint64_t)p.n, (uint64_t)p.m, (uint64_t)p.ldo * 4, 32,
                                   Cfg::kEpiRows));
+        /* EPI_STAGE: [tokens][32] f16 boxes, 64-byte swizzle; EPI_STAGE16: [tokens][64],
+         * 128-byte swizzle, c's boxes the output's geometry (written over in place) */
         if (kStage || kStage16)
             BR_TRY(encode_tmap_2d(ctx, &tm_16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16,
-                                  (uint64_t)p.ld16, (uint64_t)p.rows16, (uint64_t)p.ld16 * 2, 32,
-                                  Cfg::kEpiRows, CU_TENSOR_MAP_SWIZZLE_64B));
-        if (kStage16) /* f16 c's boxes: the f16 output's geometry, written over in place */
+                                  (uint64_t)p.ld16, (uint64_t)p.rows16, (uint64_t)p.ld16 * 2,
+                                  kStage16 ? 64 : 32, Cfg::kEpiRows,
+                                  kStage16 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B));
+        if (kStage16)
             BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.c16,
-                                  (uint64_t)p.n, (uint64_t)p.m, (uint64_t)p.ldo * 2, 32,
-                                  Cfg::kEpiRows, CU_TENSOR_MAP_SWIZZLE_64B));
+                                  (uint64_t)p.n, (uint64_t)p.m, (uint64_t)p.ldo * 2, 64,
+                                  Cfg::kEpiRows, CU_TENSOR_MAP_SWIZZLE_128B));
         if (kStage) {
             BR_TRY(encode_tmap_2d(ctx, &tm_16t, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16t,
                                   (uint64_t)p.ld16t, (uint64_t)p.rows16t, (uint64_t)p.ld16t * 2, 16,
