@@ -1387,6 +1387,15 @@ static void mm_tn_shapes(void) {
         }
         unsetenv("BITRANK_MM_TN");
     }
+    /* CUDA: the mma.sync family (the transposed copies, then its K-major kernels: what
+     * a GPU without wgmma runs) */
+    if (strcmp(br_ctx_backend(ctx), "cpu") != 0) {
+        CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 1));
+        tn_run(ctx, &r, &cases[1]);
+        tn_run(ctx, &r, &cases[nc - 1]);
+        if (!t_small()) tn_run(ctx, &r, &cases[8]);
+        CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 0));
+    }
     /* every MN-major tile, with the grid on one CTA too (several tiles per CTA) */
     static const char *const tiles[] = {"256x128", "128x256", "128x128",
                                         "128x192", "pp128x128", "256x96"};
