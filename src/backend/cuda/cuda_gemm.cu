@@ -537,8 +537,8 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
     p.act = act_t;
     p.plane = plane_t;
     p.lda = p.k;
-    return run_problem(ctx, p, 0, "mm_tn", FAMILY_AUTO, TILE_AUTO, A_AUTO); /* no split: the
-                                                                             workspace is taken */
+    /* no split-K: the workspace holds the copies */
+    return run_problem(ctx, p, 0, "mm_tn", FAMILY_AUTO, TILE_AUTO, A_AUTO);
 }
 
 extern "C" br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op) {

@@ -1114,8 +1114,9 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     /* c's loads three quarters into the main loop (BITRANK_STAGE16_C_AT=<percent>,
      * read on every call: a benchmark hook). On the H200 (2026-11-30, bench_layer):
      * 0 % 0.2776 / 0.2337 / 0.4671 ms, 33 % 0.2762 / 0.2332 / 0.4675, 66 % 0.2761 /
-     * 0.2340 / 0.4619, 90 % 0.2753 / 0.2331 / 0.4619. */
-    {
+     * 0.2340 / 0.4619, 90 % 0.2753 / 0.2331 / 0.4619. Read for that kernel alone. */
+    a.c_at = 0;
+    if (kStage16) {
         const char *e = getenv("BITRANK_STAGE16_C_AT");
         const int pct = e ? std::max(0, std::min(100, atoi(e))) : 75;
         a.c_at = (int)((long long)((p.k + Cfg::kBK - 1) / Cfg::kBK) * pct / 100);
