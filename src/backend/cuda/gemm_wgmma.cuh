@@ -110,7 +110,16 @@ struct WgmmaArgs {
     int rows16, rows16t;
     float s16;
     int c_at; /* EPI_STAGE16: the k block of a unit at which c's loads are issued */
+#ifdef BR_WGMMA_TRACE
+    /* debugging builds: consumer thread 0's clock at each phase of its first tiles,
+     * [cta][consumer][tile][BR_TRACE_STAMPS] into br_trace_buf (0: none; trace_flag) */
+    int trace;
+#endif
 };
+#ifdef BR_WGMMA_TRACE
+constexpr int BR_TRACE_CTAS = 160, BR_TRACE_TILES = 16, BR_TRACE_STAMPS = 7;
+static __device__ long long br_trace_buf[BR_TRACE_CTAS * 2 * BR_TRACE_TILES * BR_TRACE_STAMPS];
+#endif
 
 /* The epilogue a kernel is built with (see the top of this file). */
 enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2, EPI_STAGE16 = 3 };
@@ -284,10 +293,10 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
 }
 /* Its inverse: the registers of ldsm_x4_trans written back to the same rows. */
 __device__ __forceinline__ void stsm_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                     addr),
-                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-                 : "memory");
+    asm volatile(
+        "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+        "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+        : "memory");
 }
 __device__ __forceinline__ float ldsf(uint32_t addr) {
     float v;
@@ -599,6 +608,26 @@ __global__ void __launch_bounds__(384, 1)
     else
         regs_claim<232>();
     const int cw = wg - 1; /* which half of the CTA's plane rows, or (ping-pong) of its tiles */
+#ifdef BR_WGMMA_TRACE
+    /* stamp st of the consumer's nth tile: 0 start, 1 first stage landed, 2 main loop
+     * done, 3 c landed, 4 epilogue values written, 5 stores issued; 6: %globaltimer at
+     * the start (ns, to line the CTAs up) */
+    auto stamp = [&](int nth_, int st) {
+        if (a.trace && tid == 0 && blockIdx.x < BR_TRACE_CTAS && nth_ < BR_TRACE_TILES) {
+            long long *t =
+                br_trace_buf + ((blockIdx.x * 2 + cw) * BR_TRACE_TILES + nth_) * BR_TRACE_STAMPS;
+            t[st] = clock64();
+            if (st == 0) {
+                unsigned long long g;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+                t[6] = (long long)g;
+            }
+        }
+    };
+#define BR_STAMP(n, st) stamp(n, st)
+#else
+#define BR_STAMP(n, st) ((void)0)
+#endif
     /* this consumer's first plane row in the tile, in 64-row blocks */
     const int wrow = kPP ? 0 : cw * kWgM;
     const int g = lane / 4, t = lane % 4;
@@ -644,6 +673,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int nth = kPP ? cw : 0, unit = blockIdx.x + nth * gridDim.x; unit < units;
          nth += kStride, unit += kStride * gridDim.x) {
         const int tile = kFullEpi ? unit % a.tiles : unit, split = kFullEpi ? unit / a.tiles : 0;
+        BR_STAMP(nth, 0);
         /* the unit's first stage: the producer fills nkb stages per unit, in order */
         int s = (int)((long long)nth * nkb % S);
         uint32_t phase = (uint32_t)((long long)nth * nkb / S) & 1u;
@@ -694,6 +724,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int kb = 0; kb < nkb; kb++) {
             if (kStage16 && kb == c_at && tid == 0) load_c16();
             mbar_wait(full + 8 * s, phase);
+            if (kb == 0) BR_STAMP(nth, 1);
             /* the last stage has landed: the other consumer's turn */
             if (kPP && kb == nkb - 1 && tid == 0) mbar_arrive(turn + 8 * (1 - cw));
             __syncwarp();
@@ -766,6 +797,7 @@ __global__ void __launch_bounds__(384, 1)
             if (++s == S) s = 0, phase ^= 1;
         }
         wgmma_wait<0>();
+        BR_STAMP(nth, 2);
         if (!Cfg::kSmemA && BR_WGMMA_LANE0_RELEASE) __syncwarp();
         release_stage<!Cfg::kSmemA>(empty + 8 * held, lane);
 
@@ -802,7 +834,9 @@ __global__ void __launch_bounds__(384, 1)
              * cost as much as a quarter of the main loop. A NaN (never in a sane
              * step) takes the element-wise conversions, whose NaN bits are the
              * definition's. Then the boxes leave by TMA, nothing waited for between
-             * them. */
+             * them. scripts/gemm-trace times the phases: at the third bench shape
+             * (H200, 2026-11-30) 11.4 µs of main loop and 2.5 µs of this loop per
+             * tile, down from 6.6 µs with a branch per value pair. */
             constexpr int kC = Cfg::kEpiRows / 8; /* 8-token groups per box (even) */
             static_assert(kC % 2 == 0, "16 tokens per ldmatrix");
             const int q8 = lane & 7, mat = lane >> 3;
@@ -814,6 +848,7 @@ __global__ void __launch_bounds__(384, 1)
             const float beta = a.beta, s16 = a.s16;
             mbar_wait(cbar + 8 * cw, cphase & 1u);
             cphase ^= 1u;
+            BR_STAMP(nth, 3);
 #pragma unroll
             for (int mi = 0; mi < kWgM; mi++)
 #pragma unroll
@@ -823,43 +858,61 @@ __global__ void __launch_bounds__(384, 1)
                     const uint32_t hb = box16(mi * Cfg::kEpiRounds + r);
                     const bool edge = tc + Cfg::kEpiRows > a.m || jc + 64 > a.n;
                     const int jl = jc + 16 * warp + g; /* + 8h */
+                    /* c of the next 16 tokens is loaded while these are worked on */
+                    uint32_t fnext[4];
+                    ldsm_x4_trans(fnext, hb + lane_off);
 #pragma unroll
                     for (int c = 0; c < kC; c += 2) {
                         const uint32_t addr = hb + lane_off + (uint32_t)c * 1024;
-                        uint32_t f[4];
-                        ldsm_x4_trans(f, addr);
+                        uint32_t f[4] = {fnext[0], fnext[1], fnext[2], fnext[3]};
+                        if (c + 2 < kC) ldsm_x4_trans(fnext, addr + 2048);
+                        float av[4][2];
+                        uint32_t out[4];
+                        bool nan = false;
 #pragma unroll
                         for (int i = 0; i < 4; i++) { /* block (h, c + i/2) */
                             const int h = i & 1, cc = r * kC + c + (i >> 1);
-                            const float a0 = scaled(mi, h, acc[mi][4 * cc + 2 * h]);
-                            const float a1 = scaled(mi, h, acc[mi][4 * cc + 2 * h + 1]);
+                            av[i][0] = scaled(mi, h, acc[mi][4 * cc + 2 * h]);
+                            av[i][1] = scaled(mi, h, acc[mi][4 * cc + 2 * h + 1]);
                             const float2 cf = __half22float2(*reinterpret_cast<__half2 *>(&f[i]));
-                            float v0 = __fadd_rn(a0, __fmul_rn(beta, cf.x));
-                            float v1 = __fadd_rn(a1, __fmul_rn(beta, cf.y));
-                            uint32_t out;
-                            if (v0 != v0 || v1 != v1) { /* NaN: the definition's bits */
-                                v0 = __fadd_rn(a0, __fmul_rn(beta, br_dev_f16_to_f32(
-                                                                       (uint16_t)(f[i] & 0xffffu))));
-                                v1 = __fadd_rn(a1, __fmul_rn(beta, br_dev_f16_to_f32(
-                                                                       (uint16_t)(f[i] >> 16))));
-                                out = (uint32_t)br_dev_f16_bits(__fmul_rn(v0, s16)) |
-                                      (uint32_t)br_dev_f16_bits(__fmul_rn(v1, s16)) << 16;
-                            } else {
-                                const __half2 h2 =
-                                    __floats2half2_rn(__fmul_rn(v0, s16), __fmul_rn(v1, s16));
-                                out = *reinterpret_cast<const uint32_t *>(&h2);
-                            }
-                            if (edge) { /* pads past m or n: +0 */
-                                const int tok = tc + 8 * (c + (i >> 1)) + 2 * t;
-                                const bool col_out = jl + 8 * h >= a.n;
-                                if (col_out || tok >= a.m) out &= 0xffff0000u;
-                                if (col_out || tok + 1 >= a.m) out &= 0x0000ffffu;
-                            }
-                            f[i] = out;
+                            const float v0 = __fadd_rn(av[i][0], __fmul_rn(beta, cf.x));
+                            const float v1 = __fadd_rn(av[i][1], __fmul_rn(beta, cf.y));
+                            nan |= (v0 != v0) | (v1 != v1);
+                            const __half2 h2 =
+                                __floats2half2_rn(__fmul_rn(v0, s16), __fmul_rn(v1, s16));
+                            out[i] = *reinterpret_cast<const uint32_t *>(&h2);
                         }
-                        stsm_x4_trans(addr, f);
+                        /* A NaN (never in a sane step): the whole warp redoes these 16
+                         * tokens element-wise, whose NaN bits are the definition's (for
+                         * every other value both ways give the same bits). One warp-
+                         * uniform branch per 16 tokens: per-value branches, each a
+                         * divergence point, made this loop several times slower. */
+                        if (__builtin_expect(__any_sync(0xffffffffu, nan), 0)) {
+#pragma unroll
+                            for (int i = 0; i < 4; i++) {
+                                const float v0 = __fadd_rn(
+                                    av[i][0],
+                                    __fmul_rn(beta, br_dev_f16_to_f32((uint16_t)(f[i] & 0xffffu))));
+                                const float v1 = __fadd_rn(
+                                    av[i][1],
+                                    __fmul_rn(beta, br_dev_f16_to_f32((uint16_t)(f[i] >> 16))));
+                                out[i] = (uint32_t)br_dev_f16_bits(__fmul_rn(v0, s16)) |
+                                         (uint32_t)br_dev_f16_bits(__fmul_rn(v1, s16)) << 16;
+                            }
+                        }
+                        if (edge) { /* pads past m or n: +0 */
+#pragma unroll
+                            for (int i = 0; i < 4; i++) {
+                                const int tok = tc + 8 * (c + (i >> 1)) + 2 * t;
+                                const bool col_out = jl + 8 * (i & 1) >= a.n;
+                                if (col_out || tok >= a.m) out[i] &= 0xffff0000u;
+                                if (col_out || tok + 1 >= a.m) out[i] &= 0x0000ffffu;
+                            }
+                        }
+                        stsm_x4_trans(addr, out);
                     }
                 }
+            BR_STAMP(nth, 4);
             fence_proxy_async();
             named_barrier(1 + cw, 128);
             if (tid == 0) {
@@ -1039,7 +1092,9 @@ __global__ void __launch_bounds__(384, 1)
                         }
                 }
         }
+        BR_STAMP(nth, 5);
     }
+#undef BR_STAMP
     if (a.tma_store && tid == 0) bulk_wait_all();
 #endif
 }
@@ -1059,6 +1114,42 @@ inline bool stage16_aligned(const Problem &p) {
     return p.c16 && !p.out && !p.o16t && p.o16 && (uintptr_t)p.c16 % 16 == 0 && p.ldo % 8 == 0 &&
            p.n % 8 == 0 && (uintptr_t)p.o16 % 16 == 0 && p.ld16 % 8 == 0;
 }
+
+#ifdef BR_WGMMA_TRACE
+/* Debugging builds (-DBR_WGMMA_TRACE): the kernels with epilogue BITRANK_TRACE_EPI
+ * (a number), of n BITRANK_TRACE_N (any where unset) and MN-major only with
+ * BITRANK_TRACE_MN=1, stamp their phases into this file's (translation unit's)
+ * buffer; at exit its last contents go to BITRANK_TRACE_FILE (default
+ * wgmma-trace.txt), one line per consumer and tile: cta consumer tile stamps 0..6.
+ * A device array, no allocation: the first launch may be in a graph capture. */
+static bool trace_used = false;
+static void trace_dump() {
+    static long long h[BR_TRACE_CTAS * 2 * BR_TRACE_TILES * BR_TRACE_STAMPS];
+    if (cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpyFromSymbol(h, br_trace_buf, sizeof h) != cudaSuccess)
+        return;
+    const char *f = getenv("BITRANK_TRACE_FILE");
+    FILE *o = fopen(f ? f : "wgmma-trace.txt", "w");
+    if (!o) return;
+    const long long *t = h;
+    for (int i = 0; i < BR_TRACE_CTAS * 2 * BR_TRACE_TILES; i++, t += BR_TRACE_STAMPS) {
+        if (!t[0]) continue;
+        fprintf(o, "%d %d %d", i / (2 * BR_TRACE_TILES), i / BR_TRACE_TILES % 2,
+                i % BR_TRACE_TILES);
+        for (int st = 0; st < BR_TRACE_STAMPS; st++)
+            fprintf(o, " %lld", t[st]);
+        fprintf(o, "\n");
+    }
+    fclose(o);
+}
+static int trace_flag(int epi, int n, bool mn) {
+    const char *e = getenv("BITRANK_TRACE_EPI"), *en = getenv("BITRANK_TRACE_N");
+    const char *em = getenv("BITRANK_TRACE_MN");
+    if (!e || atoi(e) != epi || (en && atoi(en) != n) || (em && atoi(em) != 0) != mn) return 0;
+    if (!trace_used) trace_used = true, atexit(trace_dump);
+    return 1;
+}
+#endif
 
 template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP, bool kMN = false>
 br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
@@ -1122,10 +1213,8 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
         a.c_at = (int)((long long)((p.k + Cfg::kBK - 1) / Cfg::kBK) * pct / 100);
     }
     /* the staging's tiles also cover its outputs' pads (zero operands there: +0) */
-    const int grid_m =
-        kStage || kStage16 ? std::max(p.m, std::max(p.rows16, (int)p.ld16t)) : p.m;
-    const int grid_n =
-        kStage || kStage16 ? std::max(p.n, std::max((int)p.ld16, p.rows16t)) : p.n;
+    const int grid_m = kStage || kStage16 ? std::max(p.m, std::max(p.rows16, (int)p.ld16t)) : p.m;
+    const int grid_n = kStage || kStage16 ? std::max(p.n, std::max((int)p.ld16, p.rows16t)) : p.n;
     a.tiles_j = (grid_n + Cfg::kBJ - 1) / Cfg::kBJ;
     const int tiles_t = (grid_m + kBT - 1) / kBT;
     a.tiles = a.tiles_j * tiles_t;
@@ -1162,14 +1251,14 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
         /* EPI_STAGE: [tokens][32] f16 boxes, 64-byte swizzle; EPI_STAGE16: [tokens][64],
          * 128-byte swizzle, c's boxes the output's geometry (written over in place) */
         if (kStage || kStage16)
-            BR_TRY(encode_tmap_2d(ctx, &tm_16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16,
-                                  (uint64_t)p.ld16, (uint64_t)p.rows16, (uint64_t)p.ld16 * 2,
-                                  kStage16 ? 64 : 32, Cfg::kEpiRows,
-                                  kStage16 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B));
+            BR_TRY(encode_tmap_2d(
+                ctx, &tm_16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16, (uint64_t)p.ld16,
+                (uint64_t)p.rows16, (uint64_t)p.ld16 * 2, kStage16 ? 64 : 32, Cfg::kEpiRows,
+                kStage16 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B));
         if (kStage16)
-            BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.c16,
-                                  (uint64_t)p.n, (uint64_t)p.m, (uint64_t)p.ldo * 2, 64,
-                                  Cfg::kEpiRows, CU_TENSOR_MAP_SWIZZLE_128B));
+            BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.c16, (uint64_t)p.n,
+                                  (uint64_t)p.m, (uint64_t)p.ldo * 2, 64, Cfg::kEpiRows,
+                                  CU_TENSOR_MAP_SWIZZLE_128B));
         if (kStage) {
             BR_TRY(encode_tmap_2d(ctx, &tm_16t, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16t,
                                   (uint64_t)p.ld16t, (uint64_t)p.rows16t, (uint64_t)p.ld16t * 2, 16,
@@ -1189,6 +1278,9 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     /* test hook, read on every call: BITRANK_GEMM_CTAS=<c> caps the persistent grid,
      * so that small problems run many units per CTA */
     if (const char *e = getenv("BITRANK_GEMM_CTAS")) grid = std::max(1, std::min(grid, atoi(e)));
+#ifdef BR_WGMMA_TRACE
+    a.trace = trace_flag(kEpi, p.n, kMN);
+#endif
     kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t, a);
     BR_CUDA_LAUNCHED(ctx, "wgmma_gemm_kernel");
     if (a.splits > 1) return launch_reduce_splits(ctx, p, a.splits, a.mpad);
