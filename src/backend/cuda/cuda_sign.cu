@@ -341,14 +341,17 @@ static __device__ __forceinline__ void update_entries(const sign_job &j, unsigne
     float lr = j.sched[0], gm = j.sched[2], bc1 = j.sched[4], bc2 = j.sched[5];
     float mean = j.factored ? j.ws.scalar[1] : 0.0f;
     float c = j.normsrc ? __fmul_rn(j.curv2, j.ws.scalar[0]) : j.curv2;
-    const size_t stride = (size_t)nblk * blockDim.x;
+    /* 32-bit indices: n ≤ BR_MAX_ELEMS < 2^31 and the grid is at most GRID_MAX
+     * blocks, so e0 + UPD_BATCH·stride cannot wrap. (A 64-bit e / r per entry, for
+     * the bit's place, took more issue slots than the rest of the update.) */
+    const unsigned stride = nblk * blockDim.x;
     unsigned count = 0;
-    for (size_t e0 = (size_t)blk * blockDim.x + threadIdx.x; e0 < j.n; e0 += UPD_BATCH * stride) {
+    for (unsigned e0 = blk * blockDim.x + threadIdx.x; e0 < j.n; e0 += UPD_BATCH * stride) {
         uint32_t wv[UPD_BATCH];
         float gv[UPD_BATCH], mv[UPD_BATCH], vv[UPD_BATCH], lv[UPD_BATCH];
 #pragma unroll
         for (unsigned u = 0; u < UPD_BATCH; u++) {
-            const size_t e = e0 + u * stride;
+            const unsigned e = e0 + u * stride;
             if (e >= j.n) break;
             wv[u] = j.bits[e / 32];
             gv[u] = j.grad[e];
@@ -360,20 +363,21 @@ static __device__ __forceinline__ void update_entries(const sign_job &j, unsigne
         }
 #pragma unroll
         for (unsigned u = 0; u < UPD_BATCH; u++) {
-            const size_t e = e0 + u * stride;
-            if (e >= j.n) break; /* whole warps: n % 32 == 0 */
-            const unsigned i = (unsigned)(e / j.r), k = (unsigned)(e % j.r);
-            const int bit = (wv[u] >> (k % 32)) & 1u;
+            const unsigned e = e0 + u * stride;
+            if (e >= j.n) break;                      /* whole warps: n % 32 == 0 */
+            const int bit = (wv[u] >> (e % 32)) & 1u; /* r % 32 == 0: k % 32 == e % 32 */
             float score;
             int cand;
             if (!j.exact) {
                 float g = __fmul_rn(gv[u], gm);
                 float m = __fadd_rn(__fmul_rn(j.beta1, mv[u]), __fmul_rn(j.omb1, g));
                 float ve;
-                if (j.factored)
+                if (j.factored) {
+                    const unsigned i = e / j.r, k = e % j.r;
                     ve = mean > 0 ? __fdiv_rn(__fmul_rn(j.v[i], j.v[j.rows + k]), mean) : 0.0f;
-                else
+                } else {
                     ve = __fadd_rn(__fmul_rn(j.beta2, vv[u]), __fmul_rn(j.omb2, __fmul_rn(g, g)));
+                }
                 float mh = __fdiv_rn(m, bc1), vh = __fdiv_rn(ve, bc2);
                 float upd = __fdiv_rn(__fmul_rn(lr, mh), __fadd_rn(__fsqrt_rn(vh), j.eps));
                 float l = fminf(fmaxf(__fsub_rn(lv[u], upd), -j.clamp), j.clamp);
@@ -383,6 +387,7 @@ static __device__ __forceinline__ void update_entries(const sign_job &j, unsigne
                 cand = (l > 0) != bit && fabsf(l) > j.hyst;
                 score = fabsf(l);
             } else {
+                const unsigned i = e / j.r, k = e % j.r;
                 float qr = __fmul_rn(j.rowf[i], j.rowf[i]);
                 if (j.rowq) qr = __fmul_rn(qr, j.rowq[i]);
                 float qc = __fmul_rn(j.colf[k], j.colf[k]);
