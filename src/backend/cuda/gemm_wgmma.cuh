@@ -79,6 +79,7 @@
 #include <atomic>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_wgmma_ops.cuh"
@@ -109,7 +110,9 @@ struct WgmmaArgs {
     long long ld16, ld16t;
     int rows16, rows16t;
     float s16;
-    int c_at; /* EPI_STAGE16: the k block of a unit at which c's loads are issued */
+    int c_at;            /* EPI_STAGE16: the k block of a unit at which c's loads are issued */
+    const uint16_t *c16; /* EPI_STAGE16: c [m][ldc16] (read again only for a NaN) */
+    long long ldc16;
 #ifdef BR_WGMMA_TRACE
     /* debugging builds: consumer thread 0's clock at each phase of its first tiles,
      * [cta][consumer][tile][BR_TRACE_STAMPS] into br_trace_buf (0: none; trace_flag) */
@@ -849,6 +852,7 @@ __global__ void __launch_bounds__(384, 1)
             mbar_wait(cbar + 8 * cw, cphase & 1u);
             cphase ^= 1u;
             BR_STAMP(nth, 3);
+            bool nan = false; /* a NaN among this thread's values of the tile */
 #pragma unroll
             for (int mi = 0; mi < kWgM; mi++)
 #pragma unroll
@@ -856,62 +860,84 @@ __global__ void __launch_bounds__(384, 1)
                     const int jc = j0 + (wrow + mi) * 64;
                     const int tc = t0 + r * Cfg::kEpiRows;
                     const uint32_t hb = box16(mi * Cfg::kEpiRounds + r);
-                    const bool edge = tc + Cfg::kEpiRows > a.m || jc + 64 > a.n;
                     const int jl = jc + 16 * warp + g; /* + 8h */
-                    /* c of the next 16 tokens is loaded while these are worked on */
-                    uint32_t fnext[4];
-                    ldsm_x4_trans(fnext, hb + lane_off);
+                    /* a box with pads past m or n (kEdge: their outputs +0) runs a copy
+                     * of its own, so that the common box's loop has no branch at all */
+                    auto run = [&](auto edge_tag) {
+                        constexpr bool kEdge = decltype(edge_tag)::value;
+                        /* c of the next 16 tokens is loaded while these are worked on */
+                        uint32_t fnext[4];
+                        ldsm_x4_trans(fnext, hb + lane_off);
 #pragma unroll
-                    for (int c = 0; c < kC; c += 2) {
-                        const uint32_t addr = hb + lane_off + (uint32_t)c * 1024;
-                        uint32_t f[4] = {fnext[0], fnext[1], fnext[2], fnext[3]};
-                        if (c + 2 < kC) ldsm_x4_trans(fnext, addr + 2048);
-                        float av[4][2];
-                        uint32_t out[4];
-                        bool nan = false;
+                        for (int c = 0; c < kC; c += 2) {
+                            const uint32_t addr = hb + lane_off + (uint32_t)c * 1024;
+                            const uint32_t f[4] = {fnext[0], fnext[1], fnext[2], fnext[3]};
+                            if (c + 2 < kC) ldsm_x4_trans(fnext, addr + 2048);
+                            uint32_t out[4];
 #pragma unroll
-                        for (int i = 0; i < 4; i++) { /* block (h, c + i/2) */
-                            const int h = i & 1, cc = r * kC + c + (i >> 1);
-                            av[i][0] = scaled(mi, h, acc[mi][4 * cc + 2 * h]);
-                            av[i][1] = scaled(mi, h, acc[mi][4 * cc + 2 * h + 1]);
-                            const float2 cf = __half22float2(*reinterpret_cast<__half2 *>(&f[i]));
-                            const float v0 = __fadd_rn(av[i][0], __fmul_rn(beta, cf.x));
-                            const float v1 = __fadd_rn(av[i][1], __fmul_rn(beta, cf.y));
-                            nan |= (v0 != v0) | (v1 != v1);
-                            const __half2 h2 =
-                                __floats2half2_rn(__fmul_rn(v0, s16), __fmul_rn(v1, s16));
-                            out[i] = *reinterpret_cast<const uint32_t *>(&h2);
-                        }
-                        /* A NaN (never in a sane step): the whole warp redoes these 16
-                         * tokens element-wise, whose NaN bits are the definition's (for
-                         * every other value both ways give the same bits). One warp-
-                         * uniform branch per 16 tokens: per-value branches, each a
-                         * divergence point, made this loop several times slower. */
-                        if (__builtin_expect(__any_sync(0xffffffffu, nan), 0)) {
-#pragma unroll
-                            for (int i = 0; i < 4; i++) {
-                                const float v0 = __fadd_rn(
-                                    av[i][0],
-                                    __fmul_rn(beta, br_dev_f16_to_f32((uint16_t)(f[i] & 0xffffu))));
-                                const float v1 = __fadd_rn(
-                                    av[i][1],
-                                    __fmul_rn(beta, br_dev_f16_to_f32((uint16_t)(f[i] >> 16))));
-                                out[i] = (uint32_t)br_dev_f16_bits(__fmul_rn(v0, s16)) |
-                                         (uint32_t)br_dev_f16_bits(__fmul_rn(v1, s16)) << 16;
+                            for (int i = 0; i < 4; i++) { /* block (h, c + i/2) */
+                                const int h = i & 1, cc = r * kC + c + (i >> 1);
+                                const float2 cf =
+                                    __half22float2(*reinterpret_cast<const __half2 *>(&f[i]));
+                                const float v0 = __fadd_rn(scaled(mi, h, acc[mi][4 * cc + 2 * h]),
+                                                           __fmul_rn(beta, cf.x));
+                                const float v1 =
+                                    __fadd_rn(scaled(mi, h, acc[mi][4 * cc + 2 * h + 1]),
+                                              __fmul_rn(beta, cf.y));
+                                nan |= (v0 != v0) | (v1 != v1);
+                                const __half2 h2 =
+                                    __floats2half2_rn(__fmul_rn(v0, s16), __fmul_rn(v1, s16));
+                                out[i] = *reinterpret_cast<const uint32_t *>(&h2);
+                                if (kEdge) { /* pads past m or n: +0 */
+                                    const int tok = tc + 8 * (c + (i >> 1)) + 2 * t;
+                                    const bool col_out = jl + 8 * h >= a.n;
+                                    if (col_out || tok >= a.m) out[i] &= 0xffff0000u;
+                                    if (col_out || tok + 1 >= a.m) out[i] &= 0x0000ffffu;
+                                }
                             }
+                            stsm_x4_trans(addr, out);
                         }
-                        if (edge) { /* pads past m or n: +0 */
-#pragma unroll
-                            for (int i = 0; i < 4; i++) {
-                                const int tok = tc + 8 * (c + (i >> 1)) + 2 * t;
-                                const bool col_out = jl + 8 * (i & 1) >= a.n;
-                                if (col_out || tok >= a.m) out[i] &= 0xffff0000u;
-                                if (col_out || tok + 1 >= a.m) out[i] &= 0x0000ffffu;
-                            }
-                        }
-                        stsm_x4_trans(addr, out);
-                    }
+                    };
+                    if (tc + Cfg::kEpiRows > a.m || jc + 64 > a.n)
+                        run(std::true_type{});
+                    else
+                        run(std::false_type{});
                 }
+            /* A NaN (never in a sane step): the warp redoes its part of the tile
+             * element-wise, c read again from global memory (this tile's stores are
+             * not issued yet), for the definition's NaN bits; every other value
+             * comes out the same either way. One warp-uniform test per tile: a
+             * divergent branch per value pair made the loop above 2.6 times slower,
+             * and a uniform one per 16 tokens still kept the compiler from
+             * interleaving them. */
+            if (__any_sync(0xffffffffu, nan)) {
+                __syncwarp(); /* the warp's stmatrix writes before these */
+#pragma unroll
+                for (int mi = 0; mi < kWgM; mi++)
+#pragma unroll
+                    for (int r = 0; r < Cfg::kEpiRounds; r++) {
+                        const int jc = j0 + (wrow + mi) * 64, tc = t0 + r * Cfg::kEpiRows;
+                        const uint32_t hb = box16(mi * Cfg::kEpiRounds + r);
+#pragma unroll
+                        for (int c = 0; c < kC; c++)
+#pragma unroll
+                            for (int q = 0; q < 4; q++) {
+                                const int h = q >> 1, e = q & 1;
+                                const int row = 8 * c + 2 * t + e, col = 16 * warp + 8 * h + g;
+                                const int tok = tc + row, j = jc + col;
+                                const bool in = tok < a.m && j < a.n;
+                                const float cv =
+                                    in ? br_dev_f16_to_f32(a.c16[(size_t)tok * a.ldc16 + j]) : 0.0f;
+                                const float v =
+                                    __fadd_rn(scaled(mi, h, acc[mi][4 * (r * kC + c) + 2 * h + e]),
+                                              __fmul_rn(beta, cv));
+                                const uint32_t o = in ? br_dev_f16_bits(__fmul_rn(v, s16)) : 0u;
+                                sts16(hb + (uint32_t)row * 128 +
+                                          ((uint32_t)((col >> 3) ^ (row & 7)) << 4) + (col & 7) * 2,
+                                      o);
+                            }
+                    }
+            }
             BR_STAMP(nth, 4);
             fence_proxy_async();
             named_barrier(1 + cw, 128);
@@ -1207,6 +1233,8 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
      * 0 % 0.2776 / 0.2337 / 0.4671 ms, 33 % 0.2762 / 0.2332 / 0.4675, 66 % 0.2761 /
      * 0.2340 / 0.4619, 90 % 0.2753 / 0.2331 / 0.4619. Read for that kernel alone. */
     a.c_at = 0;
+    a.c16 = p.c16;
+    a.ldc16 = p.ldo;
     if (kStage16) {
         const char *e = getenv("BITRANK_STAGE16_C_AT");
         const int pct = e ? std::max(0, std::min(100, atoi(e))) : 75;
