@@ -105,8 +105,25 @@ extern "C" br_status br_cuda_adam_cat(br_ctx *ctx, const br_op *op) {
  * shared memory; out[p][j] = lane[0]. Bit-identical to the CPU. Block y walks
  * the parameters p (sumsq: one, the whole of a; sumsq_cat: tab[2p] = offset,
  * tab[2p+1] = length, clamped to a's n_a elements so nothing outside a is read). */
-__global__ void __launch_bounds__(SUMSQ_LANES) sumsq_kernel(const float *a, unsigned n_a, const uint32_t *tab, unsigned np,
-                             float *out) {
+/* A lane's chunks c0, c0 + step, … B at a time while all B are whole: the loads
+ * first, then the same fmas in the same order as one at a time. */
+template <unsigned B>
+static __device__ __forceinline__ float sumsq_batches(const float *x, unsigned n, unsigned step,
+                                                      unsigned t, unsigned &c0, float acc) {
+    for (; (size_t)c0 + (B - 1) * (size_t)step + SUMSQ_LANES <= n; c0 += B * step) {
+        float v[B];
+#pragma unroll
+        for (unsigned u = 0; u < B; u++)
+            v[u] = x[c0 + u * step + t];
+#pragma unroll
+        for (unsigned u = 0; u < B; u++)
+            acc = __fmaf_rn(v[u], v[u], acc);
+    }
+    return acc;
+}
+
+__global__ void __launch_bounds__(SUMSQ_LANES)
+    sumsq_kernel(const float *a, unsigned n_a, const uint32_t *tab, unsigned np, float *out) {
     __shared__ float lane[SUMSQ_LANES];
     const unsigned j = blockIdx.x, t = threadIdx.x;
     for (unsigned p = blockIdx.y; p < np; p += gridDim.y) {
@@ -121,27 +138,10 @@ __global__ void __launch_bounds__(SUMSQ_LANES) sumsq_kernel(const float *a, unsi
         float acc = 0.0f;
         const unsigned step = BR_SUMSQ_PARTS * SUMSQ_LANES;
         unsigned c0 = j * SUMSQ_LANES;
-        /* sixteen, then eight chunks at a time while they are whole: the loads
-         * first, then the same fmas in the same order (few blocks carry the large
-         * parameters, so a lane's loads in flight set the speed) */
-        for (; (size_t)c0 + 15 * (size_t)step + SUMSQ_LANES <= n; c0 += 16 * step) {
-            float v[16];
-#pragma unroll
-            for (unsigned u = 0; u < 16; u++)
-                v[u] = x[c0 + u * step + t];
-#pragma unroll
-            for (unsigned u = 0; u < 16; u++)
-                acc = __fmaf_rn(v[u], v[u], acc);
-        }
-        for (; (size_t)c0 + 7 * (size_t)step + SUMSQ_LANES <= n; c0 += 8 * step) {
-            float v[8];
-#pragma unroll
-            for (unsigned u = 0; u < 8; u++)
-                v[u] = x[c0 + u * step + t];
-#pragma unroll
-            for (unsigned u = 0; u < 8; u++)
-                acc = __fmaf_rn(v[u], v[u], acc);
-        }
+        /* sixteen, then eight chunks at a time while they are whole (few blocks
+         * carry the large parameters, so a lane's loads in flight set the speed) */
+        acc = sumsq_batches<16>(x, n, step, t, c0, acc);
+        acc = sumsq_batches<8>(x, n, step, t, c0, acc);
         for (; c0 < n; c0 += step)
             if (c0 + t < n) acc = __fmaf_rn(x[c0 + t], x[c0 + t], acc);
         lane[t] = acc;
