@@ -1397,7 +1397,7 @@ static void mm_tn_shapes(void) {
         CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 0));
     }
     /* every MN-major tile, with the grid on one CTA too (several tiles per CTA) */
-    static const char *const tiles[] = {"256x128", "128x256", "128x128",
+    static const char *const tiles[] = {"256x128", "128x256",   "128x128",
                                         "128x192", "pp128x128", "256x96"};
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
         for (int one = 0; one < 2; one++) {
@@ -1409,6 +1409,201 @@ static void mm_tn_shapes(void) {
             unsetenv("BITRANK_GEMM_CTAS");
             unsetenv("BITRANK_GEMM_TILE");
         }
+    br_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- mm_tn2 */
+
+/* One product of a br_mm_tn2 test: act [k][lda] and plane [k][ldp] random, NaN past
+ * m (n) in each row; its output block [m][ocol..ocol+n) in rows of ldo; the f64
+ * reference. */
+typedef struct tn2_side {
+    size_t m, n, k, lda, ldp, ldo, ocol;
+    float oscale;
+} tn2_side;
+
+typedef struct tn2_data {
+    br_buf *act, *plane;
+    double *ref;
+    size_t count; /* out elements the block spans: (m − 1)·ldo + ocol + n */
+} tn2_data;
+
+static tn2_data tn2_make(br_ctx *ctx, br_rng *r, const tn2_side *sd) {
+    const size_t m = sd->m, n = sd->n, k = sd->k;
+    const size_t act_span = (k - 1) * sd->lda + m, plane_span = (k - 1) * sd->ldp + n;
+    uint16_t *act = t_xmalloc(act_span * sizeof *act), *plane = t_xmalloc(plane_span * 2);
+    for (size_t i = 0; i < act_span; i++)
+        act[i] = T_NAN16;
+    for (size_t i = 0; i < plane_span; i++)
+        plane[i] = T_NAN16;
+    for (size_t kk = 0; kk < k; kk++) {
+        for (size_t i = 0; i < m; i++)
+            act[kk * sd->lda + i] = br_half_from_float(2.0f * br_rng_sym(r));
+        for (size_t j = 0; j < n; j++)
+            plane[kk * sd->ldp + j] = br_half_from_float(br_rng_sym(r));
+    }
+    tn2_data d = {.act = t_buf_from(ctx, BR_F16, act, act_span),
+                  .plane = t_buf_from(ctx, BR_F16, plane, plane_span),
+                  .ref = t_xmalloc(m * n * sizeof(double)),
+                  .count = (m - 1) * sd->ldo + sd->ocol + n};
+    double *pl = t_xmalloc(k * n * sizeof *pl), *ai = t_xmalloc(k * sizeof *ai);
+    for (size_t kk = 0; kk < k; kk++)
+        for (size_t j = 0; j < n; j++)
+            pl[kk * n + j] = t_f16_value(plane[kk * sd->ldp + j]);
+    for (size_t i = 0; i < m; i++) {
+        for (size_t kk = 0; kk < k; kk++)
+            ai[kk] = t_f16_value(act[kk * sd->lda + i]);
+        for (size_t j = 0; j < n; j++) {
+            double acc = 0;
+            for (size_t kk = 0; kk < k; kk++)
+                acc += ai[kk] * pl[kk * n + j];
+            d.ref[i * n + j] = (double)sd->oscale * acc;
+        }
+    }
+    free(act), free(plane), free(pl), free(ai);
+    return d;
+}
+
+/* br_mm_tn2 on two products whose outputs lie side by side in one poisoned buffer
+ * (as the layer's M_U and N_V do), a few elements of poison after the second:
+ * each block against f64, the poison around both intact, and each against its own
+ * br_mm_tn (the same bits on the CPU, within the tolerance elsewhere). */
+static void tn2_run(br_ctx *ctx, br_rng *r, const tn2_side sd[2]) {
+    tn2_data d[2];
+    for (int i = 0; i < 2; i++)
+        d[i] = tn2_make(ctx, r, &sd[i]);
+    const size_t total = d[0].count + d[1].count + 9;
+    br_buf *whole = t_buf_poison(ctx, BR_F32, total, T_NAN32), *o[2] = {NULL, NULL}, *tail = NULL;
+    CHECK_OK(ctx, br_buf_view(whole, 0, d[0].count, &o[0]));
+    CHECK_OK(ctx, br_buf_view(whole, d[0].count, d[1].count, &o[1]));
+    CHECK_OK(ctx, br_buf_view(whole, d[0].count, d[1].count + 9, &tail));
+    br_gemm g[2];
+    for (int i = 0; i < 2; i++)
+        g[i] = (br_gemm){.m = sd[i].m,
+                         .n = sd[i].n,
+                         .k = sd[i].k,
+                         .lda = sd[i].lda,
+                         .ldo = sd[i].ldo,
+                         .ocol = sd[i].ocol,
+                         .oscale = sd[i].oscale};
+    CHECK_OK(ctx, br_mm_tn2(ctx, d[0].act, d[0].plane, sd[0].ldp, o[0], g[0], d[1].act, d[1].plane,
+                            sd[1].ldp, o[1], g[1]));
+    const char *tile = getenv("BITRANK_GEMM_TILE"), *ctas = getenv("BITRANK_GEMM_CTAS");
+    const char *apart = getenv("BITRANK_MM_TN2");
+    for (int i = 0; i < 2; i++) {
+        char what[200];
+        snprintf(what, sizeof what,
+                 "mm_tn2 product %d of (m,n)=(%zu,%zu),(%zu,%zu) k=%zu,%zu lda=%zu ldp=%zu ldo=%zu "
+                 "ocol=%zu tile=%s ctas=%s tn2=%s",
+                 i + 1, sd[0].m, sd[0].n, sd[1].m, sd[1].n, sd[0].k, sd[1].k, sd[i].lda, sd[i].ldp,
+                 sd[i].ldo, sd[i].ocol, tile ? tile : "auto", ctas ? ctas : "all",
+                 apart ? apart : "1");
+        check_block(ctx, i ? tail : o[0], i ? d[1].count + 9 : d[0].count, d[i].ref, sd[i].m,
+                    sd[i].n, sd[i].ldo, sd[i].ocol, what);
+        /* the product alone, by br_mm_tn */
+        br_buf *one = t_buf_poison(ctx, BR_F32, d[i].count, T_NAN32);
+        CHECK_OK(ctx, br_mm_tn(ctx, d[i].act, d[i].plane, sd[i].ldp, one, g[i]));
+        float *got = t_download_f32(ctx, o[i], d[i].count);
+        float *alone = t_download_f32(ctx, one, d[i].count);
+        if (strcmp(br_ctx_backend(ctx), "cpu") == 0) {
+            size_t differ = t_bits_differ32(got, alone, d[i].count);
+            CHECK(differ == 0, "%s: %zu outputs differ in bits from br_mm_tn's", what, differ);
+        } else {
+            double *ad = t_xmalloc(d[i].count * sizeof *ad);
+            for (size_t e = 0; e < d[i].count; e++) {
+                ad[e] = isnan(alone[e]) ? 0 : alone[e];
+                if (isnan(got[e]) && isnan(alone[e])) got[e] = 0; /* both untouched */
+            }
+            double err = t_rel_err(got, ad, d[i].count);
+            CHECK(err < MM_TOL, "%s vs br_mm_tn alone: relative error %.3g", what, err);
+            free(ad);
+        }
+        if (t_small()) fprintf(stderr, "  [%.1f s] %s\n", t_elapsed(), what);
+        free(got), free(alone);
+        br_buf_free(one);
+    }
+    for (int i = 0; i < 2; i++) {
+        br_buf_free(o[i]), br_buf_free(d[i].act), br_buf_free(d[i].plane);
+        free(d[i].ref);
+    }
+    br_buf_free(tail), br_buf_free(whole);
+}
+
+/* The layer's pairing (the same n, the second product small), products of different
+ * shapes and strides (an output block in wider rows), several tiles per CTA (the
+ * grid on one CTA: a CTA crosses from the first product's tiles to the second's),
+ * every MN-major tile, k that differ (a GPU runs them apart), and BITRANK_MM_TN2=0. */
+static void mm_tn2_pairs(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(15);
+    static const tn2_side cases[][2] = {
+        {{.m = 520, .n = 256, .k = 96, .lda = 520, .ldp = 256, .ldo = 256, .oscale = 0.5f},
+         {.m = 200, .n = 256, .k = 96, .lda = 200, .ldp = 256, .ldo = 256, .oscale = 0.5f}},
+        {{.m = 97, .n = 70, .k = 64, .lda = 100, .ldp = 75, .ldo = 80, .ocol = 3, .oscale = 1.0f},
+         {.m = 300, .n = 520, .k = 64, .lda = 304, .ldp = 528, .ldo = 520, .oscale = -0.75f}},
+        {{.m = 512, .n = 256, .k = 4096, .lda = 544, .ldp = 256, .ldo = 256, .oscale = 1.0f / 64},
+         {.m = 128, .n = 256, .k = 4096, .lda = 128, .ldp = 256, .ldo = 256, .oscale = 1.0f / 64}},
+        {{.m = 33, .n = 40, .k = 96, .lda = 40, .ldp = 40, .ldo = 40, .oscale = 2.0f},
+         {.m = 72, .n = 64, .k = 160, .lda = 72, .ldp = 64, .ldo = 64, .oscale = 0.25f}},
+    };
+    const size_t nc = sizeof cases / sizeof cases[0];
+    for (size_t ci = 0; ci < nc; ci++) {
+        if (t_small() && ci == 2) continue;
+        tn2_run(ctx, &r, cases[ci]);
+    }
+    setenv("BITRANK_MM_TN2", "0", 1);
+    tn2_run(ctx, &r, cases[0]);
+    unsetenv("BITRANK_MM_TN2");
+    static const char *const tiles[] = {"256x128", "128x256",   "128x128",
+                                        "128x192", "pp128x128", "256x96"};
+    for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
+        for (int one = 0; one < 2; one++) {
+            if (t_small() && one) continue;
+            setenv("BITRANK_GEMM_TILE", tiles[t], 1);
+            if (one) setenv("BITRANK_GEMM_CTAS", "1", 1);
+            tn2_run(ctx, &r, cases[0]);
+            tn2_run(ctx, &r, cases[1]);
+            unsetenv("BITRANK_GEMM_CTAS");
+            unsetenv("BITRANK_GEMM_TILE");
+        }
+    br_ctx_free(ctx);
+}
+
+/* br_mm_tn2's own refusals (each product's arguments are br_mm_tn's checks): the
+ * outputs overlapping each other, or an output over the other product's act or
+ * plane; nothing is written. */
+static void mm_tn2_bad_args(void) {
+    br_ctx *ctx = t_ctx();
+    const size_t m = 10, n = 40, k = 64;
+    br_buf *act = t_buf_poison(ctx, BR_F16, k * m, 0x3C00u);
+    br_buf *plane = t_buf_poison(ctx, BR_F16, k * n, 0x3C00u);
+    br_buf *whole = t_buf_poison(ctx, BR_F32, 2 * m * n, T_NAN32), *o1 = NULL, *o2 = NULL;
+    CHECK_OK(ctx, br_buf_view(whole, 0, m * n, &o1));
+    CHECK_OK(ctx, br_buf_view(whole, m * n - 1, m * n, &o2));
+    br_gemm g = {.m = m, .n = n, .k = k, .oscale = 1.0f};
+    CHECK(br_mm_tn2(NULL, act, plane, n, o1, g, act, plane, n, o2, g) == BR_E_ARG, "NULL ctx");
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "out1 overlaps out2",
+                    br_mm_tn2(ctx, act, plane, n, o1, g, act, plane, n, o2, g));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "out1 overlaps out2",
+                    br_mm_tn2(ctx, act, plane, n, o1, g, act, plane, n, o1, g));
+    br_gemm bad = g;
+    bad.k = 48;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "br_mm_tn2: k = 48",
+                    br_mm_tn2(ctx, act, plane, n, o1, g, act, plane, n, whole, bad));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "plane",
+                    br_mm_tn2(ctx, act, plane, n, o1, g, act, NULL, n, whole, g));
+    float *after = t_download_f32(ctx, whole, 2 * m * n);
+    size_t written = 0;
+    for (size_t i = 0; i < 2 * m * n; i++) {
+        uint32_t u;
+        memcpy(&u, &after[i], 4);
+        written += u != T_NAN32;
+    }
+    CHECK(written == 0, "mm_tn2 refusals wrote %zu outputs", written);
+    free(after);
+    br_buf *all[] = {o1, o2, whole, act, plane};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        br_buf_free(all[i]);
     br_ctx_free(ctx);
 }
 
@@ -1536,4 +1731,4 @@ T_RUN("gemm", T_CASE(mm_shapes), T_CASE(mm_ldo_ocol), T_CASE(mm_oscale), T_CASE(
       T_CASE(mm_bits_expand_eager_growth), T_CASE(mm_graph), T_CASE(mm_launch_counts),
       T_CASE(mm_bad_args), T_CASE(mm_epilogue), T_CASE(mm_epilogue_bad_args),
       T_CASE(mm_tiles_splitk), T_CASE(mm_same_bits_any_thread_count), T_CASE(mm_tn_shapes),
-      T_CASE(mm_tn_bad_args))
+      T_CASE(mm_tn_bad_args), T_CASE(mm_tn2_pairs), T_CASE(mm_tn2_bad_args))

@@ -6,9 +6,10 @@
  *     W_U = [f16(h_p ⊙ S_U,p)]ᵀ                 [R][mpad]   br_expand_scaled_paths
  *     B   = dy16 · W_Uᵀ / gs = [b_1|b_2|…]      [T][R]      br_mm, ONE GEMM, K = mpad
  *     dℓ += Σ_t A⊙B;  B' = f16(B⊙ℓ·gs)          [R]         br_colsum_fused (CVT_B)
- *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm_tn on dy16, A': K = tokens
+ *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm_tn2: both in one op,
+ *     N_V = f16(x)ᵀ · B' / gs                   [n][R]        K = tokens, dy16 and A',
+ *                                                             x16 and B' read as they are
  *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   br_sign_rowdot_paths
- *     N_V = f16(x)ᵀ · B' / gs                   [n][R]      br_mm_tn on x16, B': K = tokens
  *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]   br_sign_rowdot_paths
  *     X_V = [f16(g_p ⊙ S_V,p)]                  [n][R]      br_expand_scaled_rows_paths
  *     dx  = B' · X_Vᵀ / gs                      [T][n]      br_mm, ONE GEMM, K = R (dx only)
@@ -43,24 +44,24 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
 
     /* dℓ of every path written (or, accumulating, added) in place into the layer's
      * gradients, ℓ read in place: groups of r, a path apart */
-    br_fuse fl = {
-        .kind = BR_FUSE_CVT_B, .col = sp[BR_BLR_L], .dst = sh->act, .scale = gs};
+    br_fuse fl = {.kind = BR_FUSE_CVT_B, .col = sp[BR_BLR_L], .dst = sh->act, .scale = gs};
     BR_TRY(br_colsum_fused_grouped(ctx, s->a, sh->b, sp[BR_BLR_DL], ntok, R, &fl, r, ss[BR_BLR_DL],
                                    accumulate));
 
-    /* M_U, then N_V, each taken apart into the paths by one rowdot */
+    /* M_U and N_V in one op (on a GPU one launch: N_V's tiles fill M_U's last wave),
+     * each taken apart into the paths by one rowdot */
     br_tag_scope tag;
     br_tag_push(ctx, &tag, "sign");
     br_gemm gu = {.m = m, .n = R, .k = tpad, .lda = l->mpad, .oscale = 1.0f / gs};
-    br_status st = br_mm_tn(ctx, sh->stage, s->act16, R, sh->rowmat, gu);
+    br_gemm gv = {.m = n, .n = R, .k = tpad, .lda = l->npad, .oscale = 1.0f / gs};
+    br_status st =
+        br_mm_tn2(ctx, sh->stage, s->act16, R, s->mu, gu, s->x_in, sh->act, R, s->nv, gv);
     if (st == BR_OK)
-        st = br_sign_rowdot_paths(ctx, sh->rowmat, R, 0, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U],
+        st = br_sign_rowdot_paths(ctx, s->mu, R, 0, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U],
                                   sp[BR_BLR_H], ss[BR_BLR_H], sign ? sp[BR_BLR_GU] : NULL,
                                   ss[BR_BLR_GU], sp[BR_BLR_DH], ss[BR_BLR_DH], m, r, P, accumulate);
-    br_gemm gv = {.m = n, .n = R, .k = tpad, .lda = l->npad, .oscale = 1.0f / gs};
-    if (st == BR_OK) st = br_mm_tn(ctx, s->x_in, sh->act, R, sh->rowmat, gv);
     if (st == BR_OK)
-        st = br_sign_rowdot_paths(ctx, sh->rowmat, R, 0, sp[BR_BLR_BITS_V], ss[BR_BLR_BITS_V],
+        st = br_sign_rowdot_paths(ctx, s->nv, R, 0, sp[BR_BLR_BITS_V], ss[BR_BLR_BITS_V],
                                   sp[BR_BLR_G], ss[BR_BLR_G], sign ? sp[BR_BLR_GV] : NULL,
                                   ss[BR_BLR_GV], sp[BR_BLR_DG], ss[BR_BLR_DG], n, r, P, accumulate);
     br_tag_pop(ctx, &tag);

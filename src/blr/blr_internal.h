@@ -54,7 +54,7 @@ struct br_blr_shared {
                      * (backward): Y_U [m][R] and X_V [n][R] fit in the same elements */
     br_buf *act;    /* f16 [pad_rows(ntok)][R]: B' (backward) */
     br_buf *b;      /* f32 [ntok][R]: B */
-    br_buf *rowmat; /* f32 [max(m, n)][R]: M_U, then N_V */
+    br_buf *rowmat; /* f32 [m + n][R]: M_U [m][R], then N_V [n][R] (one GEMM launch) */
     /* ops so far that wrote stage: a dy staged by br_blr_forward_loss is still there
      * while this is the count its scratch noted */
     unsigned long long stage_writes;
@@ -72,6 +72,9 @@ struct br_blr_scratch {
     br_buf *a;     /* view f32 [ntok][P·r]: A = [a_1|a_2|…] */
     br_buf *act16; /* f16 [pad_rows(ntok)][P·r]: A' (the output GEMM's and M_U's) */
     br_buf *x16;   /* f16 [pad_rows(ntok)][npad]: f16(x) of br_blr_forward */
+    /* views of the shared rowmat at the layer's shapes: M_U [m][P·r] from element 0,
+     * N_V [n][P·r] right after it */
+    br_buf *mu, *nv;
     /* the last forward: the f16(x) it read (x16 or a staged one; N_V reads it again)
      * and its tokens; NULL / 0 before the first */
     const br_buf *x_in;

@@ -59,7 +59,7 @@ br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t
         (st = new_buf(ctx, fn, "paths·r·max(mpad, npad)", BR_F16, R, wide, &sh->plane)) ||
         (st = new_buf(ctx, fn, "pad_rows(ntok)·paths·r", BR_F16, prows, R, &sh->act)) ||
         (st = new_buf(ctx, fn, "ntok·paths·r", BR_F32, ntok, R, &sh->b)) ||
-        (st = new_buf(ctx, fn, "max(m, n)·paths·r", BR_F32, max2(m, n), R, &sh->rowmat)))
+        (st = new_buf(ctx, fn, "(m + n)·paths·r", BR_F32, m + n, R, &sh->rowmat)))
         goto fail;
     *out = sh;
     return BR_OK;
@@ -74,6 +74,8 @@ void br_blr_scratch_free(br_blr_scratch *s) {
     br_buf_free(s->mem);
     br_buf_free(s->act16);
     br_buf_free(s->x16);
+    br_buf_free(s->mu);
+    br_buf_free(s->nv);
     if (s->own_shared) br_blr_shared_free(s->shared);
     free(s);
 }
@@ -117,7 +119,9 @@ br_status br_blr_scratch_new(const br_blr *l, size_t ntok, br_blr_shared *shared
     if ((st = br_check_mul(ctx, fn, "ntok·paths·r", ntok, R, &ar)) ||
         (st = br_buf_new(ctx, BR_F32, ar, &s->mem)) || (st = br_buf_view(s->mem, 0, ar, &s->a)) ||
         (st = new_buf(ctx, fn, "pad_rows(ntok)·paths·r", BR_F16, prows, R, &s->act16)) ||
-        (st = new_buf(ctx, fn, "pad_rows(ntok)·npad", BR_F16, prows, l->npad, &s->x16)))
+        (st = new_buf(ctx, fn, "pad_rows(ntok)·npad", BR_F16, prows, l->npad, &s->x16)) ||
+        (st = br_buf_view(s->shared->rowmat, 0, l->m * R, &s->mu)) ||
+        (st = br_buf_view(s->shared->rowmat, l->m * R, l->n * R, &s->nv)))
         goto fail;
     *out = s;
     return BR_OK;

@@ -111,10 +111,10 @@ br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out
     return br_submit(ctx, &op, ws);
 }
 
-br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t ldp, br_buf *out,
-                   br_gemm g) {
-    static const char fn[] = "br_mm_tn";
-    BR_TRY(br_check_ctx(ctx));
+/* br_mm_tn's checks and its op's arguments; *ws its split-K reservation, *copy the
+ * backend's room for transposed operands (0 where it needs none). */
+static br_status mm_tn_args(br_ctx *ctx, const char *fn, const br_buf *act, const br_buf *plane,
+                            size_t ldp, br_buf *out, br_gemm g, br_mm_args *args, size_t *copy) {
     BR_TRY(check_gemm(ctx, fn, act, 1, out, 0, &g, NULL, 0));
     /* plane [k][ldp]: row kk at kk·ldp, (k−1)·ldp + n elements (columns past n unread) */
     if (!ldp) ldp = g.n;
@@ -123,13 +123,54 @@ br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t l
     size_t plane_elems;
     BR_TRY(br_check_span(ctx, fn, "ldp", g.k, ldp, g.n, &plane_elems));
     BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
-    br_op op = {.kind = BR_OP_MM_TN};
     size_t ws = split_ws_bytes(&g); /* K = tokens: the shape split-K is for */
-    op.u.mm =
+    *args =
         (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws, .ldp = ldp};
     /* a backend that transposes the operands for its K-major kernels needs room */
-    size_t copy = ctx->be->mm_tn_ws ? ctx->be->mm_tn_ws(ctx, &op.u.mm) : 0;
+    *copy = ctx->be->mm_tn_ws ? ctx->be->mm_tn_ws(ctx, args) : 0;
+    return BR_OK;
+}
+
+br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t ldp, br_buf *out,
+                   br_gemm g) {
+    static const char fn[] = "br_mm_tn";
+    BR_TRY(br_check_ctx(ctx));
+    br_op op = {.kind = BR_OP_MM_TN};
+    size_t copy;
+    BR_TRY(mm_tn_args(ctx, fn, act, plane, ldp, out, g, &op.u.mm, &copy));
+    size_t ws = op.u.mm.ws_bytes;
     return br_submit(ctx, &op, copy > ws ? copy : ws);
+}
+
+/* The elements of out a checked product writes: (m − 1)·ldo + ocol + n. */
+static size_t out_span(const br_gemm *g) { return (g->m - 1) * g->ldo + g->ocol + g->n; }
+
+br_status br_mm_tn2(br_ctx *ctx, const br_buf *act1, const br_buf *plane1, size_t ldp1,
+                    br_buf *out1, br_gemm g1, const br_buf *act2, const br_buf *plane2, size_t ldp2,
+                    br_buf *out2, br_gemm g2) {
+    static const char fn[] = "br_mm_tn2";
+    BR_TRY(br_check_ctx(ctx));
+    br_op op = {.kind = BR_OP_MM_TN2};
+    br_mm_args *p = op.u.mm_tn2.mm;
+    size_t copy1, copy2;
+    BR_TRY(mm_tn_args(ctx, fn, act1, plane1, ldp1, out1, g1, &p[0], &copy1));
+    BR_TRY(mm_tn_args(ctx, fn, act2, plane2, ldp2, out2, g2, &p[1], &copy2));
+    /* the products may run at once: neither writes what the other reads or writes */
+    const size_t o1 = out_span(&p[0].g), o2 = out_span(&p[1].g);
+    const size_t a1 = (p[0].g.k - 1) * p[0].g.lda + p[0].g.m,
+                 a2 = (p[1].g.k - 1) * p[1].g.lda + p[1].g.m;
+    const size_t q1 = (p[0].g.k - 1) * p[0].ldp + p[0].g.n,
+                 q2 = (p[1].g.k - 1) * p[1].ldp + p[1].g.n;
+    BR_TRY(br_check_apart(ctx, fn, "out1", out1, o1, "out2", out2, o2));
+    BR_TRY(br_check_apart(ctx, fn, "out1", out1, o1, "act2", act2, a2));
+    BR_TRY(br_check_apart(ctx, fn, "out1", out1, o1, "plane2", plane2, q2));
+    BR_TRY(br_check_apart(ctx, fn, "out2", out2, o2, "act1", act1, a1));
+    BR_TRY(br_check_apart(ctx, fn, "out2", out2, o2, "plane1", plane1, q1));
+    /* a backend that runs them apart runs them in turn: one reservation serves both */
+    size_t ws = p[0].ws_bytes > p[1].ws_bytes ? p[0].ws_bytes : p[1].ws_bytes;
+    if (copy1 > ws) ws = copy1;
+    if (copy2 > ws) ws = copy2;
+    return br_submit(ctx, &op, ws);
 }
 
 /* The context's f16 expand plane, grown to at least `count` elements. An outgrown

@@ -133,6 +133,15 @@ br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_bu
 br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t ldp, br_buf *out,
                    br_gemm g);
 
+/* Two br_mm_tn products in one op, each within GEMM tolerance of br_mm_tn's (on the
+ * CPU the same bits): the layer's M_U and N_V, which share k (the tokens), so that a
+ * GPU runs both in one launch and the second's tiles fill the first's last wave. Each out must
+ * be apart from the other out and from the other product's act and plane (the two
+ * may run at once). Backends that cannot pair them run them one after the other. */
+br_status br_mm_tn2(br_ctx *ctx, const br_buf *act1, const br_buf *plane1, size_t ldp1,
+                    br_buf *out1, br_gemm g1, const br_buf *act2, const br_buf *plane2, size_t ldp2,
+                    br_buf *out2, br_gemm g2);
+
 #ifdef __cplusplus
 }
 #endif

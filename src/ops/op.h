@@ -44,6 +44,7 @@ typedef enum br_op_kind {
     BR_OP_SIGN_STEPS,    /* sign_ops.c: sign steps of up to BR_SIGN_STEPS_MAX matrices */
     BR_OP_MM_STAGE,      /* gemm.c: br_mm with c, its result staged as br_cvt_both would */
     BR_OP_MM_TN,         /* gemm.c: br_mm on act and plane stored k-rows-first */
+    BR_OP_MM_TN2,        /* gemm.c: two MM_TN products in one op (one launch where it can) */
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT
 } br_op_kind;
@@ -257,6 +258,12 @@ typedef struct br_cvt_both_args {
     size_t col_group, col_stride; /* col in groups, as br_colsum_fused_args (0: plain) */
 } br_cvt_both_args;
 
+/* MM_TN2: two MM_TN products, each with MM_TN's arguments; outputs apart from each
+ * other and from the other's operands. */
+typedef struct br_mm_tn2_args {
+    br_mm_args mm[2];
+} br_mm_tn2_args;
+
 /* MM_STAGE: mm.out may be NULL (the f32 result is not kept); mm.g.c is set. */
 typedef struct br_mm_stage_args {
     br_mm_args mm;
@@ -295,6 +302,7 @@ typedef struct br_op {
         br_sign_rowdot_args sign_rowdot;
         br_cvt_both_args cvt_both;
         br_mm_stage_args mm_stage;
+        br_mm_tn2_args mm_tn2;
     } u;
 } br_op;
 

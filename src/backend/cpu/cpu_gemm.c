@@ -267,3 +267,14 @@ br_status br_cpu_mm_tn(br_ctx *ctx, const br_op *op) {
     plane_src src = {.f16 = br_ptr(a->plane), .tn = 1, .ldp = a->ldp};
     return run_gemm(ctx, "mm_tn", a, &src);
 }
+
+/* The two products in turn: each the same bits as its own mm_tn. */
+br_status br_cpu_mm_tn2(br_ctx *ctx, const br_op *op) {
+    for (int i = 0; i < 2; i++) {
+        const br_mm_args *a = &op->u.mm_tn2.mm[i];
+        ctx->stats.launches++;
+        plane_src src = {.f16 = br_ptr(a->plane), .tn = 1, .ldp = a->ldp};
+        BR_TRY(run_gemm(ctx, "mm_tn2", a, &src));
+    }
+    return BR_OK;
+}

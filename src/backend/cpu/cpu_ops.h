@@ -23,6 +23,7 @@ br_status br_cpu_copy(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm_bits(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm_tn(br_ctx *ctx, const br_op *op);
+br_status br_cpu_mm_tn2(br_ctx *ctx, const br_op *op);
 /* cpu_stage.c */
 br_status br_cpu_cvt(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_multi(br_ctx *ctx, const br_op *op);

@@ -215,6 +215,36 @@ void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *s
     if (splits) *splits = best_splits;
 }
 
+WgmmaTile pick_wgmma_pair(const Problem &p1, const Problem &p2, int sm_count) {
+    /* the MN-major tiles pick_wgmma weighs (dense speeds), in its order */
+    static const struct {
+        WgmmaTile tile;
+        int bj, bt;
+        double speed;
+    } cand[] = {{TILE_128x256, 128, 256, 1.0},
+                {TILE_256x128, 256, 128, 1.0},
+                {TILE_128x128, 128, 128, 0.8},
+                {TILE_128x192, 128, 192, 0.97}};
+    const long long sms = sm_count > 0 ? sm_count : 1;
+    const double sm_flops = 600e12 / 132;
+    const int nkb = (p1.k + 63) / 64;
+    WgmmaTile best = cand[0].tile;
+    double best_cost = 0;
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
+        auto tiles_of = [&](const Problem &p) {
+            return (long long)((p.n + cand[i].bj - 1) / cand[i].bj) *
+                   ((p.m + cand[i].bt - 1) / cand[i].bt);
+        };
+        const long long tiles = tiles_of(p1) + tiles_of(p2);
+        const double unit_s =
+            2.0 * cand[i].bj * cand[i].bt * 64.0 * nkb / (sm_flops * cand[i].speed) + 0.5e-6;
+        const long long ctas = std::min(tiles, sms);
+        const double cost = (double)((tiles + ctas - 1) / ctas) * unit_s;
+        if (i == 0 || cost < best_cost) best = cand[i].tile, best_cost = cost;
+    }
+    return best;
+}
+
 /* Test and benchmark hooks, read on every call: BITRANK_GEMM_TILE=<tile>[/<A source>]
  * (e.g. 128x192/reg4) forces the wgmma tile, BITRANK_GEMM_SPLITK=<s> the split-K
  * factor (within the workspace the op reserved; 1 = none). Unset: the picker decides. */
@@ -486,8 +516,8 @@ bool mm_tn_direct(br_ctx *ctx, const br_mm_args &a) {
 size_t mm_tn_copy_bytes(const br_mm_args &a) { return (a.g.m + a.g.n) * a.g.k * sizeof(uint16_t); }
 
 /* dst [cols][rows] = srcᵀ, src [rows][lds] f16: 32 × 32 tiles through shared memory */
-__global__ void __launch_bounds__(256) transpose_f16_kernel(const uint16_t *src, long long lds,
-                                                            uint16_t *dst, int rows, int cols) {
+__global__ void __launch_bounds__(256)
+    transpose_f16_kernel(const uint16_t *src, long long lds, uint16_t *dst, int rows, int cols) {
     __shared__ uint16_t tile[32][33];
     const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
     for (int y = threadIdx.y; y < 32; y += 8) {
@@ -539,6 +569,43 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
     p.lda = p.k;
     /* no split-K: the workspace holds the copies */
     return run_problem(ctx, p, 0, "mm_tn", FAMILY_AUTO, TILE_AUTO, A_AUTO);
+}
+
+/* MM_TN2: both products in one launch of the MN-major plain kernel where each would
+ * run on it unsplit and plain with the same k, the second's tiles after the
+ * first's: M_U's last wave leaves SMs idle that N_V's tiles then fill. Else (a
+ * forced ping-pong tile, or BITRANK_MM_TN2=0, read on every call: an A/B hook)
+ * each as MM_TN, in turn. */
+extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
+    using namespace br_gemm_cuda;
+    const br_mm_args *m = op->u.mm_tn2.mm;
+    const char *e = getenv("BITRANK_MM_TN2");
+    Problem p[2];
+    bool pair = !(e && !strcmp(e, "0")) && m[0].g.k == m[1].g.k;
+    for (int i = 0; i < 2 && pair; i++) {
+        p[i] = problem_of(m[i], PLANE_F16);
+        p[i].mn = true;
+        p[i].lda = (long long)m[i].g.lda;
+        p[i].ldp = (long long)m[i].ldp;
+        pair = mm_tn_direct(ctx, m[i]) && plain_problem(p[i]);
+    }
+    WgmmaTile tile = TILE_AUTO;
+    if (pair) {
+        tile = pick_wgmma_pair(p[0], p[1], br_cuda_state(ctx)->sm_count);
+        WgmmaASource src = A_SMEM;
+        int splits = 1; /* the hook's split factor: not used here */
+        tile_from_env("BITRANK_MM_TN_TILE", &tile);
+        env_overrides(&tile, &src, &splits);
+        pair = tile != TILE_PP128x128; /* a CTA per two tiles of one product */
+    }
+    if (pair) return launch_wgmma_f16_mn(ctx, p[0], tile, &p[1]);
+    for (int i = 0; i < 2; i++) {
+        br_op one = *op;
+        one.kind = BR_OP_MM_TN;
+        one.u.mm = m[i];
+        BR_TRY(br_cuda_mm_tn(ctx, &one));
+    }
+    return BR_OK;
 }
 
 extern "C" br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op) {

@@ -6,7 +6,8 @@
 
 namespace br_gemm_cuda {
 
-br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile) {
+br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile, const Problem *p2) {
+    if (p2) return launch_wgmma_mn<EPI_PLAIN>(ctx, p, tile, p2); /* checks both are plain */
     return plain_problem(p) ? launch_wgmma_mn<EPI_PLAIN>(ctx, p, tile)
                             : launch_wgmma_mn<EPI_FULL>(ctx, p, tile);
 }

@@ -102,8 +102,11 @@ br_status launch_wgmma_f16_stage(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* The f16-plane kernels with the EPI_STAGE16 epilogue (p.c16, p.o16 set; no out, no
  * o16t). */
 br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile);
-/* The MN-major f16 kernels (p.mn, MM_TN): tiles of 96, 128, 192 or 256 tokens. */
-br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile);
+/* The MN-major f16 kernels (p.mn, MM_TN): tiles of 96, 128, 192 or 256 tokens; with
+ * p2 (MM_TN2), p2's product in the same launch, its tiles after p's (both plain, the
+ * same k). */
+br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile,
+                              const Problem *p2 = nullptr);
 /* out[i][j] = epilogue(Σ_s ws[s·mpad + i][j], s = 0, 1, … in order) for a split-K run
  * (cuda_gemm.cu). */
 br_status launch_reduce_splits(br_ctx *ctx, const Problem &p, int splits, int mpad);
@@ -119,6 +122,9 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
  * 2026-11-29's skinny-shape work; the benchmark's "before"). */
 void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src,
                 int *splits = nullptr, bool legacy = false);
+/* The tile AUTO picks for two MN-major plain problems of the same k in one launch
+ * (MM_TN2): pick_wgmma's cost over both problems' tiles together, no split. */
+WgmmaTile pick_wgmma_pair(const Problem &p1, const Problem &p2, int sm_count);
 /* Name of a tile ("256x128") and of an A source ("smem", "reg2"). */
 const char *tile_name(WgmmaTile tile);
 /* Tokens (act rows) per CTA tile: the "128" of "256x128". */

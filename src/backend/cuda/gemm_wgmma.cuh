@@ -113,6 +113,14 @@ struct WgmmaArgs {
     int c_at;            /* EPI_STAGE16: the k block of a unit at which c's loads are issued */
     const uint16_t *c16; /* EPI_STAGE16: c [m][ldc16] (read again only for a NaN) */
     long long ldc16;
+    /* A second product in the same launch (MN-major plain kernels, br_mm_tn2): units
+     * [tiles1, tiles) are its tiles, tiles_j2 along its n2, with its own operand and
+     * output maps (tm_act2, tm_plane2, tm_out2) and out2 [m2][ldo2]. tiles1 = tiles
+     * without one. */
+    int tiles1, tiles_j2, m2, n2;
+    float oscale2;
+    float *out2;
+    long long ldo2;
 #ifdef BR_WGMMA_TRACE
     /* debugging builds: consumer thread 0's clock at each phase of its first tiles,
      * [cta][consumer][tile][BR_TRACE_STAMPS] into br_trace_buf (0: none; trace_flag) */
@@ -448,15 +456,16 @@ __device__ __forceinline__ void expand_stage(const StageBits<kWgM> &b, uint32_t 
 /* ---------------------------------------------------------------- the kernel */
 
 template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP, bool kMN>
-__global__ void __launch_bounds__(384, 1)
-    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tm_act,
-                      const __grid_constant__ CUtensorMap tm_plane,
-                      const __grid_constant__ CUtensorMap tm_out,
-                      const __grid_constant__ CUtensorMap tm_c,
-                      const __grid_constant__ CUtensorMap tm_16,
-                      const __grid_constant__ CUtensorMap tm_16t, const WgmmaArgs a) {
+__global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
+    const __grid_constant__ CUtensorMap tm_act, const __grid_constant__ CUtensorMap tm_plane,
+    const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_c,
+    const __grid_constant__ CUtensorMap tm_16, const __grid_constant__ CUtensorMap tm_16t,
+    const __grid_constant__ CUtensorMap tm_act2, const __grid_constant__ CUtensorMap tm_plane2,
+    const __grid_constant__ CUtensorMap tm_out2, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
+    /* kernels that may run two products (a.tiles1 < a.tiles): MN-major, plain */
+    constexpr bool kPair = kMN && !kFullEpi;
     constexpr bool kStage16 = kEpi == EPI_STAGE16;
     static_assert(!(kStage || kStage16) || kKind == PLANE_F16,
                   "the staging epilogues are built for f16 planes");
@@ -513,6 +522,10 @@ __global__ void __launch_bounds__(384, 1)
         if (tma_thread) {
             tma_prefetch(&tm_act);
             if (kKind == PLANE_F16) tma_prefetch(&tm_plane);
+            if (kPair && a.tiles1 < a.tiles) {
+                tma_prefetch(&tm_act2);
+                tma_prefetch(&tm_plane2);
+            }
         }
         /* the grid never exceeds the unit count: every CTA has ≥ 1 unit */
         const int steps = (units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * nkb;
@@ -528,8 +541,14 @@ __global__ void __launch_bounds__(384, 1)
         uint32_t phase = 0;
         /* One stage: wait until it is free, then fill it (cur: the expand mode's bits) */
         auto fill = [&](int it, const StageBits<kWgM> &cur) {
-            const int tile = tile_of(it), kb = kblock(it);
-            const int j0 = (tile % a.tiles_j) * Cfg::kBJ, t0 = (tile / a.tiles_j) * kBT;
+            const int kb = kblock(it);
+            /* the second product's tiles follow the first's */
+            const bool two = kPair && tile_of(it) >= a.tiles1;
+            const int tile = two ? tile_of(it) - a.tiles1 : tile_of(it);
+            const int tj = two ? a.tiles_j2 : a.tiles_j;
+            const int j0 = (tile % tj) * Cfg::kBJ, t0 = (tile / tj) * kBT;
+            const CUtensorMap *map_act = two ? &tm_act2 : &tm_act;
+            const CUtensorMap *map_plane = two ? &tm_plane2 : &tm_plane;
             mbar_wait(empty + 8 * s, phase ^ 1);
             const uint32_t bar = full + 8 * s, pdst = plane_s + s * Cfg::kPlaneBytes;
             if (tma_thread) {
@@ -537,11 +556,11 @@ __global__ void __launch_bounds__(384, 1)
                 if (kMN) { /* [64 k][64] boxes along the tokens, then along the plane rows */
 #pragma unroll
                     for (int b = 0; b < kBT / kActBox; b++)
-                        tma_load(act_s + s * Cfg::kActBytes + b * kActBox * 128, &tm_act, bar,
+                        tma_load(act_s + s * Cfg::kActBytes + b * kActBox * 128, map_act, bar,
                                  t0 + kActBox * b, kb * Cfg::kBK);
 #pragma unroll
                     for (int b = 0; b < Cfg::kBJ / 64; b++)
-                        tma_load(pdst + b * 8192, &tm_plane, bar, j0 + 64 * b, kb * Cfg::kBK);
+                        tma_load(pdst + b * 8192, map_plane, bar, j0 + 64 * b, kb * Cfg::kBK);
                 } else {
                     tma_load(act_s + s * Cfg::kActBytes, &tm_act, bar, kb * Cfg::kBK, t0);
                     if (kKind == PLANE_F16) tma_load(pdst, &tm_plane, bar, kb * Cfg::kBK, j0);
@@ -675,12 +694,18 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kStride = kPP ? 2 : 1;
     for (int nth = kPP ? cw : 0, unit = blockIdx.x + nth * gridDim.x; unit < units;
          nth += kStride, unit += kStride * gridDim.x) {
-        const int tile = kFullEpi ? unit % a.tiles : unit, split = kFullEpi ? unit / a.tiles : 0;
+        /* the second product's tiles (kPair) follow the first's: its extents, output */
+        const bool two = kPair && unit >= a.tiles1;
+        const int tile = kFullEpi ? unit % a.tiles : two ? unit - a.tiles1 : unit;
+        const int split = kFullEpi ? unit / a.tiles : 0;
+        const int tiles_j = two ? a.tiles_j2 : a.tiles_j, pm = two ? a.m2 : a.m,
+                  pn = two ? a.n2 : a.n;
+        const CUtensorMap *map_out = two ? &tm_out2 : &tm_out;
         BR_STAMP(nth, 0);
         /* the unit's first stage: the producer fills nkb stages per unit, in order */
         int s = (int)((long long)nth * nkb % S);
         uint32_t phase = (uint32_t)((long long)nth * nkb / S) & 1u;
-        const int j0 = (tile % a.tiles_j) * Cfg::kBJ, t0 = (tile / a.tiles_j) * kBT;
+        const int j0 = (tile % tiles_j) * Cfg::kBJ, t0 = (tile / tiles_j) * kBT;
 #pragma unroll
         for (int mi = 0; mi < kWgM; mi++)
 #pragma unroll
@@ -809,7 +834,7 @@ __global__ void __launch_bounds__(384, 1)
         /* split-K: raw sums to this split's rows of the workspace, no epilogue */
         const bool raw = kFullEpi && a.splits > 1;
         const int row_off = raw ? split * a.mpad : 0;
-        const float os = raw ? 1.0f : a.oscale;
+        const float os = raw ? 1.0f : two ? a.oscale2 : a.oscale;
         const bool has_cs = kFullEpi && !raw && a.colscale != nullptr;
         const float *cin = kFullEpi && !raw ? a.c : nullptr;
         float cs[kWgM][2];
@@ -1087,8 +1112,8 @@ __global__ void __launch_bounds__(384, 1)
                         if (tid == 0) {
                             const int jc = j0 + (wrow + mi) * 64, tc = t0 + r * Cfg::kEpiRows;
                             for (int b = b0; b < b0 + kB; b++)
-                                if (jc + 32 * b < a.n && tc < (raw ? a.mpad : a.m))
-                                    tma_store(&tm_out, box_addr(set, b - b0), jc + 32 * b,
+                                if (jc + 32 * b < pn && tc < (raw ? a.mpad : pm))
+                                    tma_store(map_out, box_addr(set, b - b0), jc + 32 * b,
                                               row_off + tc);
                             bulk_commit();
                             /* two sets: round q + 2's c into this set once it is read */
@@ -1099,20 +1124,21 @@ __global__ void __launch_bounds__(384, 1)
                         }
                     }
         } else {
-            float *obase = a.out + (long long)row_off * a.ldo;
+            const long long ldo = two ? a.ldo2 : a.ldo;
+            float *obase = (two ? a.out2 : a.out) + (long long)row_off * ldo;
 #pragma unroll
             for (int mi = 0; mi < kWgM; mi++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int j = jw + 64 * mi + 8 * h;
-                    if (j >= a.n) continue;
+                    if (j >= pn) continue;
 #pragma unroll
                     for (int c = 0; c < kBT / 8; c++)
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
                             const int i = t0 + 8 * c + 2 * t + e;
-                            if (i >= a.m) continue;
-                            const long long idx = (long long)i * a.ldo + j;
+                            if (i >= pm) continue;
+                            const long long idx = (long long)i * ldo + j;
                             float v = scaled(mi, h, acc[mi][4 * c + 2 * h + e]);
                             if (cin) v = __fadd_rn(v, __fmul_rn(a.beta, cin[idx]));
                             obase[idx] = v;
@@ -1140,6 +1166,12 @@ inline bool stage_aligned(const Problem &p) {
 inline bool stage16_aligned(const Problem &p) {
     return p.c16 && !p.out && !p.o16t && p.o16 && (uintptr_t)p.c16 % 16 == 0 && p.ldo % 8 == 0 &&
            p.n % 8 == 0 && (uintptr_t)p.o16 % 16 == 0 && p.ld16 % 8 == 0;
+}
+
+/* Whether a problem is the plain product out = oscale·act·planeᵀ (no colscale, no
+ * c, no split-K): it runs the kFullEpi = false kernels. */
+inline bool plain_problem(const Problem &p) {
+    return p.colscale == nullptr && p.c == nullptr && p.splits <= 1;
 }
 
 #ifdef BR_WGMMA_TRACE
@@ -1178,8 +1210,10 @@ static int trace_flag(int epi, int n, bool mn) {
 }
 #endif
 
+/* One launch of problem p, and with p2 (MN-major plain kernels only: both problems
+ * plain, MN-major, the same k) of p2 too, its tiles after p's. */
 template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP, bool kMN = false>
-br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
+br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = nullptr) {
     constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
     using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, epi_box_sets(kKind, kEpi), kPP>;
     br_cuda *s = br_cuda_state(ctx);
@@ -1196,7 +1230,13 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
                                               Cfg::kSmem));
         attr_set.fetch_or(dev_bit);
     }
-    CUtensorMap tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t;
+    if (p2 && (!kMN || kFullEpi || kPP || !p2->mn || !plain_problem(p) || !plain_problem(*p2) ||
+               p2->k != p.k))
+        return br_fail(ctx, BR_E_STATE, "mm_tn2: the two products do not fit one launch");
+    CUtensorMap tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t, tm_act2, tm_plane2, tm_out2;
+    memset(&tm_act2, 0, sizeof tm_act2);
+    memset(&tm_plane2, 0, sizeof tm_plane2);
+    memset(&tm_out2, 0, sizeof tm_out2);
     memset(&tm_plane, 0, sizeof tm_plane);
     memset(&tm_out, 0, sizeof tm_out);
     memset(&tm_c, 0, sizeof tm_c);
@@ -1207,11 +1247,15 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
     if (kMN) { /* act [k][lda], plane [k][ldp]: [64 k][64] boxes, the tokens or rows inner
                 * (tokens in [64 k][32] boxes, 64-byte swizzle, where kBT % 64 != 0) */
         constexpr bool kSw64 = kBT % 64 != 0;
-        BR_TRY(encode_tmap_2d(ctx, &tm_act, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.act, (uint64_t)p.m,
-                              (uint64_t)p.k, (uint64_t)p.lda * 2, kSw64 ? 32 : 64, Cfg::kBK,
-                              kSw64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B));
-        BR_TRY(encode_tmap_2d(ctx, &tm_plane, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.plane,
-                              (uint64_t)p.n, (uint64_t)p.k, (uint64_t)p.ldp * 2, 64, Cfg::kBK));
+        auto operand_maps = [&](const Problem &q, CUtensorMap *ma, CUtensorMap *mp) -> br_status {
+            BR_TRY(encode_tmap_2d(ctx, ma, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, q.act, (uint64_t)q.m,
+                                  (uint64_t)q.k, (uint64_t)q.lda * 2, kSw64 ? 32 : 64, Cfg::kBK,
+                                  kSw64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B));
+            return encode_tmap_2d(ctx, mp, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, q.plane, (uint64_t)q.n,
+                                  (uint64_t)q.k, (uint64_t)q.ldp * 2, 64, Cfg::kBK);
+        };
+        BR_TRY(operand_maps(p, &tm_act, &tm_plane));
+        if (p2) BR_TRY(operand_maps(*p2, &tm_act2, &tm_plane2));
     } else {
         BR_TRY(encode_tmap_2d(ctx, &tm_act, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.act, (uint64_t)p.k,
                               (uint64_t)p.m, (uint64_t)p.lda * 2, Cfg::kBK, kBT));
@@ -1269,8 +1313,15 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
         a.out = p.out;
         a.ldo = p.ldo;
         /* TMA stores clip the inner dimension at 16 bytes: n·4 must be a multiple */
-        a.tma_store = (uintptr_t)p.out % 16 == 0 && p.ldo % 4 == 0 && p.n % 4 == 0 &&
-                      (uintptr_t)p.c % 16 == 0; /* c's rows are read as float4 */
+        auto tma_ok = [](const Problem &q) {
+            return (uintptr_t)q.out % 16 == 0 && q.ldo % 4 == 0 && q.n % 4 == 0 &&
+                   (uintptr_t)q.c % 16 == 0; /* c's rows are read as float4 */
+        };
+        a.tma_store = tma_ok(p) && (!p2 || tma_ok(*p2));
+        if (a.tma_store && p2)
+            BR_TRY(encode_tmap_2d(ctx, &tm_out2, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p2->out,
+                                  (uint64_t)p2->n, (uint64_t)p2->m, (uint64_t)p2->ldo * 4, 32,
+                                  Cfg::kEpiRows));
         if (kStage && !(a.tma_store && stage_aligned(p)))
             return br_fail(ctx, BR_E_STATE, "mm_stage: operands not aligned for TMA");
         if (a.tma_store && p.out)
@@ -1297,6 +1348,13 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
             BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.c, (uint64_t)p.n,
                                   (uint64_t)p.m, (uint64_t)p.ldo * 4, 32, Cfg::kEpiRows));
     }
+    a.tiles1 = a.tiles;
+    a.tiles_j2 = 1, a.m2 = 0, a.n2 = 0, a.oscale2 = 1.0f, a.out2 = nullptr, a.ldo2 = 0;
+    if (p2) {
+        a.tiles_j2 = (p2->n + Cfg::kBJ - 1) / Cfg::kBJ;
+        a.tiles += a.tiles_j2 * ((p2->m + kBT - 1) / kBT);
+        a.m2 = p2->m, a.n2 = p2->n, a.oscale2 = p2->oscale, a.out2 = p2->out, a.ldo2 = p2->ldo;
+    }
     const int units = a.tiles * a.splits;
     if (!kFullEpi && (p.colscale || p.c || a.splits > 1))
         return br_fail(ctx, BR_E_STATE, "mm: the plain wgmma kernel got an epilogue");
@@ -1310,7 +1368,8 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p) {
 #ifdef BR_WGMMA_TRACE
     a.trace = trace_flag(kEpi, p.n, kMN);
 #endif
-    kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t, a);
+    kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t,
+                                                 tm_act2, tm_plane2, tm_out2, a);
     BR_CUDA_LAUNCHED(ctx, "wgmma_gemm_kernel");
     if (a.splits > 1) return launch_reduce_splits(ctx, p, a.splits, a.mpad);
     return BR_OK;
@@ -1338,12 +1397,6 @@ br_status launch_wgmma_asets(br_ctx *ctx, const Problem &p, WgmmaASource src) {
                    (int)src);
 }
 
-/* Whether a problem is the plain product out = oscale·act·planeᵀ (no colscale, no
- * c, no split-K): it runs the kFullEpi = false kernels. */
-inline bool plain_problem(const Problem &p) {
-    return p.colscale == nullptr && p.c == nullptr && p.splits <= 1;
-}
-
 /* The kernels of one plane kind and epilogue: EPI_PLAIN for the plain product,
  * EPI_FULL for colscale, c or split-K, EPI_STAGE for MM_STAGE (see the top of this
  * file). */
@@ -1365,14 +1418,21 @@ br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, Wgmma
 /* The MN-major kernels (p.mn: MM_TN, both operands k rows first) of one epilogue:
  * the tiles whose tokens are whole 64-wide boxes, and 256x96 (32-wide boxes, only
  * when asked for: BITRANK_MM_TN_TILE or BITRANK_GEMM_TILE). */
-template <int kEpi> br_status launch_wgmma_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile) {
+template <int kEpi>
+br_status launch_wgmma_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile,
+                          const Problem *p2 = nullptr) {
     switch (tile) {
-    case TILE_256x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, false, true>(ctx, p);
-    case TILE_128x256: return launch_wgmma_shape<PLANE_F16, 1, 256, 0, kEpi, false, true>(ctx, p);
-    case TILE_128x128: return launch_wgmma_shape<PLANE_F16, 1, 128, 0, kEpi, false, true>(ctx, p);
-    case TILE_128x192: return launch_wgmma_shape<PLANE_F16, 1, 192, 0, kEpi, false, true>(ctx, p);
-    case TILE_PP128x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, true, true>(ctx, p);
-    case TILE_256x96: return launch_wgmma_shape<PLANE_F16, 2, 96, 0, kEpi, false, true>(ctx, p);
+    case TILE_256x128:
+        return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, false, true>(ctx, p, p2);
+    case TILE_128x256:
+        return launch_wgmma_shape<PLANE_F16, 1, 256, 0, kEpi, false, true>(ctx, p, p2);
+    case TILE_128x128:
+        return launch_wgmma_shape<PLANE_F16, 1, 128, 0, kEpi, false, true>(ctx, p, p2);
+    case TILE_128x192:
+        return launch_wgmma_shape<PLANE_F16, 1, 192, 0, kEpi, false, true>(ctx, p, p2);
+    case TILE_PP128x128:
+        return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, true, true>(ctx, p, p2);
+    case TILE_256x96: return launch_wgmma_shape<PLANE_F16, 2, 96, 0, kEpi, false, true>(ctx, p, p2);
     default: break;
     }
     return br_fail(ctx, BR_E_UNSUPPORTED, "mm_tn: no MN-major kernel for the %s tile",
