@@ -11,8 +11,9 @@
  *                                            column chunk partials of g², one launch
  *                         colfin_kernel      vc per column, mean of vr
  *   update_kernel         latents and moments, or exact scores; selection keys (no
- *                         binding budget: the flips themselves, by warp ballots);
- *                         up to GRID_MAX blocks, one entry per thread per round
+ *                         binding budget: the flips themselves, by warp ballots or
+ *                         shuffles); up to GRID_MAX blocks, four entries per thread
+ *                         per round (16-byte accesses) where aligned, else one
  *   [no budget]           finish_kernel      flips[slot] from the per-block counts
  *   [budget < entries]    select_init, 8 × hist_kernel (per-block histograms; the
  *                         last block of each pass adds them and picks the digit; the
@@ -325,16 +326,69 @@ __global__ void colfin_kernel(sign_job j) {
     if (l == 0) j.ws.scalar[1] = __fdiv_rn(p[0], (float)j.rows);
 }
 
-/* Grid-stride rounds of the update whose loads a thread issues together. */
-#define UPD_BATCH 4
+/* Entry groups a thread takes per round (W consecutive entries, one W-wide access
+ * per array) and rounds whose loads it issues together (B): the vector form (4, 1)
+ * where the host finds every W-wide access 16-byte aligned (vec_aligned), else the
+ * scalar one (1, 4). Both keep 4 × 4 B of each array in flight per thread; the vector
+ * form issues a quarter of the memory instructions. On the H200 (2026-11-30, the
+ * layer step at the third bench shape, ab-many): scalar 0.4204 ms, (4, 1) 0.4110,
+ * (4, 2) 0.4162 (80 registers: 3 blocks an SM instead of 4). */
+#define VEC_W 4
+#define VEC_BATCH 1
+#define SCALAR_BATCH 4
+
+/* W consecutive f32 read once (grad: dead after this step; latent state: next read
+ * a step later, and larger than L2): streaming loads and stores, evict-first in L2,
+ * so the kernels after the step keep their operands there. The keys stay normal:
+ * the selection passes read them next. */
+template <unsigned W> static __device__ __forceinline__ void load_stream(const float *p, float *x) {
+    if constexpr (W == 4) {
+        float4 q = __ldcs(reinterpret_cast<const float4 *>(p));
+        x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+    } else {
+        static_assert(W == 1, "W is 1 or 4");
+        x[0] = __ldcs(p);
+    }
+}
+template <unsigned W>
+static __device__ __forceinline__ void store_stream(float *p, const float *x) {
+    if constexpr (W == 4)
+        __stcs(reinterpret_cast<float4 *>(p), make_float4(x[0], x[1], x[2], x[3]));
+    else
+        __stcs(p, x[0]);
+}
+template <unsigned W>
+static __device__ __forceinline__ void store_keys(uint32_t *p, const uint32_t *x) {
+    if constexpr (W == 4)
+        *reinterpret_cast<uint4 *>(p) = make_uint4(x[0], x[1], x[2], x[3]);
+    else
+        p[0] = x[0];
+}
+
+/* The flips of one bitmap word, on the lane of each word's group whose entries come
+ * first: cand holds this lane's W candidates from bit 0; a word is 32 / W lanes. */
+template <unsigned W>
+static __device__ __forceinline__ uint32_t flip_word(unsigned cand, unsigned e0) {
+    if constexpr (W == 1) {
+        return __ballot_sync(FULL_MASK, cand);
+    } else {
+        uint32_t x = cand << (e0 % 32);
+        for (unsigned off = 1; off < 32 / W; off <<= 1)
+            x |= __shfl_xor_sync(FULL_MASK, x, off);
+        return x;
+    }
+}
 
 /* Per entry: the latent update (or the exact score) and the selection key; with no
  * budget (direct) the flips themselves. Per block: candidates (flips if direct)
- * into cnt[block]. A grid of up to GRID_MAX blocks (one per UPD_BATCH·THREADS
- * entries); a thread loads the entries of UPD_BATCH grid-stride rounds before it
- * updates any (the stores could alias the loads, so the compiler would not move a
- * load past one), so that several entries' loads are in flight per thread. Each
- * round's warp covers 32 consecutive entries: one bitmap word (r % 32 == 0). */
+ * into cnt[block]. A grid of up to GRID_MAX blocks (one per B·W·THREADS entries); a
+ * thread loads the W-entry groups of B grid-stride rounds before it updates any
+ * (the stores could alias the loads, so the compiler would not move a load past
+ * one), so that several groups' loads are in flight per thread. A warp's round
+ * covers 32·W consecutive entries, W whole bitmap words (r % 32 == 0); the loop
+ * runs per warp, since with W = 4 the last round's warp may be only 8, 16 or 24
+ * groups full (n % 32 == 0 makes the groups a multiple of 8: whole words). */
+template <unsigned W, unsigned B>
 static __device__ __forceinline__ void update_entries(const sign_job &j, unsigned blk,
                                                       unsigned nblk) {
     if (skipped(j)) return;
@@ -342,70 +396,97 @@ static __device__ __forceinline__ void update_entries(const sign_job &j, unsigne
     float mean = j.factored ? j.ws.scalar[1] : 0.0f;
     float c = j.normsrc ? __fmul_rn(j.curv2, j.ws.scalar[0]) : j.curv2;
     /* 32-bit indices: n ≤ BR_MAX_ELEMS < 2^31 and the grid is at most GRID_MAX
-     * blocks, so e0 + UPD_BATCH·stride cannot wrap. (A 64-bit e / r per entry, for
+     * blocks, so q0 + B·stride and W·q cannot wrap. (A 64-bit e / r per entry, for
      * the bit's place, took more issue slots than the rest of the update.) */
-    const unsigned stride = nblk * blockDim.x;
+    const unsigned groups = j.n / W, stride = nblk * blockDim.x, lane = threadIdx.x % 32;
     unsigned count = 0;
-    for (unsigned e0 = blk * blockDim.x + threadIdx.x; e0 < j.n; e0 += UPD_BATCH * stride) {
-        uint32_t wv[UPD_BATCH];
-        float gv[UPD_BATCH], mv[UPD_BATCH], vv[UPD_BATCH], lv[UPD_BATCH];
+    for (unsigned q0 = blk * blockDim.x + threadIdx.x - lane; q0 < groups; q0 += B * stride) {
+        uint32_t wv[B];
+        float gv[B][W], mv[B][W], vv[B][W], lv[B][W];
 #pragma unroll
-        for (unsigned u = 0; u < UPD_BATCH; u++) {
-            const unsigned e = e0 + u * stride;
-            if (e >= j.n) break;
-            wv[u] = j.bits[e / 32];
-            gv[u] = j.grad[e];
+        for (unsigned u = 0; u < B; u++) {
+            const unsigned q = q0 + u * stride + lane, e0 = q * W;
+            if (q0 + u * stride >= groups) break; /* the whole warp */
+            if (q >= groups) continue;
+            wv[u] = j.bits[e0 / 32];
+            load_stream<W>(j.grad + e0, gv[u]);
             if (!j.exact) {
-                mv[u] = j.m1[e];
-                lv[u] = j.lat[e];
-                vv[u] = j.factored ? 0.0f : j.v[e];
+                load_stream<W>(j.m1 + e0, mv[u]);
+                load_stream<W>(j.lat + e0, lv[u]);
+                if (j.factored)
+#pragma unroll
+                    for (unsigned s = 0; s < W; s++)
+                        vv[u][s] = 0.0f;
+                else
+                    load_stream<W>(j.v + e0, vv[u]);
             }
         }
 #pragma unroll
-        for (unsigned u = 0; u < UPD_BATCH; u++) {
-            const unsigned e = e0 + u * stride;
-            if (e >= j.n) break;                      /* whole warps: n % 32 == 0 */
-            const int bit = (wv[u] >> (e % 32)) & 1u; /* r % 32 == 0: k % 32 == e % 32 */
-            float score;
-            int cand;
-            if (!j.exact) {
-                float g = __fmul_rn(gv[u], gm);
-                float m = __fadd_rn(__fmul_rn(j.beta1, mv[u]), __fmul_rn(j.omb1, g));
-                float ve;
-                if (j.factored) {
-                    const unsigned i = e / j.r, k = e % j.r;
-                    ve = mean > 0 ? __fdiv_rn(__fmul_rn(j.v[i], j.v[j.rows + k]), mean) : 0.0f;
-                } else {
-                    ve = __fadd_rn(__fmul_rn(j.beta2, vv[u]), __fmul_rn(j.omb2, __fmul_rn(g, g)));
+        for (unsigned u = 0; u < B; u++) {
+            const unsigned q = q0 + u * stride + lane, e0 = q * W;
+            if (q0 + u * stride >= groups) break; /* the whole warp */
+            unsigned cands = 0;                   /* bit s: entry e0 + s is a candidate */
+            if (q < groups) {
+                float mo[W], vo[W], lo[W];
+                uint32_t ko[W];
+#pragma unroll
+                for (unsigned s = 0; s < W; s++) {
+                    const unsigned e = e0 + s;
+                    const int bit = (wv[u] >> (e % 32)) & 1u; /* r % 32 == 0: k % 32 == e % 32 */
+                    float score;
+                    int cand;
+                    if (!j.exact) {
+                        float g = __fmul_rn(gv[u][s], gm);
+                        float m = __fadd_rn(__fmul_rn(j.beta1, mv[u][s]), __fmul_rn(j.omb1, g));
+                        float ve;
+                        if (j.factored) {
+                            const unsigned i = e / j.r, k = e % j.r;
+                            ve = mean > 0 ? __fdiv_rn(__fmul_rn(j.v[i], j.v[j.rows + k]), mean)
+                                          : 0.0f;
+                        } else {
+                            ve = __fadd_rn(__fmul_rn(j.beta2, vv[u][s]),
+                                           __fmul_rn(j.omb2, __fmul_rn(g, g)));
+                        }
+                        float mh = __fdiv_rn(m, bc1), vh = __fdiv_rn(ve, bc2);
+                        float upd = __fdiv_rn(__fmul_rn(lr, mh), __fadd_rn(__fsqrt_rn(vh), j.eps));
+                        float l = fminf(fmaxf(__fsub_rn(lv[u][s], upd), -j.clamp), j.clamp);
+                        mo[s] = m;
+                        vo[s] = ve;
+                        lo[s] = l;
+                        cand = (l > 0) != bit && fabsf(l) > j.hyst;
+                        score = fabsf(l);
+                    } else {
+                        const unsigned i = e / j.r, k = e % j.r;
+                        float qr = __fmul_rn(j.rowf[i], j.rowf[i]);
+                        if (j.rowq) qr = __fmul_rn(qr, j.rowq[i]);
+                        float qc = __fmul_rn(j.colf[k], j.colf[k]);
+                        if (j.colq) qc = __fmul_rn(qc, j.colq[k]);
+                        float quad = __fmul_rn(__fmul_rn(c, qr), qc),
+                              tg = __fmul_rn(2.0f, gv[u][s]);
+                        float dl = bit ? __fsub_rn(quad, tg) : __fadd_rn(quad, tg);
+                        cand = dl < 0;
+                        score = -dl;
+                    }
+                    ko[s] = cand ? __float_as_uint(score) : 0u;
+                    cands |= (unsigned)cand << s;
                 }
-                float mh = __fdiv_rn(m, bc1), vh = __fdiv_rn(ve, bc2);
-                float upd = __fdiv_rn(__fmul_rn(lr, mh), __fadd_rn(__fsqrt_rn(vh), j.eps));
-                float l = fminf(fmaxf(__fsub_rn(lv[u], upd), -j.clamp), j.clamp);
-                j.m1[e] = m;
-                if (!j.factored) j.v[e] = ve;
-                j.lat[e] = l;
-                cand = (l > 0) != bit && fabsf(l) > j.hyst;
-                score = fabsf(l);
-            } else {
-                const unsigned i = e / j.r, k = e % j.r;
-                float qr = __fmul_rn(j.rowf[i], j.rowf[i]);
-                if (j.rowq) qr = __fmul_rn(qr, j.rowq[i]);
-                float qc = __fmul_rn(j.colf[k], j.colf[k]);
-                if (j.colq) qc = __fmul_rn(qc, j.colq[k]);
-                float quad = __fmul_rn(__fmul_rn(c, qr), qc), tg = __fmul_rn(2.0f, gv[u]);
-                float dl = bit ? __fsub_rn(quad, tg) : __fadd_rn(quad, tg);
-                cand = dl < 0;
-                score = -dl;
+                if (!j.exact) {
+                    store_stream<W>(j.m1 + e0, mo);
+                    if (!j.factored) store_stream<W>(j.v + e0, vo);
+                    store_stream<W>(j.lat + e0, lo);
+                }
+                if (!j.direct) store_keys<W>(j.ws.key + e0, ko);
             }
-            if (j.direct) { /* no budget: every candidate flips, here (one warp per word) */
-                unsigned word = __ballot_sync(FULL_MASK, cand);
-                if ((threadIdx.x % 32) == 0 && word) {
-                    j.bits[e / 32] ^= word; /* every lane read its word before the ballot */
+            if (j.direct) { /* no budget: every candidate flips, here (one lane per word) */
+                uint32_t word = flip_word<W>(cands, e0);
+                if (lane % (32 / W) == 0 && word) {
+                    /* the word as this lane read it: the word's lanes all read it before
+                     * their candidates reached this lane, and no other thread writes it */
+                    j.bits[e0 / 32] = wv[u] ^ word;
                     count += __popc(word);
                 }
             } else {
-                j.ws.key[e] = cand ? __float_as_uint(score) : 0u;
-                count += cand;
+                count += __popc(cands);
             }
         }
     }
@@ -413,7 +494,9 @@ static __device__ __forceinline__ void update_entries(const sign_job &j, unsigne
     if (threadIdx.x == 0) j.ws.cnt[blk] = total;
 }
 
-__global__ void update_kernel(sign_job j) { update_entries(j, blockIdx.x, gridDim.x); }
+template <unsigned W, unsigned B> __global__ void update_kernel(sign_job j) {
+    update_entries<W, B>(j, blockIdx.x, gridDim.x);
+}
 
 /* Several direct steps at once (br_sign_steps): job i takes blocks start[i] ..
  * start[i+1]−1 and its own row of counts; the same entries, the same values. */
@@ -423,11 +506,12 @@ typedef struct sign_jobs {
     unsigned n;
 } sign_jobs;
 
+template <unsigned W, unsigned B>
 __global__ void update_n_kernel(const __grid_constant__ sign_jobs J) {
     unsigned i = 0;
     while (i + 1 < J.n && blockIdx.x >= J.start[i + 1])
         i++;
-    update_entries(J.job[i], blockIdx.x - J.start[i], J.start[i + 1] - J.start[i]);
+    update_entries<W, B>(J.job[i], blockIdx.x - J.start[i], J.start[i + 1] - J.start[i]);
 }
 
 /* Block i: flips[slot] of job i from its counts. */
@@ -541,6 +625,26 @@ static unsigned entry_blocks(size_t n) {
     return (unsigned)(b < GRID_MAX ? b : GRID_MAX);
 }
 
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* Whether the update may take the vector form for job j: every 16-byte access it
+ * makes aligned (grad; latent, m1 and a full v where it updates them; the keys where
+ * it writes them). Not always so: the layer's sign gradients follow paths·(m+r+n)
+ * parameters in one buffer, and a factored v of rows + r elements shifts the latent
+ * state of the next matrix. */
+static int vec_aligned(const sign_job &j) {
+    int ok = aligned16(j.grad);
+    if (!j.exact) ok = ok && aligned16(j.lat) && aligned16(j.m1) && (j.factored || aligned16(j.v));
+    if (!j.direct) ok = ok && aligned16(j.ws.key);
+    return ok;
+}
+
+/* Blocks of the update over n entries in the vector form or the scalar one. */
+static unsigned update_blocks(size_t n, int vec) {
+    size_t per = vec ? VEC_W * VEC_BATCH : SCALAR_BATCH;
+    return entry_blocks((n + per - 1) / per);
+}
+
 /* The job of one step over its workspace w (br_sign_step_workspace words). */
 static sign_job make_job(const br_sign_step_args *a, uint32_t *w) {
     size_t n = a->rows * a->r, chunks = (a->rows + BR_SIGN_CHUNK - 1) / BR_SIGN_CHUNK;
@@ -605,8 +709,12 @@ static br_status launch_step(br_ctx *ctx, const br_sign_step_args *a, sign_job j
         colfin_kernel<<<1, BR_SIGN_LANES, 0, st>>>(j);
         BR_CUDA_LAUNCHED(ctx, "colfin_kernel");
     }
-    unsigned ublocks = entry_blocks((n + UPD_BATCH - 1) / UPD_BATCH), blocks = entry_blocks(n);
-    update_kernel<<<ublocks, THREADS, 0, st>>>(j);
+    const int vec = vec_aligned(j);
+    unsigned ublocks = update_blocks(n, vec), blocks = entry_blocks(n);
+    if (vec)
+        update_kernel<VEC_W, VEC_BATCH><<<ublocks, THREADS, 0, st>>>(j);
+    else
+        update_kernel<1, SCALAR_BATCH><<<ublocks, THREADS, 0, st>>>(j);
     BR_CUDA_LAUNCHED(ctx, "update_kernel");
     if (j.direct) {
         finish_kernel<<<1, THREADS, 0, st>>>(j, ublocks);
@@ -657,16 +765,23 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     sign_jobs J;
     memset(&J, 0, sizeof J);
     J.n = (unsigned)a->n;
+    int vec = 1; /* one form for the launch: the vector one where every job allows it */
+    for (size_t i = 0; i < a->n; i++) {
+        J.job[i] = make_job(&a->m[i], (uint32_t *)mem);
+        vec = vec && vec_aligned(J.job[i]);
+    }
     for (size_t i = 0; i < a->n; i++) {
         const br_sign_step_args *m = &a->m[i];
-        J.job[i] = make_job(m, (uint32_t *)mem);
         J.job[i].ws.cnt = cnt + i * GRID_MAX;
-        size_t nb = entry_blocks((m->rows * m->r + UPD_BATCH - 1) / UPD_BATCH);
+        size_t nb = update_blocks(m->rows * m->r, vec);
         if (nb > GRID_MAX / BR_SIGN_STEPS_MAX) nb = GRID_MAX / BR_SIGN_STEPS_MAX;
         J.start[i + 1] = J.start[i] + (unsigned)nb;
     }
     br_cuda *s = br_cuda_state(ctx);
-    update_n_kernel<<<J.start[J.n], THREADS, 0, s->stream>>>(J);
+    if (vec)
+        update_n_kernel<VEC_W, VEC_BATCH><<<J.start[J.n], THREADS, 0, s->stream>>>(J);
+    else
+        update_n_kernel<1, SCALAR_BATCH><<<J.start[J.n], THREADS, 0, s->stream>>>(J);
     BR_CUDA_LAUNCHED(ctx, "update_n_kernel");
     finish_n_kernel<<<J.n, THREADS, 0, s->stream>>>(J);
     BR_CUDA_LAUNCHED(ctx, "finish_n_kernel");
