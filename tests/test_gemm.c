@@ -1569,6 +1569,223 @@ static void mm_tn2_pairs(void) {
     br_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- mm_tn2_rowdot */
+
+/* One side of a br_mm_tn2_rowdot test: its product as tn2_side (n = paths·r), its
+ * rowdot's paths, and whether it has sign gradients. */
+typedef struct rd_side {
+    tn2_side mm;
+    size_t r, paths;
+    int with_grad;
+} rd_side;
+
+/* Both sides as the layer lays them out: bits and h per path at padded strides,
+ * grad per path at a padded stride (random when accumulating, else NaN), dsum of
+ * both sides interleaved in one buffer (the layer's dh and dg), mats side by side in
+ * one buffer. Checked against f64 (grad = h·M (+ grad), dsum = Σ ±M (+ dsum)), the
+ * gaps between the pieces untouched, and on the CPU bit for bit against br_mm_tn2
+ * then two br_sign_rowdot_paths on copies. */
+static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumulate) {
+    tn2_data d[2];
+    tn2_side mm[2];
+    for (int i = 0; i < 2; i++) {
+        mm[i] = sd[i].mm;
+        d[i] = tn2_make(ctx, r, &mm[i]);
+    }
+    const size_t m1 = mm[0].m, m2 = mm[1].m;
+    const size_t P = sd[0].paths > sd[1].paths ? sd[0].paths : sd[1].paths;
+    const size_t pstride = m1 + m2 + 3; /* dsum1 at 0, dsum2 at m1 + 1 of each piece */
+    const size_t nd = P * pstride;
+    float *dsum0 = t_xmalloc(nd * sizeof *dsum0);
+    for (size_t e = 0; e < nd; e++)
+        dsum0[e] = accumulate ? br_rng_sym(r) : NAN;
+    br_buf *dall = t_buf_from(ctx, BR_F32, dsum0, nd), *dv[2] = {NULL, NULL};
+    CHECK_OK(ctx, br_buf_view(dall, 0, (sd[0].paths - 1) * pstride + m1, &dv[0]));
+    CHECK_OK(ctx, br_buf_view(dall, m1 + 1, (sd[1].paths - 1) * pstride + m2, &dv[1]));
+    br_buf *mats = t_buf_poison(ctx, BR_F32, d[0].count + d[1].count, T_NAN32), *mv[2] = {0, 0};
+    CHECK_OK(ctx, br_buf_view(mats, 0, d[0].count, &mv[0]));
+    CHECK_OK(ctx, br_buf_view(mats, d[0].count, d[1].count, &mv[1]));
+    br_buf *bits[2], *hs[2], *grad[2];
+    uint32_t *hb[2];
+    float *hh[2], *g0[2];
+    size_t bstr[2], hstr[2], gstr[2], ng[2];
+    br_tn_rowdot side[2];
+    for (int i = 0; i < 2; i++) {
+        const size_t m = mm[i].m, rr = sd[i].r, Pi = sd[i].paths, w = rr / 32;
+        bstr[i] = m * w + 3, hstr[i] = m + 5, gstr[i] = m * rr + 7;
+        hb[i] = t_xmalloc(Pi * bstr[i] * sizeof(uint32_t));
+        for (size_t e = 0; e < Pi * bstr[i]; e++)
+            hb[i][e] = (uint32_t)br_rng_u64(r);
+        hh[i] = t_xmalloc(Pi * hstr[i] * sizeof(float));
+        for (size_t e = 0; e < Pi * hstr[i]; e++)
+            hh[i][e] = 0.5f + br_rng_unit(r);
+        ng[i] = Pi * gstr[i];
+        g0[i] = t_xmalloc(ng[i] * sizeof(float));
+        for (size_t e = 0; e < ng[i]; e++)
+            g0[i][e] = accumulate ? br_rng_sym(r) : NAN;
+        bits[i] = t_buf_from(ctx, BR_U32, hb[i], Pi * bstr[i]);
+        hs[i] = t_buf_from(ctx, BR_F32, hh[i], Pi * hstr[i]);
+        grad[i] = sd[i].with_grad ? t_buf_from(ctx, BR_F32, g0[i], ng[i]) : NULL;
+        side[i] = (br_tn_rowdot){.act = d[i].act,
+                                 .plane = d[i].plane,
+                                 .ldp = mm[i].ldp,
+                                 .mat = mv[i],
+                                 .g = {.m = m,
+                                       .n = mm[i].n,
+                                       .k = mm[i].k,
+                                       .lda = mm[i].lda,
+                                       .ldo = mm[i].ldo,
+                                       .ocol = mm[i].ocol,
+                                       .oscale = mm[i].oscale},
+                                 .bits = bits[i],
+                                 .bits_stride = bstr[i],
+                                 .rowscale = hs[i],
+                                 .scale_stride = hstr[i],
+                                 .grad = grad[i],
+                                 .grad_stride = gstr[i],
+                                 .dsum = dv[i],
+                                 .dsum_stride = pstride,
+                                 .r = rr,
+                                 .paths = Pi,
+                                 .accumulate = accumulate};
+    }
+    CHECK_OK(ctx, br_mm_tn2_rowdot(ctx, side));
+
+    const char *fused = getenv("BITRANK_ROWDOT_FUSED"), *tile = getenv("BITRANK_GEMM_TILE");
+    float *dgot = t_download_f32(ctx, dall, nd);
+    for (int i = 0; i < 2; i++) {
+        const size_t m = mm[i].m, rr = sd[i].r, Pi = sd[i].paths, w = rr / 32;
+        const size_t doff = i ? m1 + 1 : 0;
+        char what[200];
+        snprintf(what, sizeof what,
+                 "mm_tn2_rowdot side %d m=%zu r=%zu P=%zu k=%zu%s%s tile=%s fused=%s", i + 1, m, rr,
+                 Pi, mm[i].k, accumulate ? " accumulate" : "", grad[i] ? "" : " no grad",
+                 tile ? tile : "auto", fused ? fused : "0");
+        double *gref = t_xmalloc(m * rr * sizeof *gref), *dref = t_xmalloc(m * sizeof *dref);
+        float *ggot = grad[i] ? t_download_f32(ctx, grad[i], ng[i]) : NULL;
+        float *gblk = t_xmalloc(m * rr * sizeof *gblk), *dblk = t_xmalloc(m * sizeof *dblk);
+        size_t gaps_bad = 0;
+        for (size_t p = 0; p < Pi; p++) {
+            for (size_t row = 0; row < m; row++) {
+                double acc = 0;
+                for (size_t k = 0; k < rr; k++) {
+                    const double mv_ = d[i].ref[row * mm[i].n + p * rr + k];
+                    const uint32_t word = hb[i][p * bstr[i] + row * w + k / 32];
+                    acc += (word >> (k % 32) & 1u) ? mv_ : -mv_;
+                    gref[row * rr + k] = (double)hh[i][p * hstr[i] + row] * mv_ +
+                                         (accumulate ? g0[i][p * gstr[i] + row * rr + k] : 0.0);
+                    if (ggot) gblk[row * rr + k] = ggot[p * gstr[i] + row * rr + k];
+                }
+                dref[row] = acc + (accumulate ? dsum0[p * pstride + doff + row] : 0.0);
+                dblk[row] = dgot[p * pstride + doff + row];
+            }
+            if (ggot) {
+                double err = t_rel_err(gblk, gref, m * rr);
+                CHECK(err < MM_TOL, "%s path %zu: grad relative error %.3g", what, p, err);
+                /* the gap after the piece: never written */
+                for (size_t e = m * rr; e < gstr[i] && p + 1 < Pi; e++) {
+                    uint32_t u;
+                    memcpy(&u, &ggot[p * gstr[i] + e], 4);
+                    uint32_t u0;
+                    memcpy(&u0, &g0[i][p * gstr[i] + e], 4);
+                    gaps_bad += u != u0;
+                }
+            }
+            double err = t_rel_err(dblk, dref, m);
+            CHECK(err < MM_TOL, "%s path %zu: dsum relative error %.3g", what, p, err);
+        }
+        CHECK(gaps_bad == 0, "%s: %zu grad elements between the paths were written", what,
+              gaps_bad);
+        if (t_small()) fprintf(stderr, "  [%.1f s] %s\n", t_elapsed(), what);
+        free(gref), free(dref), free(ggot), free(gblk), free(dblk);
+    }
+    /* dsum's gaps (neither side's) untouched */
+    size_t dgaps = 0;
+    for (size_t e = 0; e < nd; e++) {
+        const size_t p = e / pstride, o = e % pstride;
+        const int in1 = p < sd[0].paths && o < m1, in2 = p < sd[1].paths && o > m1 && o <= m1 + m2;
+        uint32_t u, u0;
+        memcpy(&u, &dgot[e], 4);
+        memcpy(&u0, &dsum0[e], 4);
+        if (!in1 && !in2) dgaps += u != u0;
+    }
+    CHECK(dgaps == 0, "mm_tn2_rowdot: %zu dsum elements outside both sides were written", dgaps);
+    if (strcmp(br_ctx_backend(ctx), "cpu") == 0) { /* the same bits as the ops apart */
+        br_buf *dall2 = t_buf_from(ctx, BR_F32, dsum0, nd);
+        for (int i = 0; i < 2; i++) {
+            br_buf *g2 = grad[i] ? t_buf_from(ctx, BR_F32, g0[i], ng[i]) : NULL, *dv2 = NULL;
+            br_buf *mat2 = t_buf_poison(ctx, BR_F32, d[i].count, T_NAN32);
+            CHECK_OK(ctx, br_buf_view(dall2, i ? m1 + 1 : 0, (sd[i].paths - 1) * pstride + mm[i].m,
+                                      &dv2));
+            CHECK_OK(ctx, br_mm_tn(ctx, d[i].act, d[i].plane, mm[i].ldp, mat2, side[i].g));
+            CHECK_OK(ctx, br_sign_rowdot_paths(ctx, mat2, mm[i].ldo, mm[i].ocol, bits[i], bstr[i],
+                                               hs[i], hstr[i], g2, gstr[i], dv2, pstride, mm[i].m,
+                                               sd[i].r, sd[i].paths, accumulate));
+            if (g2) {
+                float *a = t_download_f32(ctx, g2, ng[i]), *b = t_download_f32(ctx, grad[i], ng[i]);
+                CHECK(t_bits_differ32(a, b, ng[i]) == 0,
+                      "mm_tn2_rowdot side %d: grad bits differ "
+                      "from br_mm_tn + br_sign_rowdot_paths",
+                      i + 1);
+                free(a), free(b);
+            }
+            br_buf_free(g2), br_buf_free(dv2), br_buf_free(mat2);
+        }
+        float *a = t_download_f32(ctx, dall2, nd);
+        CHECK(t_bits_differ32(a, dgot, nd) == 0,
+              "mm_tn2_rowdot: dsum bits differ from br_mm_tn + br_sign_rowdot_paths");
+        free(a);
+        br_buf_free(dall2);
+    }
+    free(dgot), free(dsum0);
+    for (int i = 0; i < 2; i++) {
+        br_buf_free(bits[i]), br_buf_free(hs[i]), br_buf_free(grad[i]), br_buf_free(mv[i]);
+        br_buf_free(dv[i]), br_buf_free(d[i].act), br_buf_free(d[i].plane);
+        free(d[i].ref), free(hb[i]), free(hh[i]), free(g0[i]);
+    }
+    br_buf_free(mats), br_buf_free(dall);
+}
+
+/* The layer's shapes in small (two paths a side, both sides n = 256), a side of one
+ * path narrower than a tile and one of three paths whose tile straddles two, no sign
+ * gradients on a side, accumulating, a long k, on CUDA by the fused epilogue
+ * (BITRANK_ROWDOT_FUSED=1); the default way; other tiles and several tiles per CTA. */
+static void mm_tn2_rowdot_sides(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng r = t_rng_for(16);
+#define RD_MM(m_, n_, k_)                                                                          \
+    { .m = m_, .n = n_, .k = k_, .lda = m_ + 8, .ldp = n_, .ldo = n_, .oscale = 0.5f }
+    static const rd_side cases[][2] = {
+        {{RD_MM(300, 256, 96), 128, 2, 1}, {RD_MM(130, 256, 96), 128, 2, 1}},
+        {{RD_MM(77, 96, 64), 96, 1, 1}, {RD_MM(50, 192, 64), 64, 3, 0}},
+        {{RD_MM(512, 256, 4096), 128, 2, 1}, {RD_MM(128, 256, 4096), 128, 2, 1}},
+    };
+#undef RD_MM
+    /* CUDA: the fused epilogue (BITRANK_ROWDOT_FUSED=1; it leaves accumulating to the
+     * ops apart), then the default way */
+    setenv("BITRANK_ROWDOT_FUSED", "1", 1);
+    for (int acc = 0; acc < 2; acc++)
+        for (size_t ci = 0; ci < 3; ci++) {
+            if (ci == 2 && (acc || t_small())) continue;
+            rowdot2_run(ctx, &r, cases[ci], acc);
+        }
+    unsetenv("BITRANK_ROWDOT_FUSED");
+    rowdot2_run(ctx, &r, cases[0], 0);
+    rowdot2_run(ctx, &r, cases[0], 1);
+    setenv("BITRANK_ROWDOT_FUSED", "1", 1);
+    static const char *const tiles[] = {"128x256", "256x128"};
+    for (size_t t = 0; t < 2; t++)
+        for (int one = 0; one < 2; one++) {
+            setenv("BITRANK_GEMM_TILE", tiles[t], 1);
+            if (one) setenv("BITRANK_GEMM_CTAS", "1", 1);
+            rowdot2_run(ctx, &r, cases[1], one);
+            unsetenv("BITRANK_GEMM_CTAS");
+            unsetenv("BITRANK_GEMM_TILE");
+        }
+    unsetenv("BITRANK_ROWDOT_FUSED");
+    br_ctx_free(ctx);
+}
+
 /* br_mm_tn2's own refusals (each product's arguments are br_mm_tn's checks): the
  * outputs overlapping each other, or an output over the other product's act or
  * plane; nothing is written. */
@@ -1731,4 +1948,5 @@ T_RUN("gemm", T_CASE(mm_shapes), T_CASE(mm_ldo_ocol), T_CASE(mm_oscale), T_CASE(
       T_CASE(mm_bits_expand_eager_growth), T_CASE(mm_graph), T_CASE(mm_launch_counts),
       T_CASE(mm_bad_args), T_CASE(mm_epilogue), T_CASE(mm_epilogue_bad_args),
       T_CASE(mm_tiles_splitk), T_CASE(mm_same_bits_any_thread_count), T_CASE(mm_tn_shapes),
-      T_CASE(mm_tn_bad_args), T_CASE(mm_tn2_pairs), T_CASE(mm_tn2_bad_args))
+      T_CASE(mm_tn_bad_args), T_CASE(mm_tn2_pairs), T_CASE(mm_tn2_bad_args),
+      T_CASE(mm_tn2_rowdot_sides))

@@ -6,11 +6,12 @@
  *     W_U = [f16(h_p ⊙ S_U,p)]ᵀ                 [R][mpad]   br_expand_scaled_paths
  *     B   = dy16 · W_Uᵀ / gs = [b_1|b_2|…]      [T][R]      br_mm, ONE GEMM, K = mpad
  *     dℓ += Σ_t A⊙B;  B' = f16(B⊙ℓ·gs)          [R]         br_colsum_fused (CVT_B)
- *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm_tn2: both in one op,
- *     N_V = f16(x)ᵀ · B' / gs                   [n][R]        K = tokens, dy16 and A',
- *                                                             x16 and B' read as they are
- *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   br_sign_rowdot_paths
- *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]   br_sign_rowdot_paths
+ *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm_tn2_rowdot: all four
+ *     N_V = f16(x)ᵀ · B' / gs                   [n][R]        in one op, K = tokens, dy16
+ *                                                             and A', x16 and B' read as
+ *                                                             they are
+ *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   (its rowdots)
+ *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]
  *     X_V = [f16(g_p ⊙ S_V,p)]                  [n][R]      br_expand_scaled_rows_paths
  *     dx  = B' · X_Vᵀ / gs                      [T][n]      br_mm, ONE GEMM, K = R (dx only)
  * Why M_U gives dh: dh_i = Σ_t dy_ti·c_ti with c = A'·S_Uᵀ, so dh_i = Σ_k S_U[i,k]·
@@ -48,22 +49,44 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     BR_TRY(br_colsum_fused_grouped(ctx, s->a, sh->b, sp[BR_BLR_DL], ntok, R, &fl, r, ss[BR_BLR_DL],
                                    accumulate));
 
-    /* M_U and N_V in one op (on a GPU one launch: N_V's tiles fill M_U's last wave),
-     * each taken apart into the paths by one rowdot */
+    /* M_U and N_V and their rowdots in one op (on a GPU one launch: N_V's tiles fill
+     * M_U's last wave, and the rowdots run in its epilogue) */
     br_tag_scope tag;
     br_tag_push(ctx, &tag, "sign");
-    br_gemm gu = {.m = m, .n = R, .k = tpad, .lda = l->mpad, .oscale = 1.0f / gs};
-    br_gemm gv = {.m = n, .n = R, .k = tpad, .lda = l->npad, .oscale = 1.0f / gs};
-    br_status st =
-        br_mm_tn2(ctx, sh->stage, s->act16, R, s->mu, gu, s->x_in, sh->act, R, s->nv, gv);
-    if (st == BR_OK)
-        st = br_sign_rowdot_paths(ctx, s->mu, R, 0, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U],
-                                  sp[BR_BLR_H], ss[BR_BLR_H], sign ? sp[BR_BLR_GU] : NULL,
-                                  ss[BR_BLR_GU], sp[BR_BLR_DH], ss[BR_BLR_DH], m, r, P, accumulate);
-    if (st == BR_OK)
-        st = br_sign_rowdot_paths(ctx, s->nv, R, 0, sp[BR_BLR_BITS_V], ss[BR_BLR_BITS_V],
-                                  sp[BR_BLR_G], ss[BR_BLR_G], sign ? sp[BR_BLR_GV] : NULL,
-                                  ss[BR_BLR_GV], sp[BR_BLR_DG], ss[BR_BLR_DG], n, r, P, accumulate);
+    const br_tn_rowdot sides[2] = {
+        {.act = sh->stage,
+         .plane = s->act16,
+         .ldp = R,
+         .mat = s->mu,
+         .g = {.m = m, .n = R, .k = tpad, .lda = l->mpad, .oscale = 1.0f / gs},
+         .bits = sp[BR_BLR_BITS_U],
+         .bits_stride = ss[BR_BLR_BITS_U],
+         .rowscale = sp[BR_BLR_H],
+         .scale_stride = ss[BR_BLR_H],
+         .grad = sign ? sp[BR_BLR_GU] : NULL,
+         .grad_stride = ss[BR_BLR_GU],
+         .dsum = sp[BR_BLR_DH],
+         .dsum_stride = ss[BR_BLR_DH],
+         .r = r,
+         .paths = P,
+         .accumulate = accumulate},
+        {.act = s->x_in,
+         .plane = sh->act,
+         .ldp = R,
+         .mat = s->nv,
+         .g = {.m = n, .n = R, .k = tpad, .lda = l->npad, .oscale = 1.0f / gs},
+         .bits = sp[BR_BLR_BITS_V],
+         .bits_stride = ss[BR_BLR_BITS_V],
+         .rowscale = sp[BR_BLR_G],
+         .scale_stride = ss[BR_BLR_G],
+         .grad = sign ? sp[BR_BLR_GV] : NULL,
+         .grad_stride = ss[BR_BLR_GV],
+         .dsum = sp[BR_BLR_DG],
+         .dsum_stride = ss[BR_BLR_DG],
+         .r = r,
+         .paths = P,
+         .accumulate = accumulate}};
+    br_status st = br_mm_tn2_rowdot(ctx, sides);
     br_tag_pop(ctx, &tag);
     BR_TRY(st);
 

@@ -173,6 +173,97 @@ br_status br_mm_tn2(br_ctx *ctx, const br_buf *act1, const br_buf *plane1, size_
     return br_submit(ctx, &op, ws);
 }
 
+/* A buffer as the op touches it: `paths` pieces of `one` elements, `stride` apart
+ * (one piece: the whole span). */
+typedef struct pieces {
+    const char *name;
+    const br_buf *buf;
+    size_t paths, stride, one;
+} pieces;
+
+/* Whether two sets of pieces share an element: piece by piece (a layer interleaves
+ * its paths' dh and dg, G_U and G_V), or on the whole spans past 4096 pairs. */
+static int pieces_overlap(const pieces *x, const pieces *y) {
+    if (!x->buf || !y->buf || x->buf->mem != y->buf->mem) return 0;
+    if (x->paths * y->paths > 4096)
+        return br_bufs_overlap(x->buf, (x->paths - 1) * x->stride + x->one, y->buf,
+                               (y->paths - 1) * y->stride + y->one);
+    const size_t ex = br_dtype_size(x->buf->dtype), ey = br_dtype_size(y->buf->dtype);
+    for (size_t p = 0; p < x->paths; p++)
+        for (size_t q = 0; q < y->paths; q++) {
+            size_t bx = (x->buf->offset + p * x->stride) * ex,
+                   by = (y->buf->offset + q * y->stride) * ey;
+            if (bx < by + y->one * ey && by < bx + x->one * ex) return 1;
+        }
+    return 0;
+}
+
+br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]) {
+    static const char fn[] = "br_mm_tn2_rowdot";
+    BR_TRY(br_check_ctx(ctx));
+    if (!side) return br_fail(ctx, BR_E_ARG, "%s: side is NULL", fn);
+    br_op op = {.kind = BR_OP_MM_TN2};
+    br_mm_tn2_args *a = &op.u.mm_tn2;
+    a->rowdot = 1;
+    size_t copy[2], ws = 0;
+    for (int i = 0; i < 2; i++) {
+        const br_tn_rowdot *s = &side[i];
+        if (s->g.colscale || s->g.c)
+            return br_fail(ctx, BR_E_ARG, "%s: side %d's product has colscale or c", fn, i + 1);
+        BR_TRY(mm_tn_args(ctx, fn, s->act, s->plane, s->ldp, s->mat, s->g, &a->mm[i], &copy[i]));
+        size_t cols;
+        BR_TRY(br_check_mul(ctx, fn, "paths·r", s->paths, s->r, &cols));
+        if (cols != s->g.n)
+            return br_fail(ctx, BR_E_SHAPE, "%s: side %d: paths·r = %zu, the product has n = %zu",
+                           fn, i + 1, cols, s->g.n);
+        const br_gemm *g = &a->mm[i].g; /* strides resolved */
+        BR_TRY(br_sign_rowdot_args_of(ctx, fn, s->mat, g->ldo, g->ocol, s->bits, s->bits_stride,
+                                      s->rowscale, s->scale_stride, s->grad, s->grad_stride,
+                                      s->dsum, s->dsum_stride, g->m, s->r, s->paths, s->accumulate,
+                                      &a->rd[i]));
+        /* the fused epilogue's row partials: n/16 per row */
+        ws += (s->g.n / 16) * s->g.m * sizeof(float);
+    }
+    /* the two sides may run at once: each side's outputs apart from everything the
+     * other side reads or writes and from both products' operands */
+    const br_mm_args *m = a->mm;
+    pieces mat[2], act[2], plane[2], grad[2], dsum[2], bits[2], scale[2];
+    for (int i = 0; i < 2; i++) {
+        const br_sign_rowdot_args *rd = &a->rd[i];
+        const size_t P = rd->paths;
+        mat[i] = (pieces){i ? "mat2" : "mat1", m[i].out, 1, 0, out_span(&m[i].g)};
+        act[i] =
+            (pieces){i ? "act2" : "act1", m[i].act, 1, 0, (m[i].g.k - 1) * m[i].g.lda + m[i].g.m};
+        plane[i] = (pieces){i ? "plane2" : "plane1", m[i].plane, 1, 0,
+                            (m[i].g.k - 1) * m[i].ldp + m[i].g.n};
+        grad[i] = (pieces){i ? "grad2" : "grad1", rd->grad, P, rd->grad_stride, rd->rows * rd->r};
+        dsum[i] = (pieces){i ? "dsum2" : "dsum1", rd->dsum, P, rd->dsum_stride, rd->rows};
+        bits[i] =
+            (pieces){i ? "bits2" : "bits1", rd->bits, P, rd->bits_stride, rd->rows * rd->r / 32};
+        scale[i] =
+            (pieces){i ? "rowscale2" : "rowscale1", rd->rowscale, P, rd->scale_stride, rd->rows};
+    }
+    for (int i = 0; i < 2; i++) {
+        const int j = 1 - i;
+        const pieces *outs[] = {&mat[i], &grad[i], &dsum[i]};
+        const pieces *others[] = {&act[0],  &act[1],  &plane[0], &plane[1], &mat[j],
+                                  &grad[j], &dsum[j], &bits[j],  &scale[j]};
+        for (size_t u = 0; u < sizeof outs / sizeof outs[0]; u++)
+            for (size_t v = 0; v < sizeof others / sizeof others[0]; v++)
+                /* (mat and its own product's operands: as br_mm_tn) */
+                if (!(u == 0 && (others[v] == &act[i] || others[v] == &plane[i])) &&
+                    pieces_overlap(outs[u], others[v]))
+                    return br_fail(ctx, BR_E_ARG, "%s: %s overlaps %s", fn, outs[u]->name,
+                                   others[v]->name);
+    }
+    /* a backend that runs them apart runs them in turn: one reservation serves both */
+    for (int i = 0; i < 2; i++) {
+        if (m[i].ws_bytes > ws) ws = m[i].ws_bytes;
+        if (copy[i] > ws) ws = copy[i];
+    }
+    return br_submit(ctx, &op, ws);
+}
+
 /* The context's f16 expand plane, grown to at least `count` elements. An outgrown
  * plane that a recording named is retired, not freed: a graph may still run on it
  * (freed with the context); one only eager ops used is freed. */

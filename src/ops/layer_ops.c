@@ -99,11 +99,11 @@ br_status br_expand_scaled_rows_paths(br_ctx *ctx, const br_buf *bits, size_t bi
                          scale_stride, scale, plane, ld, paths, 1);
 }
 
-static br_status sign_rowdot(br_ctx *ctx, const char *fn, const br_buf *mat, size_t ldm,
-                             size_t col0, const br_buf *bits, size_t bits_stride,
-                             const br_buf *rowscale, size_t scale_stride, br_buf *grad,
-                             size_t grad_stride, br_buf *dsum, size_t dsum_stride, size_t rows,
-                             size_t r, size_t paths, int accumulate) {
+br_status br_sign_rowdot_args_of(br_ctx *ctx, const char *fn, const br_buf *mat, size_t ldm,
+                                 size_t col0, const br_buf *bits, size_t bits_stride,
+                                 const br_buf *rowscale, size_t scale_stride, br_buf *grad,
+                                 size_t grad_stride, br_buf *dsum, size_t dsum_stride, size_t rows,
+                                 size_t r, size_t paths, int accumulate, br_sign_rowdot_args *out) {
     BR_TRY(br_check_ctx(ctx));
     if (!grad && !dsum) return br_fail(ctx, BR_E_ARG, "%s: grad and dsum are both NULL", fn);
     BR_TRY(br_check_dim(ctx, fn, "rows", rows));
@@ -149,23 +149,34 @@ static br_status sign_rowdot(br_ctx *ctx, const char *fn, const br_buf *mat, siz
     BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, s_dsum, "rowscale", rowscale, s_scale));
     BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, s_dsum, "bits", bits, s_bits));
     BR_TRY(br_check_apart(ctx, fn, "dsum", dsum, s_dsum, "grad", grad, s_grad));
-    br_op op = {.kind = BR_OP_SIGN_ROWDOT};
     const int many = paths > 1;
-    op.u.sign_rowdot = (br_sign_rowdot_args){.mat = mat,
-                                             .bits = dsum ? bits : NULL,
-                                             .rowscale = grad ? rowscale : NULL,
-                                             .grad = grad,
-                                             .dsum = dsum,
-                                             .rows = rows,
-                                             .r = r,
-                                             .ldm = ldm,
-                                             .col0 = col0,
-                                             .paths = paths,
-                                             .bits_stride = many && dsum ? bits_stride : 0,
-                                             .scale_stride = many && grad ? scale_stride : 0,
-                                             .grad_stride = many && grad ? grad_stride : 0,
-                                             .dsum_stride = many && dsum ? dsum_stride : 0,
-                                             .accumulate = accumulate != 0};
+    *out = (br_sign_rowdot_args){.mat = mat,
+                                 .bits = dsum ? bits : NULL,
+                                 .rowscale = grad ? rowscale : NULL,
+                                 .grad = grad,
+                                 .dsum = dsum,
+                                 .rows = rows,
+                                 .r = r,
+                                 .ldm = ldm,
+                                 .col0 = col0,
+                                 .paths = paths,
+                                 .bits_stride = many && dsum ? bits_stride : 0,
+                                 .scale_stride = many && grad ? scale_stride : 0,
+                                 .grad_stride = many && grad ? grad_stride : 0,
+                                 .dsum_stride = many && dsum ? dsum_stride : 0,
+                                 .accumulate = accumulate != 0};
+    return BR_OK;
+}
+
+static br_status sign_rowdot(br_ctx *ctx, const char *fn, const br_buf *mat, size_t ldm,
+                             size_t col0, const br_buf *bits, size_t bits_stride,
+                             const br_buf *rowscale, size_t scale_stride, br_buf *grad,
+                             size_t grad_stride, br_buf *dsum, size_t dsum_stride, size_t rows,
+                             size_t r, size_t paths, int accumulate) {
+    br_op op = {.kind = BR_OP_SIGN_ROWDOT};
+    BR_TRY(br_sign_rowdot_args_of(ctx, fn, mat, ldm, col0, bits, bits_stride, rowscale,
+                                  scale_stride, grad, grad_stride, dsum, dsum_stride, rows, r,
+                                  paths, accumulate, &op.u.sign_rowdot));
     return br_submit(ctx, &op, 0);
 }
 

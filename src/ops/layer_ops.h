@@ -142,6 +142,30 @@ br_status br_mm_tn2(br_ctx *ctx, const br_buf *act1, const br_buf *plane1, size_
                     br_buf *out1, br_gemm g1, const br_buf *act2, const br_buf *plane2, size_t ldp2,
                     br_buf *out2, br_gemm g2);
 
+/* One side of br_mm_tn2_rowdot: the plain product mat = br_mm_tn(act, plane, ldp, g)
+ * (no colscale, no c; g.n = paths·r), then br_sign_rowdot_paths(mat, g.ldo (0: g.n),
+ * g.ocol, bits, bits_stride, rowscale, scale_stride, grad, grad_stride, dsum,
+ * dsum_stride, g.m, r, paths, accumulate) on it. */
+typedef struct br_tn_rowdot {
+    const br_buf *act, *plane;
+    size_t ldp;
+    br_buf *mat;
+    br_gemm g;
+    const br_buf *bits, *rowscale;
+    br_buf *grad, *dsum;
+    size_t bits_stride, scale_stride, grad_stride, dsum_stride;
+    size_t r, paths;
+    int accumulate;
+} br_tn_rowdot;
+
+/* The layer's sign gradients in one op: br_mm_tn2 on the two sides' products, then
+ * each side's rowdot, as the side says. grad and dsum within GEMM tolerance of those
+ * calls' (a GPU may form them in the GEMM's epilogue, dsum summed in its own order,
+ * and leave mat unwritten: mat's contents are unspecified after); on the CPU the same
+ * bits. Each side's grad and dsum must be apart from every buffer of the other side
+ * and from both products' operands. */
+br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]);
+
 #ifdef __cplusplus
 }
 #endif

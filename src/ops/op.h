@@ -259,9 +259,13 @@ typedef struct br_cvt_both_args {
 } br_cvt_both_args;
 
 /* MM_TN2: two MM_TN products, each with MM_TN's arguments; outputs apart from each
- * other and from the other's operands. */
+ * other and from the other's operands. With rowdot (br_mm_tn2_rowdot), rd[i] is the
+ * sign rowdot on product i (rd[i].mat = mm[i].out, which the backend need not
+ * write when it fuses the two). */
 typedef struct br_mm_tn2_args {
     br_mm_args mm[2];
+    int rowdot;
+    br_sign_rowdot_args rd[2];
 } br_mm_tn2_args;
 
 /* MM_STAGE: mm.out may be NULL (the f32 result is not kept); mm.g.c is set. */
@@ -305,6 +309,14 @@ typedef struct br_op {
         br_mm_tn2_args mm_tn2;
     } u;
 } br_op;
+
+/* br_sign_rowdot's checks and its op's arguments (layer_ops.c), for the ops that
+ * include a rowdot. */
+br_status br_sign_rowdot_args_of(br_ctx *ctx, const char *fn, const br_buf *mat, size_t ldm,
+                                 size_t col0, const br_buf *bits, size_t bits_stride,
+                                 const br_buf *rowscale, size_t scale_stride, br_buf *grad,
+                                 size_t grad_stride, br_buf *dsum, size_t dsum_stride, size_t rows,
+                                 size_t r, size_t paths, int accumulate, br_sign_rowdot_args *out);
 
 /* Run (or, while recording, record) one checked op. ws_bytes: backend workspace
  * the op needs (the column-reduction partials). */

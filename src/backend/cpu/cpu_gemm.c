@@ -268,13 +268,20 @@ br_status br_cpu_mm_tn(br_ctx *ctx, const br_op *op) {
     return run_gemm(ctx, "mm_tn", a, &src);
 }
 
-/* The two products in turn: each the same bits as its own mm_tn. */
+/* The two products in turn, each the same bits as its own mm_tn; with rowdot, then
+ * each side's rowdot as its own op computes it. */
 br_status br_cpu_mm_tn2(br_ctx *ctx, const br_op *op) {
     for (int i = 0; i < 2; i++) {
         const br_mm_args *a = &op->u.mm_tn2.mm[i];
         ctx->stats.launches++;
         plane_src src = {.f16 = br_ptr(a->plane), .tn = 1, .ldp = a->ldp};
         BR_TRY(run_gemm(ctx, "mm_tn2", a, &src));
+    }
+    if (!op->u.mm_tn2.rowdot) return BR_OK;
+    for (int i = 0; i < 2; i++) {
+        br_op rd = {.kind = BR_OP_SIGN_ROWDOT};
+        rd.u.sign_rowdot = op->u.mm_tn2.rd[i];
+        BR_TRY(br_cpu_sign_rowdot(ctx, &rd));
     }
     return BR_OK;
 }

@@ -575,10 +575,20 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
  * run on it unsplit and plain with the same k, the second's tiles after the
  * first's: M_U's last wave leaves SMs idle that N_V's tiles then fill. Else (a
  * forced ping-pong tile, or BITRANK_MM_TN2=0, read on every call: an A/B hook)
- * each as MM_TN, in turn. */
+ * each as MM_TN, in turn. With rowdot (br_mm_tn2_rowdot), each side's rowdot op
+ * after the products; only where BITRANK_ROWDOT_FUSED=1 (read on every call), on
+ * the 128x256 tile and not accumulating, the rowdots run in the kernel's epilogue
+ * (EPI_ROWDOT: the gradients straight from the accumulators, the products never
+ * stored) and rowdot_finish adds the row partials. On the H200 (2026-11-30, layer
+ * step, 128x256) the fused form is slower: 0.2361 / 0.2020 / 0.4106 ms against
+ * 0.2360 / 0.2013 / 0.4092 unfused (0.2612 / 0.2258 / 0.4725 with a global load of
+ * h and the bitmap word per row in the loop); its epilogue's direct f32 stores cost
+ * more than the rowdots' pass. Kept, tested, for a faster epilogue (the gradients
+ * through the boxes by TMA). */
 extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
-    const br_mm_args *m = op->u.mm_tn2.mm;
+    const br_mm_tn2_args &two = op->u.mm_tn2;
+    const br_mm_args *m = two.mm;
     const char *e = getenv("BITRANK_MM_TN2");
     Problem p[2];
     bool pair = !(e && !strcmp(e, "0")) && m[0].g.k == m[1].g.k;
@@ -598,12 +608,54 @@ extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
         env_overrides(&tile, &src, &splits);
         pair = tile != TILE_PP128x128; /* a CTA per two tiles of one product */
     }
-    if (pair) return launch_wgmma_f16_mn(ctx, p[0], tile, &p[1]);
+    const char *ef = getenv("BITRANK_ROWDOT_FUSED");
+    if (two.rowdot && pair && tile == TILE_128x256 && ef && !strcmp(ef, "1") &&
+        !two.rd[0].accumulate && !two.rd[1].accumulate) {
+        /* the row partials: [n/16][m] per side with dsum, in the op's workspace */
+        size_t need = 0, off[2];
+        for (int i = 0; i < 2; i++) {
+            off[i] = need;
+            if (two.rd[i].dsum) need += (size_t)(p[i].n / 16) * (size_t)p[i].m;
+        }
+        void *ws = nullptr;
+        if (need) BR_TRY(br_cuda_workspace(ctx, need * sizeof(float), &ws));
+        for (int i = 0; i < 2; i++) {
+            const br_sign_rowdot_args &rd = two.rd[i];
+            RowdotEpi &x = p[i].rd;
+            x.bits = static_cast<const uint32_t *>(br_ptr(rd.bits));
+            x.rowscale = static_cast<const float *>(br_ptr(rd.rowscale));
+            x.grad = static_cast<float *>(br_ptr(rd.grad));
+            x.part = rd.dsum ? static_cast<float *>(ws) + off[i] : nullptr;
+            x.bits_stride = (long long)rd.bits_stride;
+            x.scale_stride = (long long)rd.scale_stride;
+            x.grad_stride = (long long)rd.grad_stride;
+            x.r = (int)rd.r;
+            x.accumulate = rd.accumulate;
+            p[i].out = nullptr; /* the products are never stored */
+        }
+        BR_TRY(launch_wgmma_f16_mn_rowdot(ctx, p[0], p[1]));
+        const br_sign_rowdot_args &u = two.rd[0], &v = two.rd[1];
+        return br_cuda_rowdot_finish(ctx, p[0].rd.part, static_cast<float *>(br_ptr(u.dsum)),
+                                     u.dsum_stride, u.rows, u.r, u.paths, u.accumulate,
+                                     p[1].rd.part, static_cast<float *>(br_ptr(v.dsum)),
+                                     v.dsum_stride, v.rows, v.r, v.paths, v.accumulate);
+    }
+    if (pair) {
+        BR_TRY(launch_wgmma_f16_mn(ctx, p[0], tile, &p[1]));
+    } else {
+        for (int i = 0; i < 2; i++) {
+            br_op one = *op;
+            one.kind = BR_OP_MM_TN;
+            one.u.mm = m[i];
+            BR_TRY(br_cuda_mm_tn(ctx, &one));
+        }
+    }
+    if (!two.rowdot) return BR_OK;
     for (int i = 0; i < 2; i++) {
-        br_op one = *op;
-        one.kind = BR_OP_MM_TN;
-        one.u.mm = m[i];
-        BR_TRY(br_cuda_mm_tn(ctx, &one));
+        br_op rd = *op;
+        rd.kind = BR_OP_SIGN_ROWDOT;
+        rd.u.sign_rowdot = two.rd[i];
+        BR_TRY(br_cuda_sign_rowdot(ctx, &rd));
     }
     return BR_OK;
 }
