@@ -21,8 +21,8 @@ root=$(pwd)
 out=${OUT:-$root/build-ab-out}
 mkdir -p "$out"
 export PATH="$PATH:/usr/local/cuda/bin"
-targets="test_reduce test_sign test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm bench_layer"
-tests="test_reduce test_sign test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm"
+targets="test_reduce test_sign test_optim test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm bench_layer"
+tests="test_reduce test_sign test_optim test_optim_ops test_cross_backend test_layer_ops test_blr test_gemm"
 flags=(-DCMAKE_BUILD_TYPE=Release -DBITRANK_CUDA=ON -DBITRANK_NATIVE=OFF
   "-DBR_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a")
 t0=$(date +%s)
