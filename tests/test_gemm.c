@@ -1585,6 +1585,8 @@ typedef struct rd_side {
  * one buffer. Checked against f64 (grad = h·M (+ grad), dsum = Σ ±M (+ dsum)), the
  * gaps between the pieces untouched, and on the CPU bit for bit against br_mm_tn2
  * then two br_sign_rowdot_paths on copies. */
+static int rd_odd_stride; /* grad's path stride m·r + 7 instead of + 8 */
+
 static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumulate) {
     tn2_data d[2];
     tn2_side mm[2];
@@ -1612,7 +1614,9 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
     br_tn_rowdot side[2];
     for (int i = 0; i < 2; i++) {
         const size_t m = mm[i].m, rr = sd[i].r, Pi = sd[i].paths, w = rr / 32;
-        bstr[i] = m * w + 3, hstr[i] = m + 5, gstr[i] = m * rr + 7;
+        /* grad's paths 16-byte aligned (a GPU's fused epilogue stores them by TMA)
+         * unless rd_odd_stride */
+        bstr[i] = m * w + 3, hstr[i] = m + 5, gstr[i] = m * rr + (rd_odd_stride ? 7 : 8);
         hb[i] = t_xmalloc(Pi * bstr[i] * sizeof(uint32_t));
         for (size_t e = 0; e < Pi * bstr[i]; e++)
             hb[i][e] = (uint32_t)br_rng_u64(r);
@@ -1769,6 +1773,9 @@ static void mm_tn2_rowdot_sides(void) {
             if (ci == 2 && (acc || t_small())) continue;
             rowdot2_run(ctx, &r, cases[ci], acc);
         }
+    rd_odd_stride = 1; /* unaligned gradients: the ops apart on a GPU */
+    rowdot2_run(ctx, &r, cases[0], 0);
+    rd_odd_stride = 0;
     unsetenv("BITRANK_ROWDOT_FUSED");
     rowdot2_run(ctx, &r, cases[0], 0);
     rowdot2_run(ctx, &r, cases[0], 1);

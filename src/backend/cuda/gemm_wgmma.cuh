@@ -93,6 +93,11 @@ br_status encode_tmap_2d(br_ctx *ctx, CUtensorMap *map, CUtensorMapDataType type
                          uint64_t inner, uint64_t rows, uint64_t row_bytes, uint32_t box_inner,
                          uint32_t box_rows,
                          CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
+/* The same of a 3-D f32 tensor [planes][rows][inner] (rows row_bytes apart, planes
+ * plane_bytes apart), boxes of box_inner × box_rows × 1, 128-byte swizzle. */
+br_status encode_tmap_3d_f32(br_ctx *ctx, CUtensorMap *map, const void *base, uint64_t inner,
+                             uint64_t rows, uint64_t planes, uint64_t row_bytes,
+                             uint64_t plane_bytes, uint32_t box_inner, uint32_t box_rows);
 
 struct WgmmaArgs {
     const uint32_t *bits;      /* the bitmap (ROWS, COLS) */
@@ -266,6 +271,15 @@ __device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, 
             reinterpret_cast<uint64_t>(map)),
         "r"(src), "r"(c0), "r"(c1)
         : "memory");
+}
+/* Box at (c0, c1, c2) of a 3-D map from shared src (the rowdot's gradients: column,
+ * row, path). */
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap *map, uint32_t src, int c0, int c1,
+                                             int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], "
+                 "[%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
 }
 __device__ __forceinline__ void bulk_commit() {
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -1065,64 +1079,92 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
                         }
                     }
         } else if (kRowdot) {
-            /* The sign rowdot of this tile (RowdotEpi), from the registers: M =
+            /* The sign rowdot of this tile (RowdotEpi) from the registers: M =
              * fl(acc·oscale); a warp's 16 columns lie in one path and one bitmap word
-             * (wl: the consumer's first or second 32 columns). First the consumer's
-             * h and bitmap words of the tile's rows go to its epilogue boxes (one load
-             * each in flight, where a load per row in the loop below waited on L2
-             * 64 times a tile). grad = fl(h·M) stored directly: a lane group of 8
-             * columns writes whole 32-byte sectors. Per row, the thread's two
-             * columns' ±M, then the 8 lanes sharing the row (xor 4, 8, 16): the
-             * warp's 16 columns' partial, written by the lanes of g = 0. */
+             * (wl: the consumer's first or second 32 columns). First the consumer's h
+             * and bitmap words of the tile's rows go to shared memory beside its
+             * gradient boxes (one load each in flight, where a load per row in the
+             * loop waited on L2 64 times a tile). Then per round of 64 rows: grad =
+             * fl(h·M) into two [64 rows][32 columns] boxes (128-byte swizzle, as the
+             * plain epilogue's), out by TMA into the gradients' 3-D map (column,
+             * row, path: tm_out / tm_out2); per row, the thread's two columns' ±M,
+             * then the 8 lanes sharing the row (xor 4, 8, 16): the warp's 16
+             * columns' partial, written by the lanes of g = 0. (Element-wise global
+             * stores of the gradient made the epilogue cost more than the rowdots.) */
+            constexpr int kRows = 64, kRound = kRows * 128; /* a box: 8 KB */
+            static_assert(!kRowdot || 2 * kRound + 2 * (2 * kBT * 4) <= kB * Cfg::kEpiBufBytes,
+                          "the rowdot's boxes, h and bits fit the consumer's epilogue area");
             const uint32_t *bits = two ? a.rd2.bits : a.rd1.bits;
             const float *hs = two ? a.rd2.rowscale : a.rd1.rowscale;
-            float *grad = two ? a.rd2.grad : a.rd1.grad;
+            const bool has_grad = (two ? a.rd2.grad : a.rd1.grad) != nullptr;
             float *part = two ? a.rd2.part : a.rd1.part;
             const long long bstr = two ? a.rd2.bits_stride : a.rd1.bits_stride;
             const long long sstr = two ? a.rd2.scale_stride : a.rd1.scale_stride;
-            const long long gstr = two ? a.rd2.grad_stride : a.rd1.grad_stride;
             const int r = two ? a.rd2.r : a.rd1.r, words = r / 32;
-            const uint32_t sh = box_addr(0, 0), sw = sh + 2 * kBT * 4; /* [2][kBT] each */
-            named_barrier(1 + cw, 128); /* the last tile's reads of the boxes are done */
+            const uint32_t gbox = box_addr(0, 0), sh = gbox + 2 * kRound, sw = sh + 2 * kBT * 4;
+            /* the last tile's stores have read the boxes and its threads h and bits */
+            if (tid == 0) bulk_wait_read();
+            named_barrier(1 + cw, 128);
             for (int q = tid; q < 2 * kBT; q += 128) {
                 const int wl = q / kBT, i = t0 + q % kBT, j = j0 + wrow * 64 + 32 * wl;
                 const bool in = i < pm && j < pn;
                 const int p = in ? j / r : 0, k = j - p * r;
-                sts32(sh + 4 * q, in && grad ? __ldg(hs + p * sstr + i) : 0.0f);
+                sts32(sh + 4 * q, in && has_grad ? __ldg(hs + p * sstr + i) : 0.0f);
                 sts32u(sw + 4 * q,
                        in && part ? __ldg(bits + p * bstr + (long long)i * words + k / 32) : 0u);
             }
             named_barrier(1 + cw, 128);
-            const int j1 = jw, p = j1 / r, k1 = j1 - p * r, bit = k1 % 32, wl = warp / 2;
+            const int j1 = jw, bit = (j1 % r) % 32, wl = warp / 2, col = 16 * (warp & 1) + g;
             const bool in1 = j1 < pn, in2 = j1 + 8 < pn;
             const int jb = (j0 + wrow * 64 + warp * 16) / 16; /* this warp's 16 columns */
             const bool blk_in = jb * 16 < pn;
-            float *grow = in1 && grad ? grad + p * gstr + k1 : nullptr;
+            const CUtensorMap *map_g = two ? &tm_out2 : &tm_out;
 #pragma unroll
-            for (int c = 0; c < kBT / 8; c++)
+            for (int rr = 0; rr < kBT / kRows; rr++) {
+                if (rr > 0) { /* the last round's stores have read the boxes */
+                    if (tid == 0) bulk_wait_read();
+                    named_barrier(1 + cw, 128);
+                }
+                const uint32_t box = gbox + wl * kRound;
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int row = 8 * c + 2 * t + e, i = t0 + row;
-                    const bool row_in = i < pm;
-                    const float v1 = __fmul_rn(acc[0][4 * c + e], os);
-                    const float v2 = __fmul_rn(acc[0][4 * c + 2 + e], os);
-                    if (grow && row_in) {
-                        float *gi = grow + (long long)i * r;
-                        const float h = ldsf(sh + 4 * (wl * kBT + row));
-                        gi[0] = __fmul_rn(h, v1);
-                        if (in2) gi[8] = __fmul_rn(h, v2);
+                for (int c = rr * kRows / 8; c < (rr + 1) * kRows / 8; c++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int row = 8 * c + 2 * t + e, i = t0 + row, rrow = row - rr * kRows;
+                        const float v1 = __fmul_rn(acc[0][4 * c + e], os);
+                        const float v2 = __fmul_rn(acc[0][4 * c + 2 + e], os);
+                        if (has_grad) {
+                            const float h = ldsf(sh + 4 * (wl * kBT + row));
+                            const uint32_t line = box + rrow * 128 + (col & 3) * 4, x = rrow & 7;
+                            sts32(line + (((col >> 2) ^ x) << 4), __fmul_rn(h, v1));
+                            sts32(line + ((((col + 8) >> 2) ^ x) << 4), __fmul_rn(h, v2));
+                        }
+                        if (part) { /* uniform: the shuffles take every lane */
+                            const uint32_t w = lds32(sw + 4 * (wl * kBT + row));
+                            const float s1 = in1 ? (w >> bit & 1u ? v1 : -v1) : 0.0f;
+                            const float s2 = in2 ? (w >> (bit + 8) & 1u ? v2 : -v2) : 0.0f;
+                            float sum = __fadd_rn(s1, s2);
+                            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 4));
+                            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 8));
+                            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 16));
+                            if (g == 0 && i < pm && blk_in) part[(long long)jb * pm + i] = sum;
+                        }
                     }
-                    if (part) { /* uniform: the shuffles take every lane */
-                        const uint32_t w = lds32(sw + 4 * (wl * kBT + row));
-                        const float s1 = in1 ? (w >> bit & 1u ? v1 : -v1) : 0.0f;
-                        const float s2 = in2 ? (w >> (bit + 8) & 1u ? v2 : -v2) : 0.0f;
-                        float sum = __fadd_rn(s1, s2);
-                        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 4));
-                        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 8));
-                        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 16));
-                        if (g == 0 && row_in && blk_in) part[(long long)jb * pm + i] = sum;
+                if (has_grad) {
+                    fence_proxy_async();
+                    named_barrier(1 + cw, 128);
+                    if (tid == 0) {
+                        const int tc = t0 + rr * kRows;
+#pragma unroll
+                        for (int b = 0; b < 2; b++) {
+                            const int j = j0 + wrow * 64 + 32 * b;
+                            if (j < pn && tc < pm)
+                                tma_store_3d(map_g, gbox + b * kRound, j % r, tc, j / r);
+                        }
+                        bulk_commit();
                     }
                 }
+            }
         } else if (a.tma_store) {
             /* warp w fills box w/2 (rows 32·(w/2) .. of its 64-row slice), column
              * 16·(w&1) + g (+ 8 for the row g+8 values) of it; with c the box holds
@@ -1211,7 +1253,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
         BR_STAMP(nth, 5);
     }
 #undef BR_STAMP
-    if (a.tma_store && tid == 0) bulk_wait_all();
+    if ((a.tma_store || kRowdot) && tid == 0) bulk_wait_all();
 #endif
 }
 
@@ -1416,6 +1458,18 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     a.tiles_j2 = 1, a.m2 = 0, a.n2 = 0, a.oscale2 = 1.0f, a.out2 = nullptr, a.ldo2 = 0;
     a.rd1 = p.rd;
     a.rd2 = p2 ? p2->rd : RowdotEpi{};
+    if constexpr (kEpi == EPI_ROWDOT) { /* the gradients' maps: [paths][rows][r] */
+        auto grad_map = [&](const Problem &q, CUtensorMap *map) -> br_status {
+            if (!q.rd.grad) return BR_OK;
+            const uint64_t paths = (uint64_t)q.n / (uint64_t)q.rd.r;
+            const uint64_t plane =
+                paths > 1 ? (uint64_t)q.rd.grad_stride * 4 : (uint64_t)q.m * (uint64_t)q.rd.r * 4;
+            return encode_tmap_3d_f32(ctx, map, q.rd.grad, (uint64_t)q.rd.r, (uint64_t)q.m, paths,
+                                      (uint64_t)q.rd.r * 4, plane, 32, 64);
+        };
+        BR_TRY(grad_map(p, &tm_out));
+        if (p2) BR_TRY(grad_map(*p2, &tm_out2));
+    }
     if (kEpi == EPI_ROWDOT &&
         (p.rd.r % 32 || (p2 && p2->rd.r % 32) || p.rd.accumulate || (p2 && p2->rd.accumulate)))
         return br_fail(ctx, BR_E_STATE,
