@@ -1614,8 +1614,7 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
     br_tn_rowdot side[2];
     for (int i = 0; i < 2; i++) {
         const size_t m = mm[i].m, rr = sd[i].r, Pi = sd[i].paths, w = rr / 32;
-        /* grad's paths 16-byte aligned (a GPU's fused epilogue stores them by TMA)
-         * unless rd_odd_stride */
+        /* grad's paths 16-byte aligned unless rd_odd_stride */
         bstr[i] = m * w + 3, hstr[i] = m + 5, gstr[i] = m * rr + (rd_odd_stride ? 7 : 8);
         hb[i] = t_xmalloc(Pi * bstr[i] * sizeof(uint32_t));
         for (size_t e = 0; e < Pi * bstr[i]; e++)
@@ -1655,16 +1654,15 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
     }
     CHECK_OK(ctx, br_mm_tn2_rowdot(ctx, side));
 
-    const char *fused = getenv("BITRANK_ROWDOT_FUSED"), *tile = getenv("BITRANK_GEMM_TILE");
+    const char *tile = getenv("BITRANK_GEMM_TILE");
     float *dgot = t_download_f32(ctx, dall, nd);
     for (int i = 0; i < 2; i++) {
         const size_t m = mm[i].m, rr = sd[i].r, Pi = sd[i].paths, w = rr / 32;
         const size_t doff = i ? m1 + 1 : 0;
         char what[200];
-        snprintf(what, sizeof what,
-                 "mm_tn2_rowdot side %d m=%zu r=%zu P=%zu k=%zu%s%s tile=%s fused=%s", i + 1, m, rr,
-                 Pi, mm[i].k, accumulate ? " accumulate" : "", grad[i] ? "" : " no grad",
-                 tile ? tile : "auto", fused ? fused : "0");
+        snprintf(what, sizeof what, "mm_tn2_rowdot side %d m=%zu r=%zu P=%zu k=%zu%s%s tile=%s",
+                 i + 1, m, rr, Pi, mm[i].k, accumulate ? " accumulate" : "",
+                 grad[i] ? "" : " no grad", tile ? tile : "auto");
         double *gref = t_xmalloc(m * rr * sizeof *gref), *dref = t_xmalloc(m * sizeof *dref);
         float *ggot = grad[i] ? t_download_f32(ctx, grad[i], ng[i]) : NULL;
         float *gblk = t_xmalloc(m * rr * sizeof *gblk), *dblk = t_xmalloc(m * sizeof *dblk);
@@ -1752,8 +1750,8 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
 
 /* The layer's shapes in small (two paths a side, both sides n = 256), a side of one
  * path narrower than a tile and one of three paths whose tile straddles two, no sign
- * gradients on a side, accumulating, a long k, on CUDA by the fused epilogue
- * (BITRANK_ROWDOT_FUSED=1); the default way; other tiles and several tiles per CTA. */
+ * gradients on a side, accumulating, a long k, gradients at an unaligned stride;
+ * other tiles and several tiles per CTA. */
 static void mm_tn2_rowdot_sides(void) {
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(16);
@@ -1765,21 +1763,14 @@ static void mm_tn2_rowdot_sides(void) {
         {{RD_MM(512, 256, 4096), 128, 2, 1}, {RD_MM(128, 256, 4096), 128, 2, 1}},
     };
 #undef RD_MM
-    /* CUDA: the fused epilogue (BITRANK_ROWDOT_FUSED=1; it leaves accumulating to the
-     * ops apart), then the default way */
-    setenv("BITRANK_ROWDOT_FUSED", "1", 1);
     for (int acc = 0; acc < 2; acc++)
         for (size_t ci = 0; ci < 3; ci++) {
             if (ci == 2 && (acc || t_small())) continue;
             rowdot2_run(ctx, &r, cases[ci], acc);
         }
-    rd_odd_stride = 1; /* unaligned gradients: the ops apart on a GPU */
+    rd_odd_stride = 1;
     rowdot2_run(ctx, &r, cases[0], 0);
     rd_odd_stride = 0;
-    unsetenv("BITRANK_ROWDOT_FUSED");
-    rowdot2_run(ctx, &r, cases[0], 0);
-    rowdot2_run(ctx, &r, cases[0], 1);
-    setenv("BITRANK_ROWDOT_FUSED", "1", 1);
     static const char *const tiles[] = {"128x256", "256x128"};
     for (size_t t = 0; t < 2; t++)
         for (int one = 0; one < 2; one++) {
@@ -1789,7 +1780,6 @@ static void mm_tn2_rowdot_sides(void) {
             unsetenv("BITRANK_GEMM_CTAS");
             unsetenv("BITRANK_GEMM_TILE");
         }
-    unsetenv("BITRANK_ROWDOT_FUSED");
     br_ctx_free(ctx);
 }
 

@@ -114,28 +114,6 @@ br_status encode_tmap_2d(br_ctx *ctx, CUtensorMap *map, CUtensorMapDataType type
     return BR_OK;
 }
 
-br_status encode_tmap_3d_f32(br_ctx *ctx, CUtensorMap *map, const void *base, uint64_t inner,
-                             uint64_t rows, uint64_t planes, uint64_t row_bytes,
-                             uint64_t plane_bytes, uint32_t box_inner, uint32_t box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
-    if (!fn)
-        return br_fail(ctx, BR_E_DEVICE,
-                       "mm: the driver has no cuTensorMapEncodeTiled (CUDA driver too old?)");
-    const cuuint64_t dims[3] = {inner, rows, planes}, strides[2] = {row_bytes, plane_bytes};
-    const cuuint32_t box[3] = {box_inner, box_rows, 1}, unit[3] = {1, 1, 1};
-    CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<void *>(base), dims,
-                    strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return br_fail(ctx, BR_E_DEVICE,
-                       "mm: cuTensorMapEncodeTiled failed (error %d) for a [%llu][%llu][%llu] "
-                       "tensor at %p, strides %llu and %llu bytes",
-                       (int)r, (unsigned long long)planes, (unsigned long long)rows,
-                       (unsigned long long)inner, base, (unsigned long long)plane_bytes,
-                       (unsigned long long)row_bytes);
-    return BR_OK;
-}
-
 const char *tile_name(WgmmaTile tile) {
     switch (tile) {
     case TILE_256x128: return "256x128";
@@ -598,15 +576,9 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
  * first's: M_U's last wave leaves SMs idle that N_V's tiles then fill. Else (a
  * forced ping-pong tile, or BITRANK_MM_TN2=0, read on every call: an A/B hook)
  * each as MM_TN, in turn. With rowdot (br_mm_tn2_rowdot), each side's rowdot op
- * after the products; only where BITRANK_ROWDOT_FUSED=1 (read on every call), on
- * the 128x256 tile and not accumulating, the rowdots run in the kernel's epilogue
- * (EPI_ROWDOT: the gradients straight from the accumulators, the products never
- * stored) and rowdot_finish adds the row partials. On the H200 (2026-11-30, layer
- * step, 128x256) the fused form is slower: 0.2391 / 0.2042 / 0.4168 ms against
- * 0.2366 / 0.2017 / 0.4099 unfused with the gradients out by TMA (08:24 UTC),
- * 0.2361 / 0.2020 / 0.4106 vs 0.2360 / 0.2013 / 0.4092 by direct stores (08:05;
- * 0.2612 / 0.2258 / 0.4725 with a global load of h and the bitmap word per row in
- * the loop): its epilogue costs more than the rowdots' pass. */
+ * after the products. (The rowdots in the kernel's epilogue, the gradients straight
+ * from the accumulators, measured slower on the H200, 2026-11-30: 0.4168 ms against
+ * 0.4099 at the third bench shape with the gradients out by TMA; git show 035c5ae.) */
 extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
     const br_mm_tn2_args &two = op->u.mm_tn2;
@@ -629,43 +601,6 @@ extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
         tile_from_env("BITRANK_MM_TN_TILE", &tile);
         env_overrides(&tile, &src, &splits);
         pair = tile != TILE_PP128x128; /* a CTA per two tiles of one product */
-    }
-    const char *ef = getenv("BITRANK_ROWDOT_FUSED");
-    /* the gradients by TMA: 16-byte aligned paths (or none) */
-    auto grad_tma = [](const br_sign_rowdot_args &rd) {
-        return !rd.grad || (aligned16(br_ptr(rd.grad)) && rd.grad_stride % 4 == 0);
-    };
-    if (two.rowdot && pair && tile == TILE_128x256 && ef && !strcmp(ef, "1") &&
-        !two.rd[0].accumulate && !two.rd[1].accumulate && grad_tma(two.rd[0]) &&
-        grad_tma(two.rd[1])) {
-        /* the row partials: [n/16][m] per side with dsum, in the op's workspace */
-        size_t need = 0, off[2];
-        for (int i = 0; i < 2; i++) {
-            off[i] = need;
-            if (two.rd[i].dsum) need += (size_t)(p[i].n / 16) * (size_t)p[i].m;
-        }
-        void *ws = nullptr;
-        if (need) BR_TRY(br_cuda_workspace(ctx, need * sizeof(float), &ws));
-        for (int i = 0; i < 2; i++) {
-            const br_sign_rowdot_args &rd = two.rd[i];
-            RowdotEpi &x = p[i].rd;
-            x.bits = static_cast<const uint32_t *>(br_ptr(rd.bits));
-            x.rowscale = static_cast<const float *>(br_ptr(rd.rowscale));
-            x.grad = static_cast<float *>(br_ptr(rd.grad));
-            x.part = rd.dsum ? static_cast<float *>(ws) + off[i] : nullptr;
-            x.bits_stride = (long long)rd.bits_stride;
-            x.scale_stride = (long long)rd.scale_stride;
-            x.grad_stride = (long long)rd.grad_stride;
-            x.r = (int)rd.r;
-            x.accumulate = rd.accumulate;
-            p[i].out = nullptr; /* the products are never stored */
-        }
-        BR_TRY(launch_wgmma_f16_mn_rowdot(ctx, p[0], p[1]));
-        const br_sign_rowdot_args &u = two.rd[0], &v = two.rd[1];
-        return br_cuda_rowdot_finish(ctx, p[0].rd.part, static_cast<float *>(br_ptr(u.dsum)),
-                                     u.dsum_stride, u.rows, u.r, u.paths, u.accumulate,
-                                     p[1].rd.part, static_cast<float *>(br_ptr(v.dsum)),
-                                     v.dsum_stride, v.rows, v.r, v.paths, v.accumulate);
     }
     if (pair) {
         BR_TRY(launch_wgmma_f16_mn(ctx, p[0], tile, &p[1]));

@@ -12,8 +12,4 @@ br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile, con
                             : launch_wgmma_mn<EPI_FULL>(ctx, p, tile);
 }
 
-br_status launch_wgmma_f16_mn_rowdot(br_ctx *ctx, const Problem &p, const Problem &p2) {
-    return launch_wgmma_shape<PLANE_F16, 1, 256, 0, EPI_ROWDOT, false, true>(ctx, p, &p2);
-}
-
 } // namespace br_gemm_cuda

@@ -114,13 +114,6 @@ br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op);
 size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a);
 br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op);
-/* The row sums after br_mm_tn2_rowdot's fused kernel: per side (part NULL: none),
- * dsum_p[i] (+)= the path's r/16 partials part[p·r/16 + b][i] in order b = 0, 1, …
- * (cuda_layer_ops.cu). */
-br_status br_cuda_rowdot_finish(br_ctx *ctx, const float *part1, float *dsum1, size_t dsum_stride1,
-                                size_t rows1, size_t r1, size_t paths1, int accumulate1,
-                                const float *part2, float *dsum2, size_t dsum_stride2, size_t rows2,
-                                size_t r2, size_t paths2, int accumulate2);
 size_t br_cuda_mm_tn_ws(br_ctx *ctx, const br_mm_args *a);
 br_status br_cuda_mm(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op);

@@ -218,49 +218,6 @@ extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
     return BR_OK;
 }
 
-/* The row sums of br_mm_tn2_rowdot's fused epilogue (RowdotEpi): per side, path p
- * and row i, dsum_p[i] (+)= part[p·r/16][i] + part[p·r/16 + 1][i] + … in order (a
- * thread each; the sides one after the other in the grid). */
-struct rowdot_sums {
-    const float *part;
-    float *dsum;
-    size_t dsum_stride;
-    unsigned rows, r, paths;
-    int accumulate;
-};
-
-__global__ void rowdot_finish_kernel(rowdot_sums s1, rowdot_sums s2) {
-    const unsigned n1 = s1.part ? s1.rows * s1.paths : 0u, n2 = s2.part ? s2.rows * s2.paths : 0u;
-    BR_GRID_STRIDE(q, n1 + n2) {
-        const rowdot_sums &s = q < n1 ? s1 : s2;
-        const unsigned e = q < n1 ? q : q - n1, p = e / s.rows, i = e % s.rows;
-        const unsigned blocks = s.r / 16;
-        const float *col = s.part + (size_t)p * blocks * s.rows + i;
-        float total = col[0];
-        for (unsigned b = 1; b < blocks; b++)
-            total = __fadd_rn(total, col[(size_t)b * s.rows]);
-        float *d = s.dsum + p * s.dsum_stride + i;
-        *d = s.accumulate ? __fadd_rn(*d, total) : total;
-    }
-}
-
-extern "C" br_status br_cuda_rowdot_finish(br_ctx *ctx, const float *part1, float *dsum1,
-                                           size_t dsum_stride1, size_t rows1, size_t r1,
-                                           size_t paths1, int accumulate1, const float *part2,
-                                           float *dsum2, size_t dsum_stride2, size_t rows2,
-                                           size_t r2, size_t paths2, int accumulate2) {
-    rowdot_sums s1 = {
-        part1, dsum1, dsum_stride1, (unsigned)rows1, (unsigned)r1, (unsigned)paths1, accumulate1};
-    rowdot_sums s2 = {
-        part2, dsum2, dsum_stride2, (unsigned)rows2, (unsigned)r2, (unsigned)paths2, accumulate2};
-    const size_t n = (part1 ? rows1 * paths1 : 0) + (part2 ? rows2 * paths2 : 0);
-    if (!n) return BR_OK;
-    br_cuda *s = br_cuda_state(ctx);
-    rowdot_finish_kernel<<<br_cuda_blocks(ctx, n, THREADS), THREADS, 0, s->stream>>>(s1, s2);
-    BR_CUDA_LAUNCHED(ctx, "rowdot_finish_kernel");
-    return BR_OK;
-}
-
 /* ---------------------------------------------------------------- cvt_both */
 
 /* Tokens and columns of a tile; its transposed bits go through shared memory. */
@@ -376,8 +333,9 @@ __global__ void __launch_bounds__(THREADS, 4) cvt_both_kernel(cvt_both_job j) {
             /* the group's place of column c once: the 8 columns share a group where
              * groups are whole groups of 8 (a division per element cost as much as
              * the copy) */
-            const unsigned cg =
-                j.col && j.col_group % 8 == 0 ? br_dev_grouped(c, j.col_group, j.col_stride) : 0u;
+            const unsigned cg = j.col && j.col_group % 8 == 0
+                                    ? br_dev_grouped(c, j.col_group, j.col_stride)
+                                    : 0u;
 #pragma unroll
             for (unsigned u = 0; u < 8; u++) {
                 h[u] = 0u;

@@ -20,23 +20,6 @@ enum PlaneKind {
 
 /* One GEMM, out[i][j] = (oscale · Σ_kk act[i][kk] · plane[j][kk]) · colscale[j]
  * + beta · c[i][j] for i < m, j < n, with every pointer resolved to device memory. */
-/* The sign rowdot as an MM_TN product's epilogue (EPI_ROWDOT, br_mm_tn2_rowdot):
- * output column j is path p = j / r, column k = j % r; instead of out, the epilogue
- * writes grad_p[i][k] = fl(h_p[i]·M) (+ grad_p[i][k] when accumulating), M =
- * fl(acc·oscale), and, per 16 columns, the signed row sum part[j/16][i] = Σ ±M
- * (the bit of bits_p[i][k/32]); rowdot_finish adds a path's r/16 partials in order
- * into dsum. grad NULL: no gradient; part NULL: no sums. Not accumulating (the
- * gradient's old values would be one more dependent load per element): accumulate
- * is refused by the launcher, the op runs unfused then. */
-struct RowdotEpi {
-    const uint32_t *bits = nullptr;  /* u32 [rows][r/32] per path */
-    const float *rowscale = nullptr; /* f32 [rows] per path */
-    float *grad = nullptr;           /* f32 [rows][r] per path */
-    float *part = nullptr;           /* f32 [n/16][rows] */
-    long long bits_stride = 0, scale_stride = 0, grad_stride = 0;
-    int r = 32, accumulate = 0;
-};
-
 struct Problem {
     const uint16_t *act;   /* f16, row i at i·lda, k elements each */
     const void *plane;     /* per PlaneKind */
@@ -63,8 +46,6 @@ struct Problem {
     long long ld16 = 0, ld16t = 0;
     int rows16 = 0, rows16t = 0;
     float s16 = 1.0f;
-    /* MM_TN2 with the rowdot epilogue (launch_wgmma_f16_mn_rowdot): out unused */
-    RowdotEpi rd;
 };
 
 /* Workspace bytes of a split-K run: `splits` partial blocks of mpad (tokens padded to
@@ -126,9 +107,6 @@ br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile
  * same k). */
 br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile,
                               const Problem *p2 = nullptr);
-/* p and p2 (MN-major, plain, the same k) in one launch of the 128x256 kernel with the
- * rowdot epilogue (p.rd, p2->rd; see RowdotEpi). */
-br_status launch_wgmma_f16_mn_rowdot(br_ctx *ctx, const Problem &p, const Problem &p2);
 /* out[i][j] = epilogue(Σ_s ws[s·mpad + i][j], s = 0, 1, … in order) for a split-K run
  * (cuda_gemm.cu). */
 br_status launch_reduce_splits(br_ctx *ctx, const Problem &p, int splits, int mpad);

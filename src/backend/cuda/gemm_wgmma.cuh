@@ -93,11 +93,6 @@ br_status encode_tmap_2d(br_ctx *ctx, CUtensorMap *map, CUtensorMapDataType type
                          uint64_t inner, uint64_t rows, uint64_t row_bytes, uint32_t box_inner,
                          uint32_t box_rows,
                          CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
-/* The same of a 3-D f32 tensor [planes][rows][inner] (rows row_bytes apart, planes
- * plane_bytes apart), boxes of box_inner × box_rows × 1, 128-byte swizzle. */
-br_status encode_tmap_3d_f32(br_ctx *ctx, CUtensorMap *map, const void *base, uint64_t inner,
-                             uint64_t rows, uint64_t planes, uint64_t row_bytes,
-                             uint64_t plane_bytes, uint32_t box_inner, uint32_t box_rows);
 
 struct WgmmaArgs {
     const uint32_t *bits;      /* the bitmap (ROWS, COLS) */
@@ -126,7 +121,6 @@ struct WgmmaArgs {
     float oscale2;
     float *out2;
     long long ldo2;
-    RowdotEpi rd1, rd2; /* EPI_ROWDOT: the first product's and the second's */
 #ifdef BR_WGMMA_TRACE
     /* debugging builds: consumer thread 0's clock at each phase of its first tiles,
      * [cta][consumer][tile][BR_TRACE_STAMPS] into br_trace_buf (0: none; trace_flag) */
@@ -139,7 +133,7 @@ static __device__ long long br_trace_buf[BR_TRACE_CTAS * 2 * BR_TRACE_TILES * BR
 #endif
 
 /* The epilogue a kernel is built with (see the top of this file). */
-enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2, EPI_STAGE16 = 3, EPI_ROWDOT = 4 };
+enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2, EPI_STAGE16 = 3 };
 /* Sets of epilogue boxes in shared memory: two for the f16-plane kernels with an
  * epilogue (EPI_FULL: c of the next round loads into the other; EPI_STAGE: the
  * second holds the f16 boxes), else one; 0 for EPI_STAGE16, whose area holds a
@@ -271,15 +265,6 @@ __device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, 
             reinterpret_cast<uint64_t>(map)),
         "r"(src), "r"(c0), "r"(c1)
         : "memory");
-}
-/* Box at (c0, c1, c2) of a 3-D map from shared src (the rowdot's gradients: column,
- * row, path). */
-__device__ __forceinline__ void tma_store_3d(const CUtensorMap *map, uint32_t src, int c0, int c1,
-                                             int c2) {
-    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], "
-                 "[%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
-                 : "memory");
 }
 __device__ __forceinline__ void bulk_commit() {
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -478,12 +463,9 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
     const __grid_constant__ CUtensorMap tm_act2, const __grid_constant__ CUtensorMap tm_plane2,
     const __grid_constant__ CUtensorMap tm_out2, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    /* EPI_ROWDOT: the plain product's units and operands, its own epilogue */
-    constexpr bool kRowdot = kEpi == EPI_ROWDOT;
-    constexpr bool kFullEpi = kEpi != EPI_PLAIN && !kRowdot, kStage = kEpi == EPI_STAGE;
+    constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
     /* kernels that may run two products (a.tiles1 < a.tiles): MN-major, plain */
     constexpr bool kPair = kMN && !kFullEpi;
-    static_assert(!kRowdot || (kMN && kWgM == 1), "the rowdot epilogue: MN-major, 64-row halves");
     constexpr bool kStage16 = kEpi == EPI_STAGE16;
     static_assert(!(kStage || kStage16) || kKind == PLANE_F16,
                   "the staging epilogues are built for f16 planes");
@@ -1078,93 +1060,6 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
                             if (!keep && q + 1 < kQ) load_c(j0, t0, q + 1);
                         }
                     }
-        } else if (kRowdot) {
-            /* The sign rowdot of this tile (RowdotEpi) from the registers: M =
-             * fl(acc·oscale); a warp's 16 columns lie in one path and one bitmap word
-             * (wl: the consumer's first or second 32 columns). First the consumer's h
-             * and bitmap words of the tile's rows go to shared memory beside its
-             * gradient boxes (one load each in flight, where a load per row in the
-             * loop waited on L2 64 times a tile). Then per round of 64 rows: grad =
-             * fl(h·M) into two [64 rows][32 columns] boxes (128-byte swizzle, as the
-             * plain epilogue's), out by TMA into the gradients' 3-D map (column,
-             * row, path: tm_out / tm_out2); per row, the thread's two columns' ±M,
-             * then the 8 lanes sharing the row (xor 4, 8, 16): the warp's 16
-             * columns' partial, written by the lanes of g = 0. (Element-wise global
-             * stores of the gradient made the epilogue cost more than the rowdots.) */
-            constexpr int kRows = 64, kRound = kRows * 128; /* a box: 8 KB */
-            static_assert(!kRowdot || 2 * kRound + 2 * (2 * kBT * 4) <= kB * Cfg::kEpiBufBytes,
-                          "the rowdot's boxes, h and bits fit the consumer's epilogue area");
-            const uint32_t *bits = two ? a.rd2.bits : a.rd1.bits;
-            const float *hs = two ? a.rd2.rowscale : a.rd1.rowscale;
-            const bool has_grad = (two ? a.rd2.grad : a.rd1.grad) != nullptr;
-            float *part = two ? a.rd2.part : a.rd1.part;
-            const long long bstr = two ? a.rd2.bits_stride : a.rd1.bits_stride;
-            const long long sstr = two ? a.rd2.scale_stride : a.rd1.scale_stride;
-            const int r = two ? a.rd2.r : a.rd1.r, words = r / 32;
-            const uint32_t gbox = box_addr(0, 0), sh = gbox + 2 * kRound, sw = sh + 2 * kBT * 4;
-            /* the last tile's stores have read the boxes and its threads h and bits */
-            if (tid == 0) bulk_wait_read();
-            named_barrier(1 + cw, 128);
-            for (int q = tid; q < 2 * kBT; q += 128) {
-                const int wl = q / kBT, i = t0 + q % kBT, j = j0 + wrow * 64 + 32 * wl;
-                const bool in = i < pm && j < pn;
-                const int p = in ? j / r : 0, k = j - p * r;
-                sts32(sh + 4 * q, in && has_grad ? __ldg(hs + p * sstr + i) : 0.0f);
-                sts32u(sw + 4 * q,
-                       in && part ? __ldg(bits + p * bstr + (long long)i * words + k / 32) : 0u);
-            }
-            named_barrier(1 + cw, 128);
-            const int j1 = jw, bit = (j1 % r) % 32, wl = warp / 2, col = 16 * (warp & 1) + g;
-            const bool in1 = j1 < pn, in2 = j1 + 8 < pn;
-            const int jb = (j0 + wrow * 64 + warp * 16) / 16; /* this warp's 16 columns */
-            const bool blk_in = jb * 16 < pn;
-            const CUtensorMap *map_g = two ? &tm_out2 : &tm_out;
-#pragma unroll
-            for (int rr = 0; rr < kBT / kRows; rr++) {
-                if (rr > 0) { /* the last round's stores have read the boxes */
-                    if (tid == 0) bulk_wait_read();
-                    named_barrier(1 + cw, 128);
-                }
-                const uint32_t box = gbox + wl * kRound;
-#pragma unroll
-                for (int c = rr * kRows / 8; c < (rr + 1) * kRows / 8; c++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int row = 8 * c + 2 * t + e, i = t0 + row, rrow = row - rr * kRows;
-                        const float v1 = __fmul_rn(acc[0][4 * c + e], os);
-                        const float v2 = __fmul_rn(acc[0][4 * c + 2 + e], os);
-                        if (has_grad) {
-                            const float h = ldsf(sh + 4 * (wl * kBT + row));
-                            const uint32_t line = box + rrow * 128 + (col & 3) * 4, x = rrow & 7;
-                            sts32(line + (((col >> 2) ^ x) << 4), __fmul_rn(h, v1));
-                            sts32(line + ((((col + 8) >> 2) ^ x) << 4), __fmul_rn(h, v2));
-                        }
-                        if (part) { /* uniform: the shuffles take every lane */
-                            const uint32_t w = lds32(sw + 4 * (wl * kBT + row));
-                            const float s1 = in1 ? (w >> bit & 1u ? v1 : -v1) : 0.0f;
-                            const float s2 = in2 ? (w >> (bit + 8) & 1u ? v2 : -v2) : 0.0f;
-                            float sum = __fadd_rn(s1, s2);
-                            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 4));
-                            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 8));
-                            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 16));
-                            if (g == 0 && i < pm && blk_in) part[(long long)jb * pm + i] = sum;
-                        }
-                    }
-                if (has_grad) {
-                    fence_proxy_async();
-                    named_barrier(1 + cw, 128);
-                    if (tid == 0) {
-                        const int tc = t0 + rr * kRows;
-#pragma unroll
-                        for (int b = 0; b < 2; b++) {
-                            const int j = j0 + wrow * 64 + 32 * b;
-                            if (j < pn && tc < pm)
-                                tma_store_3d(map_g, gbox + b * kRound, j % r, tc, j / r);
-                        }
-                        bulk_commit();
-                    }
-                }
-            }
         } else if (a.tma_store) {
             /* warp w fills box w/2 (rows 32·(w/2) .. of its 64-row slice), column
              * 16·(w&1) + g (+ 8 for the row g+8 values) of it; with c the box holds
@@ -1253,7 +1148,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
         BR_STAMP(nth, 5);
     }
 #undef BR_STAMP
-    if ((a.tma_store || kRowdot) && tid == 0) bulk_wait_all();
+    if (a.tma_store && tid == 0) bulk_wait_all();
 #endif
 }
 
@@ -1319,7 +1214,7 @@ static int trace_flag(int epi, int n, bool mn) {
  * plain, MN-major, the same k) of p2 too, its tiles after p's. */
 template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP, bool kMN = false>
 br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = nullptr) {
-    constexpr bool kFullEpi = kEpi != EPI_PLAIN && kEpi != EPI_ROWDOT, kStage = kEpi == EPI_STAGE;
+    constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
     using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, epi_box_sets(kKind, kEpi), kPP>;
     br_cuda *s = br_cuda_state(ctx);
     auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kEpi, kPP, kMN>;
@@ -1422,8 +1317,7 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
             return (uintptr_t)q.out % 16 == 0 && q.ldo % 4 == 0 && q.n % 4 == 0 &&
                    (uintptr_t)q.c % 16 == 0; /* c's rows are read as float4 */
         };
-        /* the rowdot epilogue stores from registers and never writes out */
-        a.tma_store = kEpi != EPI_ROWDOT && tma_ok(p) && (!p2 || tma_ok(*p2));
+        a.tma_store = tma_ok(p) && (!p2 || tma_ok(*p2));
         if (a.tma_store && p2)
             BR_TRY(encode_tmap_2d(ctx, &tm_out2, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p2->out,
                                   (uint64_t)p2->n, (uint64_t)p2->m, (uint64_t)p2->ldo * 4, 32,
@@ -1456,25 +1350,6 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     }
     a.tiles1 = a.tiles;
     a.tiles_j2 = 1, a.m2 = 0, a.n2 = 0, a.oscale2 = 1.0f, a.out2 = nullptr, a.ldo2 = 0;
-    a.rd1 = p.rd;
-    a.rd2 = p2 ? p2->rd : RowdotEpi{};
-    if constexpr (kEpi == EPI_ROWDOT) { /* the gradients' maps: [paths][rows][r] */
-        auto grad_map = [&](const Problem &q, CUtensorMap *map) -> br_status {
-            if (!q.rd.grad) return BR_OK;
-            const uint64_t paths = (uint64_t)q.n / (uint64_t)q.rd.r;
-            const uint64_t plane =
-                paths > 1 ? (uint64_t)q.rd.grad_stride * 4 : (uint64_t)q.m * (uint64_t)q.rd.r * 4;
-            return encode_tmap_3d_f32(ctx, map, q.rd.grad, (uint64_t)q.rd.r, (uint64_t)q.m, paths,
-                                      (uint64_t)q.rd.r * 4, plane, 32, 64);
-        };
-        BR_TRY(grad_map(p, &tm_out));
-        if (p2) BR_TRY(grad_map(*p2, &tm_out2));
-    }
-    if (kEpi == EPI_ROWDOT &&
-        (p.rd.r % 32 || (p2 && p2->rd.r % 32) || p.rd.accumulate || (p2 && p2->rd.accumulate)))
-        return br_fail(ctx, BR_E_STATE,
-                       "mm_tn2: the rowdot epilogue takes r %% 32 == 0 and "
-                       "no accumulation");
     if (p2) {
         a.tiles_j2 = (p2->n + Cfg::kBJ - 1) / Cfg::kBJ;
         a.tiles += a.tiles_j2 * ((p2->m + kBT - 1) / kBT);
