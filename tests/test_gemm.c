@@ -1291,6 +1291,30 @@ static void tn_run(br_ctx *ctx, br_rng *r, const tn_spec *sp) {
         br_buf_free(all[i]);
 }
 
+/* run(ctx, r, arg) with every MN-major tile forced (BITRANK_GEMM_TILE) and, in the
+ * full suite, with the grid on one CTA too (several tiles per CTA). */
+static void each_mn_tile(br_ctx *ctx, br_rng *r, void (*run)(br_ctx *, br_rng *, const void *),
+                         const void *arg) {
+    static const char *const tiles[] = {"256x128", "128x256",   "128x128",
+                                        "128x192", "pp128x128", "256x96"};
+    for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
+        for (int one = 0; one < 2; one++) {
+            if (t_small() && one) continue;
+            setenv("BITRANK_GEMM_TILE", tiles[t], 1);
+            if (one) setenv("BITRANK_GEMM_CTAS", "1", 1);
+            run(ctx, r, arg);
+            unsetenv("BITRANK_GEMM_CTAS");
+            unsetenv("BITRANK_GEMM_TILE");
+        }
+}
+
+/* tn_run on the last two of mm_tn_shapes' cases (arg: the first of them). */
+static void tn_last_two(br_ctx *ctx, br_rng *r, const void *arg) {
+    const tn_spec *two = arg;
+    tn_run(ctx, r, &two[1]);
+    tn_run(ctx, r, &two[0]);
+}
+
 /* Sizes that are multiples of nothing, padded strides (lda > m, ldp > n), an act
  * view at an offset, output blocks in wider rows, every epilogue operand, panels of
  * rows and of columns (the CPU team for the largest), and the K = tokens shapes
@@ -1397,18 +1421,7 @@ static void mm_tn_shapes(void) {
         CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 0));
     }
     /* every MN-major tile, with the grid on one CTA too (several tiles per CTA) */
-    static const char *const tiles[] = {"256x128", "128x256",   "128x128",
-                                        "128x192", "pp128x128", "256x96"};
-    for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
-        for (int one = 0; one < 2; one++) {
-            if (t_small() && one) continue;
-            setenv("BITRANK_GEMM_TILE", tiles[t], 1);
-            if (one) setenv("BITRANK_GEMM_CTAS", "1", 1);
-            tn_run(ctx, &r, &cases[nc - 1]);
-            tn_run(ctx, &r, &cases[nc - 2]);
-            unsetenv("BITRANK_GEMM_CTAS");
-            unsetenv("BITRANK_GEMM_TILE");
-        }
+    each_mn_tile(ctx, &r, tn_last_two, cases + nc - 2);
     br_ctx_free(ctx);
 }
 
@@ -1529,6 +1542,13 @@ static void tn2_run(br_ctx *ctx, br_rng *r, const tn2_side sd[2]) {
     br_buf_free(tail), br_buf_free(whole);
 }
 
+/* tn2_run on the first two of mm_tn2_pairs' cases (arg: the case array). */
+static void tn2_first_two(br_ctx *ctx, br_rng *r, const void *arg) {
+    const tn2_side(*cases)[2] = arg;
+    tn2_run(ctx, r, cases[0]);
+    tn2_run(ctx, r, cases[1]);
+}
+
 /* The layer's pairing (the same n, the second product small), products of different
  * shapes and strides (an output block in wider rows), several tiles per CTA (the
  * grid on one CTA: a CTA crosses from the first product's tiles to the second's),
@@ -1554,18 +1574,7 @@ static void mm_tn2_pairs(void) {
     setenv("BITRANK_MM_TN2", "0", 1);
     tn2_run(ctx, &r, cases[0]);
     unsetenv("BITRANK_MM_TN2");
-    static const char *const tiles[] = {"256x128", "128x256",   "128x128",
-                                        "128x192", "pp128x128", "256x96"};
-    for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
-        for (int one = 0; one < 2; one++) {
-            if (t_small() && one) continue;
-            setenv("BITRANK_GEMM_TILE", tiles[t], 1);
-            if (one) setenv("BITRANK_GEMM_CTAS", "1", 1);
-            tn2_run(ctx, &r, cases[0]);
-            tn2_run(ctx, &r, cases[1]);
-            unsetenv("BITRANK_GEMM_CTAS");
-            unsetenv("BITRANK_GEMM_TILE");
-        }
+    each_mn_tile(ctx, &r, tn2_first_two, cases);
     br_ctx_free(ctx);
 }
 
