@@ -578,7 +578,7 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
  * each as MM_TN, in turn. With rowdot (br_mm_tn2_rowdot), each side's rowdot op
  * after the products. (The rowdots in the kernel's epilogue, the gradients straight
  * from the accumulators, measured slower on the H200, 2026-11-30: 0.4168 ms against
- * 0.4099 at the third bench shape with the gradients out by TMA; git show 035c5ae.) */
+ * 0.4099 at the third bench shape with the gradients out by TMA; git show 2bc929c.) */
 extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
     const br_mm_tn2_args &two = op->u.mm_tn2;
