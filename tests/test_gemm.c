@@ -1949,10 +1949,83 @@ static void mm_tn_bad_args(void) {
     br_ctx_free(ctx);
 }
 
+/* br_mm_tn2_rowdot's refusals beyond each side's own checks: no sides, an epilogue
+ * on a product, paths·r ≠ n, one side's gradient over the other side's product, dh
+ * and dg interleaved with one element shared (interleaved without one is the
+ * layer's layout: accepted); nothing is written by a refused call. */
+static void mm_tn2_rowdot_bad_args(void) {
+    br_ctx *ctx = t_ctx();
+    const size_t m = 10, r = 32, P = 2, n = P * r, k = 64;
+    br_buf *act = t_buf_poison(ctx, BR_F16, k * m, 0x3C00u);
+    br_buf *plane = t_buf_poison(ctx, BR_F16, k * n, 0x3C00u);
+    br_buf *bits = t_buf_poison(ctx, BR_U32, P * m * r / 32, 0x5555u);
+    br_buf *h = t_buf_poison(ctx, BR_F32, P * m, 0x3F800000u);
+    /* one f32 buffer: mat1, mat2, grad1, grad2, then the paths' [dh | dg] pieces */
+    const size_t nm = m * n, ng = P * m * r, ps = 2 * m; /* a path's dh then its dg */
+    const size_t total = 2 * nm + 2 * ng + P * ps;
+    br_buf *all = t_buf_poison(ctx, BR_F32, total, T_NAN32), *mat1 = NULL, *mat2 = NULL;
+    br_buf *g1 = NULL, *g2 = NULL, *d1 = NULL, *d2 = NULL, *d2bad = NULL, *g1bad = NULL;
+    CHECK_OK(ctx, br_buf_view(all, 0, nm, &mat1));
+    CHECK_OK(ctx, br_buf_view(all, nm, nm, &mat2));
+    CHECK_OK(ctx, br_buf_view(all, 2 * nm, ng, &g1));
+    CHECK_OK(ctx, br_buf_view(all, 2 * nm + ng, ng, &g2));
+    const size_t dbase = 2 * nm + 2 * ng;
+    CHECK_OK(ctx, br_buf_view(all, dbase, (P - 1) * ps + m, &d1));
+    CHECK_OK(ctx, br_buf_view(all, dbase + m, (P - 1) * ps + m, &d2));
+    CHECK_OK(ctx, br_buf_view(all, dbase + m - 1, (P - 1) * ps + m, &d2bad));
+    CHECK_OK(ctx, br_buf_view(all, nm + 5, ng, &g1bad)); /* over mat2 */
+    br_tn_rowdot side[2];
+    for (int i = 0; i < 2; i++)
+        side[i] = (br_tn_rowdot){.act = act,
+                                 .plane = plane,
+                                 .ldp = n,
+                                 .mat = i ? mat2 : mat1,
+                                 .g = {.m = m, .n = n, .k = k, .oscale = 1.0f},
+                                 .bits = bits,
+                                 .bits_stride = m * r / 32,
+                                 .rowscale = h,
+                                 .scale_stride = m,
+                                 .grad = i ? g2 : g1,
+                                 .grad_stride = m * r,
+                                 .dsum = i ? d2 : d1,
+                                 .dsum_stride = ps,
+                                 .r = r,
+                                 .paths = P};
+    CHECK(br_mm_tn2_rowdot(NULL, side) == BR_E_ARG, "NULL ctx");
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "side is NULL", br_mm_tn2_rowdot(ctx, NULL));
+    br_tn_rowdot bad[2] = {side[0], side[1]};
+    bad[1].g.colscale = h;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "side 2's product has colscale", br_mm_tn2_rowdot(ctx, bad));
+    bad[1] = side[1];
+    bad[0].r = 64;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "paths·r = 128", br_mm_tn2_rowdot(ctx, bad));
+    bad[0] = side[0];
+    bad[0].grad = g1bad;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "grad1 overlaps mat2", br_mm_tn2_rowdot(ctx, bad));
+    bad[0] = side[0];
+    bad[1].dsum = d2bad;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "dsum1 overlaps dsum2", br_mm_tn2_rowdot(ctx, bad));
+    float *after = t_download_f32(ctx, all, total);
+    size_t written = 0;
+    for (size_t i = 0; i < total; i++) {
+        uint32_t u;
+        memcpy(&u, &after[i], 4);
+        written += u != T_NAN32;
+    }
+    CHECK(written == 0, "mm_tn2_rowdot refusals wrote %zu outputs", written);
+    free(after);
+    /* the layer's interleaved dh and dg: accepted */
+    CHECK_OK(ctx, br_mm_tn2_rowdot(ctx, side));
+    br_buf *bufs[] = {mat1, mat2, g1, g2, d1, d2, d2bad, g1bad, all, act, plane, bits, h};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        br_buf_free(bufs[i]);
+    br_ctx_free(ctx);
+}
+
 T_RUN("gemm", T_CASE(mm_shapes), T_CASE(mm_ldo_ocol), T_CASE(mm_oscale), T_CASE(mm_special_values),
       T_CASE(mm_bits_layouts), T_CASE(mm_bits_expand_path), T_CASE(mm_bits_expand_graph),
       T_CASE(mm_bits_expand_eager_growth), T_CASE(mm_graph), T_CASE(mm_launch_counts),
       T_CASE(mm_bad_args), T_CASE(mm_epilogue), T_CASE(mm_epilogue_bad_args),
       T_CASE(mm_tiles_splitk), T_CASE(mm_same_bits_any_thread_count), T_CASE(mm_tn_shapes),
       T_CASE(mm_tn_bad_args), T_CASE(mm_tn2_pairs), T_CASE(mm_tn2_bad_args),
-      T_CASE(mm_tn2_rowdot_sides))
+      T_CASE(mm_tn2_rowdot_sides), T_CASE(mm_tn2_rowdot_bad_args))

@@ -205,7 +205,7 @@ br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]) {
     br_op op = {.kind = BR_OP_MM_TN2};
     br_mm_tn2_args *a = &op.u.mm_tn2;
     a->rowdot = 1;
-    size_t copy[2], ws = 0;
+    size_t copy[2];
     for (int i = 0; i < 2; i++) {
         const br_tn_rowdot *s = &side[i];
         if (s->g.colscale || s->g.c)
@@ -221,8 +221,6 @@ br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]) {
                                       s->rowscale, s->scale_stride, s->grad, s->grad_stride,
                                       s->dsum, s->dsum_stride, g->m, s->r, s->paths, s->accumulate,
                                       &a->rd[i]));
-        /* the fused epilogue's row partials: n/16 per row */
-        ws += (s->g.n / 16) * s->g.m * sizeof(float);
     }
     /* the two sides may run at once: each side's outputs apart from everything the
      * other side reads or writes and from both products' operands */
@@ -257,6 +255,7 @@ br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]) {
                                    others[v]->name);
     }
     /* a backend that runs them apart runs them in turn: one reservation serves both */
+    size_t ws = 0;
     for (int i = 0; i < 2; i++) {
         if (m[i].ws_bytes > ws) ws = m[i].ws_bytes;
         if (copy[i] > ws) ws = copy[i];

@@ -160,10 +160,11 @@ typedef struct br_tn_rowdot {
 
 /* The layer's sign gradients in one op: br_mm_tn2 on the two sides' products, then
  * each side's rowdot, as the side says. grad and dsum within GEMM tolerance of those
- * calls' (a GPU may form them in the GEMM's epilogue, dsum summed in its own order,
- * and leave mat unwritten: mat's contents are unspecified after); on the CPU the same
- * bits. Each side's grad and dsum must be apart from every buffer of the other side
- * and from both products' operands. */
+ * calls'; on the CPU the same bits. mat's contents are unspecified after, so that a
+ * backend may form grad and dsum in the GEMM's epilogue without storing the product
+ * (none does today: on CUDA that measured slower, docs/PERFORMANCE.md). Each side's
+ * outputs must be apart from every buffer of the other side and from both products'
+ * operands (piece by piece over the paths: interleaved paths are fine). */
 br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]);
 
 #ifdef __cplusplus
