@@ -49,8 +49,8 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     BR_TRY(br_colsum_fused_grouped(ctx, s->a, sh->b, sp[BR_BLR_DL], ntok, R, &fl, r, ss[BR_BLR_DL],
                                    accumulate));
 
-    /* M_U and N_V and their rowdots in one op (on a GPU one launch: N_V's tiles fill
-     * M_U's last wave, and the rowdots run in its epilogue) */
+    /* M_U and N_V and their rowdots in one op (on a GPU the products in one launch:
+     * N_V's tiles fill M_U's last wave) */
     br_tag_scope tag;
     br_tag_push(ctx, &tag, "sign");
     const br_tn_rowdot sides[2] = {

@@ -145,34 +145,6 @@ br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t l
 /* The elements of out a checked product writes: (m − 1)·ldo + ocol + n. */
 static size_t out_span(const br_gemm *g) { return (g->m - 1) * g->ldo + g->ocol + g->n; }
 
-br_status br_mm_tn2(br_ctx *ctx, const br_buf *act1, const br_buf *plane1, size_t ldp1,
-                    br_buf *out1, br_gemm g1, const br_buf *act2, const br_buf *plane2, size_t ldp2,
-                    br_buf *out2, br_gemm g2) {
-    static const char fn[] = "br_mm_tn2";
-    BR_TRY(br_check_ctx(ctx));
-    br_op op = {.kind = BR_OP_MM_TN2};
-    br_mm_args *p = op.u.mm_tn2.mm;
-    size_t copy1, copy2;
-    BR_TRY(mm_tn_args(ctx, fn, act1, plane1, ldp1, out1, g1, &p[0], &copy1));
-    BR_TRY(mm_tn_args(ctx, fn, act2, plane2, ldp2, out2, g2, &p[1], &copy2));
-    /* the products may run at once: neither writes what the other reads or writes */
-    const size_t o1 = out_span(&p[0].g), o2 = out_span(&p[1].g);
-    const size_t a1 = (p[0].g.k - 1) * p[0].g.lda + p[0].g.m,
-                 a2 = (p[1].g.k - 1) * p[1].g.lda + p[1].g.m;
-    const size_t q1 = (p[0].g.k - 1) * p[0].ldp + p[0].g.n,
-                 q2 = (p[1].g.k - 1) * p[1].ldp + p[1].g.n;
-    BR_TRY(br_check_apart(ctx, fn, "out1", out1, o1, "out2", out2, o2));
-    BR_TRY(br_check_apart(ctx, fn, "out1", out1, o1, "act2", act2, a2));
-    BR_TRY(br_check_apart(ctx, fn, "out1", out1, o1, "plane2", plane2, q2));
-    BR_TRY(br_check_apart(ctx, fn, "out2", out2, o2, "act1", act1, a1));
-    BR_TRY(br_check_apart(ctx, fn, "out2", out2, o2, "plane1", plane1, q1));
-    /* a backend that runs them apart runs them in turn: one reservation serves both */
-    size_t ws = p[0].ws_bytes > p[1].ws_bytes ? p[0].ws_bytes : p[1].ws_bytes;
-    if (copy1 > ws) ws = copy1;
-    if (copy2 > ws) ws = copy2;
-    return br_submit(ctx, &op, ws);
-}
-
 /* A buffer as the op touches it: `paths` pieces of `one` elements, `stride` apart
  * (one piece: the whole span). */
 typedef struct pieces {
@@ -196,6 +168,65 @@ static int pieces_overlap(const pieces *x, const pieces *y) {
             if (bx < by + y->one * ey && by < bx + x->one * ex) return 1;
         }
     return 0;
+}
+
+/* The checks both sides of an MM_TN2 op need together, then its submission: the
+ * sides may run at once, so each side's outputs (the product, and with rowdot its
+ * gradients and sums) are apart from everything the other side reads or writes and
+ * the rowdot's outputs from both products' operands (a product and its own operands:
+ * as br_mm_tn); one workspace reservation serves both (a backend that runs them
+ * apart runs them in turn). copy: each side's room for transposed operands. */
+static br_status submit_tn2(br_ctx *ctx, const char *fn, br_op *op, const size_t copy[2]) {
+    const br_mm_tn2_args *a = &op->u.mm_tn2;
+    const br_mm_args *m = a->mm;
+    pieces mat[2], act[2], plane[2], grad[2], dsum[2], bits[2], scale[2];
+    for (int i = 0; i < 2; i++) {
+        const br_sign_rowdot_args *rd = &a->rd[i]; /* all NULL without rowdot */
+        const size_t P = a->rowdot ? rd->paths : 1;
+        mat[i] = (pieces){a->rowdot ? (i ? "mat2" : "mat1") : (i ? "out2" : "out1"), m[i].out, 1, 0,
+                          out_span(&m[i].g)};
+        act[i] =
+            (pieces){i ? "act2" : "act1", m[i].act, 1, 0, (m[i].g.k - 1) * m[i].g.lda + m[i].g.m};
+        plane[i] = (pieces){i ? "plane2" : "plane1", m[i].plane, 1, 0,
+                            (m[i].g.k - 1) * m[i].ldp + m[i].g.n};
+        grad[i] = (pieces){i ? "grad2" : "grad1", rd->grad, P, rd->grad_stride, rd->rows * rd->r};
+        dsum[i] = (pieces){i ? "dsum2" : "dsum1", rd->dsum, P, rd->dsum_stride, rd->rows};
+        bits[i] =
+            (pieces){i ? "bits2" : "bits1", rd->bits, P, rd->bits_stride, rd->rows * rd->r / 32};
+        scale[i] =
+            (pieces){i ? "rowscale2" : "rowscale1", rd->rowscale, P, rd->scale_stride, rd->rows};
+    }
+    for (int i = 0; i < 2; i++) {
+        const int j = 1 - i;
+        const pieces *outs[] = {&mat[i], &grad[i], &dsum[i]};
+        const pieces *others[] = {&act[0],  &act[1],  &plane[0], &plane[1], &mat[j],
+                                  &grad[j], &dsum[j], &bits[j],  &scale[j]};
+        for (size_t u = 0; u < sizeof outs / sizeof outs[0]; u++)
+            for (size_t v = 0; v < sizeof others / sizeof others[0]; v++)
+                if (!(u == 0 && (others[v] == &act[i] || others[v] == &plane[i])) &&
+                    pieces_overlap(outs[u], others[v]))
+                    return br_fail(ctx, BR_E_ARG, "%s: %s overlaps %s", fn, outs[u]->name,
+                                   others[v]->name);
+    }
+    size_t ws = 0;
+    for (int i = 0; i < 2; i++) {
+        if (m[i].ws_bytes > ws) ws = m[i].ws_bytes;
+        if (copy[i] > ws) ws = copy[i];
+    }
+    return br_submit(ctx, op, ws);
+}
+
+br_status br_mm_tn2(br_ctx *ctx, const br_buf *act1, const br_buf *plane1, size_t ldp1,
+                    br_buf *out1, br_gemm g1, const br_buf *act2, const br_buf *plane2, size_t ldp2,
+                    br_buf *out2, br_gemm g2) {
+    static const char fn[] = "br_mm_tn2";
+    BR_TRY(br_check_ctx(ctx));
+    br_op op = {.kind = BR_OP_MM_TN2};
+    br_mm_args *p = op.u.mm_tn2.mm;
+    size_t copy[2];
+    BR_TRY(mm_tn_args(ctx, fn, act1, plane1, ldp1, out1, g1, &p[0], &copy[0]));
+    BR_TRY(mm_tn_args(ctx, fn, act2, plane2, ldp2, out2, g2, &p[1], &copy[1]));
+    return submit_tn2(ctx, fn, &op, copy);
 }
 
 br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]) {
@@ -222,45 +253,7 @@ br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]) {
                                       s->dsum, s->dsum_stride, g->m, s->r, s->paths, s->accumulate,
                                       &a->rd[i]));
     }
-    /* the two sides may run at once: each side's outputs apart from everything the
-     * other side reads or writes and from both products' operands */
-    const br_mm_args *m = a->mm;
-    pieces mat[2], act[2], plane[2], grad[2], dsum[2], bits[2], scale[2];
-    for (int i = 0; i < 2; i++) {
-        const br_sign_rowdot_args *rd = &a->rd[i];
-        const size_t P = rd->paths;
-        mat[i] = (pieces){i ? "mat2" : "mat1", m[i].out, 1, 0, out_span(&m[i].g)};
-        act[i] =
-            (pieces){i ? "act2" : "act1", m[i].act, 1, 0, (m[i].g.k - 1) * m[i].g.lda + m[i].g.m};
-        plane[i] = (pieces){i ? "plane2" : "plane1", m[i].plane, 1, 0,
-                            (m[i].g.k - 1) * m[i].ldp + m[i].g.n};
-        grad[i] = (pieces){i ? "grad2" : "grad1", rd->grad, P, rd->grad_stride, rd->rows * rd->r};
-        dsum[i] = (pieces){i ? "dsum2" : "dsum1", rd->dsum, P, rd->dsum_stride, rd->rows};
-        bits[i] =
-            (pieces){i ? "bits2" : "bits1", rd->bits, P, rd->bits_stride, rd->rows * rd->r / 32};
-        scale[i] =
-            (pieces){i ? "rowscale2" : "rowscale1", rd->rowscale, P, rd->scale_stride, rd->rows};
-    }
-    for (int i = 0; i < 2; i++) {
-        const int j = 1 - i;
-        const pieces *outs[] = {&mat[i], &grad[i], &dsum[i]};
-        const pieces *others[] = {&act[0],  &act[1],  &plane[0], &plane[1], &mat[j],
-                                  &grad[j], &dsum[j], &bits[j],  &scale[j]};
-        for (size_t u = 0; u < sizeof outs / sizeof outs[0]; u++)
-            for (size_t v = 0; v < sizeof others / sizeof others[0]; v++)
-                /* (mat and its own product's operands: as br_mm_tn) */
-                if (!(u == 0 && (others[v] == &act[i] || others[v] == &plane[i])) &&
-                    pieces_overlap(outs[u], others[v]))
-                    return br_fail(ctx, BR_E_ARG, "%s: %s overlaps %s", fn, outs[u]->name,
-                                   others[v]->name);
-    }
-    /* a backend that runs them apart runs them in turn: one reservation serves both */
-    size_t ws = 0;
-    for (int i = 0; i < 2; i++) {
-        if (m[i].ws_bytes > ws) ws = m[i].ws_bytes;
-        if (copy[i] > ws) ws = copy[i];
-    }
-    return br_submit(ctx, &op, ws);
+    return submit_tn2(ctx, fn, &op, copy);
 }
 
 /* The context's f16 expand plane, grown to at least `count` elements. An outgrown
