@@ -575,8 +575,8 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
  * run on it unsplit and plain with the same k, the second's tiles after the
  * first's: M_U's last wave leaves SMs idle that N_V's tiles then fill. Else (a
  * forced ping-pong tile, or BITRANK_MM_TN2=0, read on every call: an A/B hook)
- * each as MM_TN, in turn. With rowdot (br_mm_tn2_rowdot), each side's rowdot op
- * after the products. (The rowdots in the kernel's epilogue, the gradients straight
+ * each as MM_TN, in turn. With rowdot (br_mm_tn2_rowdot), both sides' rowdots
+ * after the products, in one launch. (The rowdots in the kernel's epilogue, the gradients straight
  * from the accumulators, measured slower on the H200, 2026-11-30: 0.4168 ms against
  * 0.4099 at the third bench shape with the gradients out by TMA; git show 2bc929c.) */
 extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
@@ -612,14 +612,8 @@ extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
             BR_TRY(br_cuda_mm_tn(ctx, &one));
         }
     }
-    if (!two.rowdot) return BR_OK;
-    for (int i = 0; i < 2; i++) {
-        br_op rd = *op;
-        rd.kind = BR_OP_SIGN_ROWDOT;
-        rd.u.sign_rowdot = two.rd[i];
-        BR_TRY(br_cuda_sign_rowdot(ctx, &rd));
-    }
-    return BR_OK;
+    /* the two rowdots in one launch */
+    return two.rowdot ? br_cuda_sign_rowdot2(ctx, &two.rd[0], &two.rd[1]) : BR_OK;
 }
 
 extern "C" br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op) {

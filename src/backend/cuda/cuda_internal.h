@@ -97,6 +97,10 @@ br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op);
 /* cuda_layer_ops.cu */
 br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op);
+/* Two sign rowdots in one launch, each exactly as br_cuda_sign_rowdot computes it
+ * (br_mm_tn2_rowdot's sides; cuda_layer_ops.cu). */
+br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_sign_rowdot_args *a,
+                               const br_sign_rowdot_args *b);
 br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op);
 /* cvt_both on device pointers (the MM_STAGE op's unfused path stages with it); with
  * c (col NULL) the value staged is fl(fl(src·alpha) + fl(beta·c)), a GEMM epilogue

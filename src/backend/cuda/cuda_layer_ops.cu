@@ -153,24 +153,51 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
 /* Bitmap words (32 columns each) a lane loads before it uses any of them. */
 #define RD_BATCH 4
 
+/* One rowdot as its kernels take it: m0 points at column col0 of row 0; path p's
+ * columns start r further on per path, its other operands at p·stride (NULL ones
+ * stay NULL). */
+typedef struct rowdot_job {
+    const float *m0;
+    size_t ldm;
+    const uint32_t *bits0;
+    const float *rowscale0;
+    float *grad0, *dsum0;
+    unsigned rows, r;
+    int accumulate;
+    path_strides ps;
+} rowdot_job;
+
+static rowdot_job rowdot_job_of(const br_sign_rowdot_args *a) {
+    rowdot_job j = {
+        (const float *)br_ptr(a->mat) + a->col0,
+        a->ldm,
+        (const uint32_t *)br_ptr(a->bits),
+        (const float *)br_ptr(a->rowscale),
+        (float *)br_ptr(a->grad),
+        (float *)br_ptr(a->dsum),
+        (unsigned)a->rows,
+        (unsigned)a->r,
+        a->accumulate,
+        {a->bits_stride, a->scale_stride, a->grad_stride, a->dsum_stride, (unsigned)a->paths}};
+    return j;
+}
+
 /* One warp per row i: lane l takes columns k = l, l+32, ... (coalesced 128-byte
  * loads of M, stores of grad); grad[i][k] = fl(h·M) (+ grad); the signed sum runs
  * in the lane order of layer_ops.h, then the shuffle tree (lane t adds lane t + s
- * for s = 16..1) and dsum[i] (+)= lane 0's total. m0 points at column col0 of row 0;
- * path p's columns start r further on per path, its other operands at p·stride
- * (NULL ones stay NULL). */
-__global__ void sign_rowdot_kernel(const float *m0, size_t ldm, const uint32_t *bits0,
-                                   const float *rowscale0, float *grad0, float *dsum0,
-                                   unsigned rows, unsigned r, int accumulate, path_strides ps) {
-    unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32, words = r / 32;
-    for (unsigned p = blockIdx.y; p < ps.paths; p += gridDim.y) { /* warp-uniform */
-        const float *m = m0 + (size_t)p * r;
-        const uint32_t *bits = bits0 ? bits0 + p * ps.bits : NULL;
-        const float *rowscale = rowscale0 ? rowscale0 + p * ps.scale : NULL;
-        float *grad = grad0 ? grad0 + p * ps.out : NULL;
-        float *dsum = dsum0 ? dsum0 + p * ps.dsum : NULL;
-        for (unsigned i = blockIdx.x * warps + threadIdx.x / 32; i < rows; i += gridDim.x * warps) {
-            const float *row = m + (size_t)i * ldm;
+ * for s = 16..1) and dsum[i] (+)= lane 0's total. Paths y0, y0 + ny, ... of the
+ * job; rows over blockIdx.x (strided over gridDim.x). */
+static __device__ void rowdot_rows(const rowdot_job &j, unsigned y0, unsigned ny) {
+    unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32, words = j.r / 32;
+    for (unsigned p = y0; p < j.ps.paths; p += ny) { /* warp-uniform */
+        const float *m = j.m0 + (size_t)p * j.r;
+        const uint32_t *bits = j.bits0 ? j.bits0 + p * j.ps.bits : NULL;
+        const float *rowscale = j.rowscale0 ? j.rowscale0 + p * j.ps.scale : NULL;
+        float *grad = j.grad0 ? j.grad0 + p * j.ps.out : NULL;
+        float *dsum = j.dsum0 ? j.dsum0 + p * j.ps.dsum : NULL;
+        for (unsigned i = blockIdx.x * warps + threadIdx.x / 32; i < j.rows;
+             i += gridDim.x * warps) {
+            const float *row = m + (size_t)i * j.ldm;
             float h = grad ? rowscale[i] : 0.0f, acc = 0.0f;
             for (unsigned w0 = 0; w0 < words; w0 += RD_BATCH) {
                 float x[RD_BATCH];
@@ -186,9 +213,9 @@ __global__ void sign_rowdot_kernel(const float *m0, size_t ldm, const uint32_t *
                 for (unsigned u = 0; u < RD_BATCH; u++) {
                     if (w0 + u < words) {
                         if (grad) {
-                            size_t e = (size_t)i * r + 32 * (w0 + u) + lane;
+                            size_t e = (size_t)i * j.r + 32 * (w0 + u) + lane;
                             float pr = __fmul_rn(h, x[u]);
-                            grad[e] = accumulate ? __fadd_rn(grad[e], pr) : pr;
+                            grad[e] = j.accumulate ? __fadd_rn(grad[e], pr) : pr;
                         }
                         if (dsum) acc = __fadd_rn(acc, b[u] >> lane & 1u ? x[u] : -x[u]);
                     }
@@ -197,24 +224,45 @@ __global__ void sign_rowdot_kernel(const float *m0, size_t ldm, const uint32_t *
             if (dsum) {
                 for (unsigned s = 16; s >= 1; s >>= 1)
                     acc = __fadd_rn(acc, __shfl_down_sync(FULL_MASK, acc, s));
-                if (lane == 0) dsum[i] = accumulate ? __fadd_rn(dsum[i], acc) : acc;
+                if (lane == 0) dsum[i] = j.accumulate ? __fadd_rn(dsum[i], acc) : acc;
             }
         }
     }
 }
 
+__global__ void sign_rowdot_kernel(const rowdot_job j) { rowdot_rows(j, blockIdx.y, gridDim.y); }
+
+/* Two rowdots in one launch (br_mm_tn2_rowdot's sides): grid rows [0, y1) take the
+ * first's paths, the rest the second's; each row of each path exactly as its own
+ * launch computes it. */
+__global__ void sign_rowdot2_kernel(const rowdot_job j1, const rowdot_job j2, unsigned y1) {
+    if (blockIdx.y < y1)
+        rowdot_rows(j1, blockIdx.y, y1);
+    else
+        rowdot_rows(j2, blockIdx.y - y1, gridDim.y - y1);
+}
+
 extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
     const br_sign_rowdot_args *a = &op->u.sign_rowdot;
     br_cuda *s = br_cuda_state(ctx);
-    path_strides ps = {a->bits_stride, a->scale_stride, a->grad_stride, a->dsum_stride,
-                       (unsigned)a->paths};
     dim3 grid(br_cuda_blocks(ctx, a->rows * 32, THREADS),
-              ps.paths < MAX_GRID_Y ? ps.paths : MAX_GRID_Y);
-    sign_rowdot_kernel<<<grid, THREADS, 0, s->stream>>>(
-        (const float *)br_ptr(a->mat) + a->col0, a->ldm, (const uint32_t *)br_ptr(a->bits),
-        (const float *)br_ptr(a->rowscale), (float *)br_ptr(a->grad), (float *)br_ptr(a->dsum),
-        (unsigned)a->rows, (unsigned)a->r, a->accumulate, ps);
+              a->paths < MAX_GRID_Y ? (unsigned)a->paths : MAX_GRID_Y);
+    sign_rowdot_kernel<<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a));
     BR_CUDA_LAUNCHED(ctx, "sign_rowdot_kernel");
+    return BR_OK;
+}
+
+extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_sign_rowdot_args *a,
+                                          const br_sign_rowdot_args *b) {
+    br_cuda *s = br_cuda_state(ctx);
+    /* each side's paths in grid rows of its own (both within MAX_GRID_Y together) */
+    const unsigned half = MAX_GRID_Y / 2;
+    const unsigned y1 = a->paths < half ? (unsigned)a->paths : half;
+    const unsigned y2 = b->paths < half ? (unsigned)b->paths : half;
+    const size_t rows = a->rows > b->rows ? a->rows : b->rows;
+    dim3 grid(br_cuda_blocks(ctx, rows * 32, THREADS), y1 + y2);
+    sign_rowdot2_kernel<<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a), rowdot_job_of(b), y1);
+    BR_CUDA_LAUNCHED(ctx, "sign_rowdot2_kernel");
     return BR_OK;
 }
 
@@ -333,9 +381,8 @@ __global__ void __launch_bounds__(THREADS, 4) cvt_both_kernel(cvt_both_job j) {
             /* the group's place of column c once: the 8 columns share a group where
              * groups are whole groups of 8 (a division per element cost as much as
              * the copy) */
-            const unsigned cg = j.col && j.col_group % 8 == 0
-                                    ? br_dev_grouped(c, j.col_group, j.col_stride)
-                                    : 0u;
+            const unsigned cg =
+                j.col && j.col_group % 8 == 0 ? br_dev_grouped(c, j.col_group, j.col_stride) : 0u;
 #pragma unroll
             for (unsigned u = 0; u < 8; u++) {
                 h[u] = 0u;
