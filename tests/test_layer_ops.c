@@ -336,6 +336,77 @@ static void expand_scaled_paths_match_single(void) {
     br_ctx_free(ctx);
 }
 
+/* Both orientations of br_expand_scaled_*_paths (P = 2) at the widths that pick each
+ * CUDA tile (r/32 = 1..24 words: 1, 2, 4 or 8 words a transposed tile; rows·words
+ * not a multiple of a warp's 32 words by rows), pad columns past whole tiles (ld
+ * well past rows), the bench's third shape, and the grid capped to 1 and 3 blocks
+ * (BITRANK_EXPAND_BLOCKS, CUDA: several tiles a block through the grid-stride loops
+ * and the double-buffered tiles) — bit for bit against the reference over the
+ * whole plane, poisoned first, at aligned and odd offsets (the scalar path). */
+static void expand_scaled_tiles_match_reference(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(66);
+    static const size_t shapes[][2] = {{1, 1},    {33, 2},   {257, 3}, {700, 4}, {129, 6},  {77, 8},
+                                       {300, 12}, {511, 16}, {95, 24}, {1, 16},  {6144, 16}};
+    static const char *caps[] = {NULL, "1", "3"};
+    const size_t nshapes = sizeof shapes / sizeof *shapes, P = 2;
+    for (size_t c = 0; c < 2 * 3 * nshapes; c++) {
+        const int by_rows = c % 2;
+        const char *cap = caps[c / 2 % 3];
+        size_t rows = shapes[c / 6][0], words = shapes[c / 6][1], r = 32 * words;
+        size_t nb = rows * words, bs = nb + 2 * t_rand_size(&rng, 0, 20) + 1;
+        size_t ss = rows + 2 * t_rand_size(&rng, 0, 20) + 1;
+        size_t ld = by_rows ? P * r + 8 * t_rand_size(&rng, 0, 2)
+                            : (rows + 7) / 8 * 8 + 8 * t_rand_size(&rng, 0, 40);
+        size_t total = by_rows ? (rows - 1) * ld + P * r : P * r * ld;
+        if (too_big(total) || (cap && total > ((size_t)1 << 22))) continue;
+        size_t off = c / 6 % 2 ? 3 : 0, nbits = bs + nb, nscale = ss + rows;
+        float scale = c % 3 ? 1.0f : (float)(0.1 + 4 * br_rng_unit(&rng));
+        uint32_t *bits = rand_bits(&rng, nbits);
+        float *rs = rand_wide(&rng, nscale);
+        br_buf *pb, *pr, *pp;
+        br_buf *bb = input_at(ctx, BR_U32, bits, nbits, off, &pb);
+        br_buf *br = input_at(ctx, BR_F32, rs, nscale, off, &pr);
+        br_buf *plane = view_at(ctx, BR_F16, total, off, T_NAN16, &pp);
+        if (cap) setenv("BITRANK_EXPAND_BLOCKS", cap, 1);
+        if (by_rows)
+            CHECK_OK(ctx, br_expand_scaled_rows_paths(ctx, bb, bs, rows, r, br, ss, scale, plane,
+                                                      ld, P));
+        else
+            CHECK_OK(ctx,
+                     br_expand_scaled_paths(ctx, bb, bs, rows, r, br, ss, scale, plane, ld, P));
+        unsetenv("BITRANK_EXPAND_BLOCKS");
+        uint16_t *got = t_download_f16(ctx, plane, total);
+        size_t bad = 0;
+        for (size_t e = 0; e < total; e++) {
+            size_t row = e / ld, col = e % ld, p, i, k;
+            int owned;
+            if (by_rows) {
+                owned = col < P * r;
+                p = col / r, k = col % r, i = row;
+            } else {
+                owned = 1;
+                p = row / r, k = row % r, i = col;
+            }
+            uint16_t want = T_NAN16;
+            if (owned && i < rows) {
+                int bit = bits[p * bs + i * words + k / 32] >> (k % 32) & 1u;
+                uint16_t mag = br_half_from_float(rs[p * ss + i] * scale);
+                want = bit ? mag : (uint16_t)(mag ^ 0x8000u);
+            } else if (owned) {
+                want = 0; /* transposed: +0 in the pad columns i ≥ rows */
+            }
+            bad += got[e] != want;
+        }
+        CHECK(bad == 0, "%s rows=%zu r=%zu ld=%zu off=%zu cap=%s: %zu of %zu differ",
+              by_rows ? "expand_scaled_rows_paths" : "expand_scaled_paths", rows, r, ld, off,
+              cap ? cap : "none", bad, total);
+        free(got), free(bits), free(rs);
+        free_view(plane, pp), free_view(bb, pb), free_view(br, pr);
+    }
+    br_ctx_free(ctx);
+}
+
 /* br_sign_rowdot_paths (P ∈ {1, 2, 3}, cycled) against P single-path calls on views
  * on the same device, bit for bit over the outputs' whole spans (the gaps between
  * paths must keep what they held), and against the scalar reference and f64:
@@ -1069,7 +1140,8 @@ static void layer_ops_paths_bad_arguments(void) {
 }
 
 T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference), T_CASE(sign_rowdot_matches_reference),
-      T_CASE(expand_scaled_paths_match_single), T_CASE(sign_rowdot_paths_match_single),
+      T_CASE(expand_scaled_paths_match_single), T_CASE(expand_scaled_tiles_match_reference),
+      T_CASE(sign_rowdot_paths_match_single),
       T_CASE(layer_ops_paths_bad_arguments), T_CASE(cvt_both_matches_reference),
       T_CASE(mm_stage_matches_mm_then_cvt_both), T_CASE(mm_stage_bad_arguments),
       T_CASE(layer_ops_bad_arguments), T_CASE(grouped_columns_match_gathered))

@@ -10,24 +10,35 @@
 #include "backend/cuda/cuda_internal.h"
 #include "ops/layer_ops.h"
 
+#include <algorithm>
+#include <stdlib.h>
+
 #define THREADS 256
 #define FULL_MASK 0xffffffffu
 #define F16_SIGN 0x8000u
 
 /* ---------------------------------------------------------------- expand_scaled */
 
-/* Eight f16 bit patterns (the low halves of h) to out: one 16-byte store with VEC
- * (out 16-byte aligned), else eight 2-byte stores. */
+/* Eight f16 bit patterns packed in pairs (entry 2v in the low half of h[v]) to out:
+ * one 16-byte store with VEC (out 16-byte aligned), else eight 2-byte stores.
+ * __stwb is the plain store (st.global.wb, L2 kept: the GEMM reads the plane next);
+ * through the intrinsic it stays one v4 store, which nvcc split into four 4-byte
+ * stores in the rows kernel when written as a uint4 assignment. */
 template <bool VEC>
 static __device__ __forceinline__ void store8(uint16_t *out, const uint32_t *h) {
     if (VEC) {
-        *reinterpret_cast<uint4 *>(out) =
-            make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+        __stwb(reinterpret_cast<uint4 *>(out), make_uint4(h[0], h[1], h[2], h[3]));
     } else {
 #pragma unroll
         for (unsigned u = 0; u < 8; u++)
-            out[u] = (uint16_t)h[u];
+            out[u] = (uint16_t)(h[u / 2] >> (16 * (u % 2)));
     }
+}
+
+/* The sign flips of entries 2v, 2v+1 (bits 2v, 2v+1 of x are 0: negative) as the
+ * f16 sign bits of a packed pair: magnitudes ^ this = the two signed values. */
+static __device__ __forceinline__ uint32_t flip2(uint32_t x0, uint32_t x1, unsigned s) {
+    return (~x0 >> s & 1u) * F16_SIGN | ((~x1 >> s & 1u) * F16_SIGN) << 16;
 }
 
 /* Most paths one launch's grid spans (gridDim.y ≤ 65535); blocks stride over more. */
@@ -39,81 +50,120 @@ typedef struct path_strides {
     unsigned paths;
 } path_strides;
 
-/* Plane columns (bitmap rows i) per tile; a tile is one bitmap word w (plane rows
- * 32w..32w+31) by ES_COLS columns. */
-#define ES_COLS 128
+/* Transposed tiles: ES_WORDS_MAX bitmap words at most (32 plane rows each) by
+ * THREADS >> log2(words per tile) plane columns: 256 words a tile, one per thread,
+ * and 1024 chunks of 8 entries, four 16-byte stores per thread. */
+#define ES_WORDS_MAX 8u
 
-/* plane_t[k][i] (f16 [r][ld]) = ±f16(rowscale[i]·scale), +0 past rows. Per tile,
- * threads 0..127 load the tile's bitmap words and magnitudes into shared memory;
- * then each thread writes 8 consecutive columns of one plane row (one 16-byte
- * store with VEC: ld % 8 == 0 and plane_t 16-byte aligned), 16 threads covering
- * 256 contiguous bytes. Grid-stride over tiles, column tiles fastest. */
+/* plane_t[k][i] (f16 [r][ld]) = ±f16(rowscale[i]·scale), +0 past rows. A tile is
+ * tw = 2^wlog bitmap words w0.. (plane rows 32·w0..) by tc = THREADS/tw columns i0..:
+ * thread t loads word w0 + t % tw of bitmap row i0 + t / tw, so that each run of tw
+ * threads reads tw consecutive words of one row (whole 32-byte sectors at tw = 8,
+ * where a word a thread strided by `words` read one sector per word), and threads
+ * t < tc load the magnitudes. Into shared memory, sync, then each thread writes 8
+ * consecutive columns of 4 plane rows (16-byte stores with VEC: ld % 8 == 0 and
+ * plane_t 16-byte aligned). Shared memory is double-buffered so that one sync a
+ * tile suffices (a buffer is rewritten two tiles later, after every thread passed
+ * the sync between), and the next tile's loads are issued before this tile's
+ * stores. Grid-stride over tiles, column tiles fastest; launched with THREADS. */
 template <bool VEC>
-__global__ void expand_scaled_kernel(const uint32_t *bits0, const float *rowscale0, float scale,
-                                     uint16_t *plane_t0, unsigned rows, unsigned words, unsigned ld,
-                                     path_strides ps) {
-    __shared__ __align__(16) uint32_t sbits[ES_COLS];
-    __shared__ __align__(16) uint16_t smag[ES_COLS];
-    unsigned itiles = (ld + ES_COLS - 1) / ES_COLS, tiles = itiles * words;
+__global__ void __launch_bounds__(THREADS, 8)
+    expand_scaled_kernel(const uint32_t *bits0, const float *rowscale0, float scale,
+                         uint16_t *plane_t0, unsigned rows, unsigned words, unsigned ld,
+                         unsigned wlog, path_strides ps) {
+    /* row pitch tc + 32/tw words: the fill (tw words of one row per tw threads) is
+     * free of bank conflicts, and rows stay 16-byte aligned for the vector reads */
+    __shared__ __align__(16) uint32_t sbits[2][THREADS + 32];
+    __shared__ __align__(16) uint16_t smag[2][THREADS];
+    const unsigned tw = 1u << wlog, tc = THREADS >> wlog, pitch = tc + 32 / tw;
+    const unsigned glog = 5 - wlog; /* log2 of the tile's 8-column groups: tc / 8 */
+    const unsigned t = threadIdx.x, lc = t >> wlog, lw = t & (tw - 1);
+    const unsigned itiles = (ld + tc - 1) / tc, tiles = itiles * (words >> wlog);
+    unsigned buf = 0;
     for (unsigned p = blockIdx.y; p < ps.paths; p += gridDim.y) { /* block-uniform */
         const uint32_t *bits = bits0 + p * ps.bits;
         const float *rowscale = rowscale0 + p * ps.scale;
         uint16_t *plane_t = plane_t0 + p * ps.out;
-        for (unsigned tl = blockIdx.x; tl < tiles; tl += gridDim.x) {
-            unsigned i0 = (tl % itiles) * ES_COLS, w = tl / itiles;
-            if (threadIdx.x < ES_COLS) {
-                unsigned i = i0 + threadIdx.x;
-                uint32_t b = 0;
-                uint16_t mag = 0;
-                if (i < rows) {
-                    b = bits[(size_t)i * words + w];
-                    mag = br_dev_f16_bits(__fmul_rn(rowscale[i], scale));
-                }
-                sbits[threadIdx.x] = b;
-                smag[threadIdx.x] = mag;
-            }
+        uint32_t b = 0; /* tile tl's word this thread loads; its column's rowscale (t < tc) */
+        float s = 0.0f;
+        unsigned tl = blockIdx.x;
+        auto load = [&](unsigned tile) {
+            unsigned i0 = tile % itiles * tc, w0 = (tile / itiles) << wlog;
+            b = i0 + lc < rows ? bits[(size_t)(i0 + lc) * words + w0 + lw] : ~0u; /* pad: + */
+            s = t < tc && i0 + t < rows ? rowscale[i0 + t] : 0.0f;
+        };
+        if (tl < tiles) load(tl);
+        for (; tl < tiles; tl += gridDim.x, buf ^= 1) {
+            unsigned i0 = tl % itiles * tc, w0 = (tl / itiles) << wlog;
+            sbits[buf][lw * pitch + lc] = b;
+            if (t < tc) /* pad columns: +0 (the bit is 1) */
+                smag[buf][t] = i0 + t < rows ? br_dev_f16_bits(__fmul_rn(s, scale)) : 0u;
             __syncthreads();
-            for (unsigned q = threadIdx.x; q < 32 * (ES_COLS / 8); q += blockDim.x) {
-                unsigned kk = q / (ES_COLS / 8), g = q % (ES_COLS / 8), i = i0 + 8 * g;
-                if (i >= ld) continue;
-                uint4 b0 = reinterpret_cast<const uint4 *>(sbits)[2 * g];
-                uint4 b1 = reinterpret_cast<const uint4 *>(sbits)[2 * g + 1];
-                uint4 mg = reinterpret_cast<const uint4 *>(smag)[g];
-                uint32_t bw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-                uint32_t mw[4] = {mg.x, mg.y, mg.z, mg.w};
-                uint32_t h[8];
+            if (tl + gridDim.x < tiles) load(tl + gridDim.x); /* in flight under the stores */
+            /* chunk q = t + THREADS·j: plane row k = q / (tc/8), columns i0 + 8g..+7 with
+             * g = q % (tc/8), the same g for every j (tc/8 divides THREADS) */
+            unsigned g = t & ((1u << glog) - 1), i = i0 + 8 * g;
+            if (i >= ld) continue; /* ld % 8 == 0: a chunk is wholly in or out */
+            uint4 mg = *reinterpret_cast<const uint4 *>(&smag[buf][8 * g]);
+            uint32_t mw[4] = {mg.x, mg.y, mg.z, mg.w}; /* packed pairs of magnitudes */
 #pragma unroll
-                for (unsigned u = 0; u < 8; u++) {
-                    uint32_t mag = mw[u / 2] >> (16 * (u % 2)) & 0xffffu;
-                    h[u] = i + u < rows ? (bw[u] >> kk & 1u ? mag : mag ^ F16_SIGN) : 0u;
-                }
-                store8<VEC>(plane_t + (size_t)(32 * w + kk) * ld + i, h);
+            for (unsigned j = 0; j < 4; j++) {
+                unsigned k = (t + THREADS * j) >> glog, kb = k & 31;
+                const uint4 *sb =
+                    reinterpret_cast<const uint4 *>(&sbits[buf][(k >> 5) * pitch + 8 * g]);
+                uint4 b0 = sb[0], b1 = sb[1];
+                uint32_t h[4] = {mw[0] ^ flip2(b0.x, b0.y, kb), mw[1] ^ flip2(b0.z, b0.w, kb),
+                                 mw[2] ^ flip2(b1.x, b1.y, kb), mw[3] ^ flip2(b1.z, b1.w, kb)};
+                store8<VEC>(plane_t + (size_t)(32 * w0 + k) * ld + i, h);
             }
-            __syncthreads();
         }
     }
 }
 
-/* plane[i][k] (f16, row stride ld) = ±f16(rowscale[i]·scale), k < r only. One
- * thread per 8 consecutive k of a row (one byte of a bitmap word; one 16-byte store
- * with VEC: ld % 8 == 0 and plane 16-byte aligned). */
+/* plane[i][k] (f16, row stride ld) = ±f16(rowscale[i]·scale), k < r only. The
+ * bitmap taken as one flat run of rows·words words (bits u32 [rows][words]), a warp
+ * per 32 consecutive words: lane l loads word q0 + l (one coalesced 128-byte load)
+ * and its row's magnitude; store j (< 4) of lane l writes byte l % 4 of word
+ * q0 + 8j + l / 4 (shuffled from its lane): 8 entries, one 16-byte store with VEC
+ * (ld % 8 == 0 and plane 16-byte aligned), each warp store 512 contiguous bytes
+ * where a row has 8 words or more. So a thread writes 64 bytes from one load where it
+ * wrote 16. Grid-stride over warps (warp-uniform: the shuffles take every lane),
+ * the next words loaded before this round's stores. */
 template <bool VEC>
-__global__ void expand_scaled_rows_kernel(const uint32_t *bits0, const float *rowscale0,
-                                          float scale, uint16_t *plane0, unsigned rows,
-                                          unsigned words, unsigned ld, path_strides ps) {
-    const unsigned groups = words * 4;
+__global__ void __launch_bounds__(THREADS, 8)
+    expand_scaled_rows_kernel(const uint32_t *bits0, const float *rowscale0, float scale,
+                              uint16_t *plane0, unsigned rows, unsigned words, unsigned ld,
+                              path_strides ps) {
+    const unsigned n = rows * words, lane = threadIdx.x % 32, stride = gridDim.x * blockDim.x;
     for (unsigned p = blockIdx.y; p < ps.paths; p += gridDim.y) {
         const uint32_t *bits = bits0 + p * ps.bits;
         const float *rowscale = rowscale0 + p * ps.scale;
         uint16_t *plane = plane0 + p * ps.out;
-        BR_GRID_STRIDE(q, rows * groups) {
-            unsigned i = q / groups, g = q % groups;
-            uint32_t byte = bits[(size_t)i * words + g / 4] >> (8 * (g % 4)) & 0xffu;
-            uint32_t mag = br_dev_f16_bits(__fmul_rn(rowscale[i], scale)), h[8];
+        uint32_t b = 0, i = 0; /* word q0 + lane, its row i and that row's rowscale s */
+        float s = 0.0f;
+        auto load = [&](unsigned q) {
+            if (q < n) {
+                i = q / words, b = bits[q], s = rowscale[i];
+            }
+        };
+        unsigned q0 = (blockIdx.x * blockDim.x + threadIdx.x) & ~31u;
+        load(q0 + lane);
+        for (; q0 < n; q0 += stride) { /* warp-uniform */
+            uint32_t mb = b, mi = i, mag = br_dev_f16_bits(__fmul_rn(s, scale));
+            load(q0 + stride + lane); /* in flight under the stores */
 #pragma unroll
-            for (unsigned u = 0; u < 8; u++)
-                h[u] = byte >> u & 1u ? mag : mag ^ F16_SIGN;
-            store8<VEC>(plane + (size_t)i * ld + 8 * g, h);
+            for (unsigned j = 0; j < 4; j++) {
+                unsigned src = 8 * j + lane / 4, q = q0 + src;
+                uint32_t bj = __shfl_sync(FULL_MASK, mb, src),
+                         mj = __shfl_sync(FULL_MASK, mag, src);
+                uint32_t ij = __shfl_sync(FULL_MASK, mi, src);
+                if (q >= n) continue;
+                uint32_t x = bj >> (8 * (lane % 4)), m2 = mj | mj << 16, h[4];
+#pragma unroll
+                for (unsigned v = 0; v < 4; v++)
+                    h[v] = m2 ^ flip2(x >> (2 * v), x >> (2 * v + 1), 0);
+                store8<VEC>(plane + (size_t)ij * ld + 32 * (q - ij * words) + 8 * (lane % 4), h);
+            }
         }
     }
 }
@@ -131,19 +181,28 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
     /* ld % 8 == 0: every row is aligned with the base; so is every path's plane when
      * its stride is a multiple of 8 halves (r % 32 == 0: always) */
     const bool vec = br_aligned(16, plane) && ps.out % 8 == 0;
-    typedef void (*kernel_fn)(const uint32_t *, const float *, float, uint16_t *, unsigned,
-                              unsigned, unsigned, path_strides);
-    kernel_fn k;
-    size_t threads;
-    if (a->by_rows) { /* a thread per 8 entries */
-        k = vec ? expand_scaled_rows_kernel<true> : expand_scaled_rows_kernel<false>;
-        threads = (size_t)rows * words * 4;
-    } else { /* a block per tile */
-        k = vec ? expand_scaled_kernel<true> : expand_scaled_kernel<false>;
-        threads = (size_t)((ld + ES_COLS - 1) / ES_COLS) * words * THREADS;
+    const unsigned ycount = ps.paths < MAX_GRID_Y ? ps.paths : MAX_GRID_Y;
+    /* test hook, read on every call: BITRANK_EXPAND_BLOCKS=<b> caps grid.x, so that
+     * small planes take the grid-stride loops (several tiles a block) */
+    const char *cap = getenv("BITRANK_EXPAND_BLOCKS");
+    if (a->by_rows) { /* a warp per 32 words of the flat bitmap */
+        unsigned bx = br_cuda_blocks(ctx, ((size_t)rows * words + 31) / 32 * 32, THREADS);
+        if (cap) bx = std::max(1u, std::min(bx, (unsigned)atoi(cap)));
+        auto k = vec ? expand_scaled_rows_kernel<true> : expand_scaled_rows_kernel<false>;
+        k<<<dim3(bx, ycount), THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words,
+                                                       ld, ps);
+    } else { /* a block per tile: the most words (≤ 8, a power of two) that divide r/32 */
+        unsigned wlog = 0;
+        while ((2u << wlog) <= ES_WORDS_MAX && words % (2u << wlog) == 0)
+            wlog++;
+        unsigned tc = THREADS >> wlog;
+        size_t tiles = (size_t)((ld + tc - 1) / tc) * (words >> wlog);
+        unsigned bx = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
+        if (cap) bx = std::max(1u, std::min(bx, (unsigned)atoi(cap)));
+        auto k = vec ? expand_scaled_kernel<true> : expand_scaled_kernel<false>;
+        k<<<dim3(bx, ycount), THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words,
+                                                       ld, wlog, ps);
     }
-    dim3 grid(br_cuda_blocks(ctx, threads, THREADS), ps.paths < MAX_GRID_Y ? ps.paths : MAX_GRID_Y);
-    k<<<grid, THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words, ld, ps);
     BR_CUDA_LAUNCHED(ctx, "expand_scaled_kernel");
     return BR_OK;
 }
