@@ -105,24 +105,39 @@ extern "C" br_status br_cuda_adam_cat(br_ctx *ctx, const br_op *op) {
  * shared memory; out[p][j] = lane[0]. Bit-identical to the CPU. Block y walks
  * the parameters p (sumsq: one, the whole of a; sumsq_cat: tab[2p] = offset,
  * tab[2p+1] = length, clamped to a's n_a elements so nothing outside a is read). */
-/* A lane's chunks c0, c0 + step, … B at a time while all B are whole: the loads
- * first, then the same fmas in the same order as one at a time. */
+/* A lane's chunks c0, c0 + step, … B at a time while all B are whole: the same fmas
+ * in the same order as one at a time, each batch's loads issued before the fmas of
+ * the batch before it (so a lane's next loads are in flight while it adds). */
 template <unsigned B>
 static __device__ __forceinline__ float sumsq_batches(const float *x, unsigned n, unsigned step,
                                                       unsigned t, unsigned &c0, float acc) {
-    for (; (size_t)c0 + (B - 1) * (size_t)step + SUMSQ_LANES <= n; c0 += B * step) {
-        float v[B];
+    auto whole = [&](unsigned c) { return (size_t)c + (B - 1) * (size_t)step + SUMSQ_LANES <= n; };
+    if (!whole(c0)) return acc;
+    float v[B];
 #pragma unroll
-        for (unsigned u = 0; u < B; u++)
-            v[u] = x[c0 + u * step + t];
+    for (unsigned u = 0; u < B; u++)
+        v[u] = x[c0 + u * step + t];
+    for (;;) {
+        const unsigned next = c0 + B * step;
+        const bool more = whole(next);
+        float w[B];
+        if (more) {
+#pragma unroll
+            for (unsigned u = 0; u < B; u++)
+                w[u] = x[next + u * step + t];
+        }
 #pragma unroll
         for (unsigned u = 0; u < B; u++)
             acc = __fmaf_rn(v[u], v[u], acc);
+        c0 = next;
+        if (!more) return acc;
+#pragma unroll
+        for (unsigned u = 0; u < B; u++)
+            v[u] = w[u];
     }
-    return acc;
 }
 
-__global__ void __launch_bounds__(SUMSQ_LANES)
+__global__ void __launch_bounds__(SUMSQ_LANES, 2)
     sumsq_kernel(const float *a, unsigned n_a, const uint32_t *tab, unsigned np, float *out) {
     __shared__ float lane[SUMSQ_LANES];
     const unsigned j = blockIdx.x, t = threadIdx.x;
@@ -138,10 +153,11 @@ __global__ void __launch_bounds__(SUMSQ_LANES)
         float acc = 0.0f;
         const unsigned step = BR_SUMSQ_PARTS * SUMSQ_LANES;
         unsigned c0 = j * SUMSQ_LANES;
-        /* sixteen, then eight chunks at a time while they are whole (few blocks
-         * carry the large parameters, so a lane's loads in flight set the speed) */
-        acc = sumsq_batches<16>(x, n, step, t, c0, acc);
+        /* eight chunks at a time while they are whole, the next eight in flight
+         * (few blocks carry the large parameters, so a lane's loads in flight set
+         * the speed; 32 registers keep two blocks an SM) */
         acc = sumsq_batches<8>(x, n, step, t, c0, acc);
+        acc = sumsq_batches<4>(x, n, step, t, c0, acc);
         for (; c0 < n; c0 += step)
             if (c0 + t < n) acc = __fmaf_rn(x[c0 + t], x[c0 + t], acc);
         lane[t] = acc;

@@ -9,14 +9,30 @@
 
 #define THREADS 256
 
+/* Partials a colsum_fin thread loads before it adds any of them. */
+#define FIN_BATCH 16
+
 /* out[c] = total (ACC: out[c] + total) where total = 0 + part[0][c] + part[1][c] + …
- * (part [nb][k]); one thread per column c < k; out in groups (group 0: plain). */
+ * (part [nb][k]); one thread per column c < k; out in groups (group 0: plain). The
+ * partials load FIN_BATCH at a time before the adds (the same adds in the same
+ * order): one load round trip per batch, where a load per add made the 64 partials
+ * of 4096 tokens a chain of 64 round trips. */
 __global__ void colsum_fin_kernel(const float *part, float *out, unsigned k, unsigned nb,
                                   int accumulate, unsigned group, unsigned stride) {
     unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= k) return;
     float total = 0.0f;
-    for (unsigned blk = 0; blk < nb; blk++)
+    unsigned blk = 0;
+    for (; blk + FIN_BATCH <= nb; blk += FIN_BATCH) {
+        float v[FIN_BATCH];
+#pragma unroll
+        for (unsigned u = 0; u < FIN_BATCH; u++)
+            v[u] = part[(size_t)(blk + u) * k + c];
+#pragma unroll
+        for (unsigned u = 0; u < FIN_BATCH; u++)
+            total = __fadd_rn(total, v[u]);
+    }
+    for (; blk < nb; blk++)
         total = __fadd_rn(total, part[(size_t)blk * k + c]);
     float *o = out + br_dev_grouped(c, group, stride);
     *o = accumulate ? __fadd_rn(*o, total) : total;
@@ -123,17 +139,18 @@ static __device__ __forceinline__ uint16_t fused_element(const fused_job &j, siz
     return br_dev_f16_bits(__fmul_rn(__fmul_rn(a, cf), j.t_scale));
 }
 
-#define FUSED_BATCH 8
+#define FUSED_BATCH 16
 /* Columns (threads) of a colsum_fused block. The row blocks are fixed by the
  * contract (64 rows at 4096 tokens: 64 of them), so narrow blocks are what spreads
  * a few hundred columns evenly over the SMs (256-column blocks: 192 blocks on 132
  * SMs at R = 768, half the SMs with two, half with one). */
 #define FUSED_THREADS 128
 
-/* Rows lo..hi−1 (all < rows) of column c, in order: each batch of 8 rows loads its
- * a and b before any of its stores (the compiler may not move loads past stores to
- * pointers that could alias, so the batching is explicit: 8 loads in flight per
- * thread), then does the element op. t (or NULL) receives the transposed bits of
+/* Rows lo..hi−1 (all < rows) of column c, in order: each batch of FUSED_BATCH rows
+ * loads its a and b before any of its stores (the compiler may not move loads past
+ * stores to pointers that could alias, so the batching is explicit: 32 loads in
+ * flight per thread, which the ~500 threads an SM holds at 4096 tokens need to keep
+ * the memory busy), then does the element op. t (or NULL) receives the transposed bits of
  * row `row` at t[row − base]. */
 template <int KIND>
 static __device__ __forceinline__ void fused_rows(const fused_job &j, unsigned c, float cf,
