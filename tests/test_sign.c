@@ -711,6 +711,325 @@ static void sign_steps_equal_single_steps(void) {
     br_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- sign_steps_adam */
+
+/* One br_sign_steps_adam problem: up to six sign steps and the Adam over nadam
+ * scales, on the host. */
+enum { FA_MATS = 6 };
+typedef struct fused_case {
+    size_t nm, nadam;
+    step_case c[FA_MATS];
+    float *w, *g, *m1, *m2, *mask, *rho, sched[4];
+    int exact_reads_w; /* exact steps: rowf and normsrc are views of Adam's w */
+} fused_case;
+
+/* Its buffers on a device: the steps' (one sign sched, one flips of nm + 1 slots,
+ * slot 0 never written), Adam's moments, mask and floors as views of one
+ * allocation (as the layer's optimizer has them). */
+typedef struct fused_bufs {
+    br_buf *grad[FA_MATS], *bits[FA_MATS], *lat[FA_MATS], *m1[FA_MATS], *v[FA_MATS];
+    br_buf *rowf[FA_MATS], *colf[FA_MATS], *rowq[FA_MATS], *colq[FA_MATS], *ns[FA_MATS];
+    br_buf *sched, *flips;
+    br_buf *w, *g, *mem, *am1, *am2, *mask, *rho, *asched;
+    br_sign_step_args a[FA_MATS];
+    br_adam_hp hp;
+} fused_bufs;
+
+static fused_bufs fused_upload(br_ctx *ctx, const fused_case *f) {
+    fused_bufs b;
+    memset(&b, 0, sizeof b);
+    size_t na = f->nadam, off = 0;
+    b.sched = t_buf_from(ctx, BR_F32, f->c[0].sched, BR_SIGN_SCHED);
+    b.flips = t_buf_poison(ctx, BR_U32, f->nm + 1, 0xdeadbeefu);
+    b.w = t_buf_from(ctx, BR_F32, f->w, na);
+    b.g = t_buf_from(ctx, BR_F32, f->g, na);
+    b.mem = t_buf_poison(ctx, BR_F32, 4 * na, T_NAN32);
+    CHECK_OK(ctx, br_buf_view(b.mem, 0, na, &b.am1));
+    CHECK_OK(ctx, br_buf_view(b.mem, na, na, &b.am2));
+    CHECK_OK(ctx, br_buf_view(b.mem, 2 * na, na, &b.mask));
+    CHECK_OK(ctx, br_buf_view(b.mem, 3 * na, na, &b.rho));
+    CHECK_OK(ctx, br_buf_upload(b.am1, 0, f->m1, na));
+    CHECK_OK(ctx, br_buf_upload(b.am2, 0, f->m2, na));
+    CHECK_OK(ctx, br_buf_upload(b.mask, 0, f->mask, na));
+    CHECK_OK(ctx, br_buf_upload(b.rho, 0, f->rho, na));
+    b.asched = t_buf_from(ctx, BR_F32, f->sched, 4);
+    b.hp = (br_adam_hp){.lr = 1e-3f,
+                        .beta1 = 0.9f,
+                        .beta2 = 0.999f,
+                        .eps = 1e-8f,
+                        .step = 1,
+                        .grad_mul = 1.0f,
+                        .sched = b.asched};
+    for (size_t i = 0; i < f->nm; i++) {
+        const step_case *c = &f->c[i];
+        size_t n = c->rows * c->r, nv = c->factored ? c->rows + c->r : n;
+        b.grad[i] = t_buf_from(ctx, BR_F32, c->grad, n);
+        b.bits[i] = t_buf_from(ctx, BR_U32, c->bits, n / 32);
+        if (!c->exact) {
+            b.lat[i] = t_buf_from(ctx, BR_F32, c->lat, n);
+            b.m1[i] = t_buf_from(ctx, BR_F32, c->m1, n);
+            b.v[i] = t_buf_from(ctx, BR_F32, c->v, nv);
+        } else if (f->exact_reads_w) { /* as the layer's h: scales Adam then steps */
+            CHECK_OK(ctx, br_buf_view(b.w, off, c->rows, &b.rowf[i]));
+            CHECK_OK(ctx, br_buf_view(b.w, off + c->rows, c->nnorm, &b.ns[i]));
+            off += c->rows + c->nnorm;
+        } else {
+            b.rowf[i] = t_buf_from(ctx, BR_F32, c->rowf, c->rows);
+            b.ns[i] = t_buf_from(ctx, BR_F32, c->normsrc, c->nnorm);
+        }
+        if (c->exact) {
+            b.colf[i] = t_buf_from(ctx, BR_F32, c->colf, c->r);
+            b.rowq[i] = t_buf_from(ctx, BR_F32, c->rowq, c->rows);
+            b.colq[i] = t_buf_from(ctx, BR_F32, c->colq, c->r);
+        }
+        b.a[i] = (br_sign_step_args){.exact = c->exact,
+                                     .factored = c->factored,
+                                     .grad = b.grad[i],
+                                     .bits = b.bits[i],
+                                     .latent = b.lat[i],
+                                     .m1 = b.m1[i],
+                                     .v = b.v[i],
+                                     .sched = b.sched,
+                                     .flips = b.flips,
+                                     .slot = i + 1,
+                                     .rows = c->rows,
+                                     .r = c->r,
+                                     .budget = c->budget,
+                                     .beta1 = c->beta1,
+                                     .beta2 = c->beta2,
+                                     .eps = c->eps,
+                                     .clamp = c->clamp,
+                                     .hyst = c->hyst,
+                                     .rowf = b.rowf[i],
+                                     .rowq = b.rowq[i],
+                                     .colf = b.colf[i],
+                                     .colq = b.colq[i],
+                                     .normsrc = b.ns[i],
+                                     .nnorm = c->nnorm,
+                                     .curv2 = c->curv2};
+    }
+    return b;
+}
+
+static void fused_free(fused_bufs *b) {
+    for (size_t i = 0; i < FA_MATS; i++) {
+        br_buf *x[] = {b->grad[i], b->bits[i], b->lat[i],  b->m1[i],   b->v[i],
+                       b->rowf[i], b->colf[i], b->rowq[i], b->colq[i], b->ns[i]};
+        for (size_t k = 0; k < sizeof x / sizeof x[0]; k++)
+            br_buf_free(x[k]);
+    }
+    br_buf *y[] = {b->sched, b->flips, b->am1, b->am2, b->mask,
+                   b->rho,   b->mem,   b->w,   b->g,   b->asched};
+    for (size_t k = 0; k < sizeof y / sizeof y[0]; k++)
+        br_buf_free(y[k]);
+}
+
+/* Host copies of every output of a run (f32 and u32 alike as 32-bit words). */
+typedef struct fused_out {
+    uint32_t *words;
+    size_t count;
+} fused_out;
+
+static void out_append(br_ctx *ctx, fused_out *o, const br_buf *b, size_t n) {
+    if (!b) return;
+    o->words = realloc(o->words, (o->count + n) * sizeof *o->words);
+    if (!o->words) exit(1);
+    CHECK_OK(ctx, br_buf_download(b, 0, o->words + o->count, n));
+    o->count += n;
+}
+
+/* Every output in a fixed order: per matrix latent, m1, v, bits; flips (all nm + 1
+ * slots, slot 0 poison); Adam's w, m1, m2. */
+static fused_out fused_download(br_ctx *ctx, const fused_case *f, const fused_bufs *b) {
+    fused_out o = {0};
+    for (size_t i = 0; i < f->nm; i++) {
+        const step_case *c = &f->c[i];
+        size_t n = c->rows * c->r, nv = c->factored ? c->rows + c->r : n;
+        out_append(ctx, &o, b->lat[i], n);
+        out_append(ctx, &o, b->m1[i], n);
+        out_append(ctx, &o, b->v[i], nv);
+        out_append(ctx, &o, b->bits[i], n / 32);
+    }
+    out_append(ctx, &o, b->flips, f->nm + 1);
+    out_append(ctx, &o, b->w, f->nadam);
+    out_append(ctx, &o, b->am1, f->nadam);
+    out_append(ctx, &o, b->am2, f->nadam);
+    return o;
+}
+
+static void fused_case_free(fused_case *f) {
+    for (size_t i = 0; i < f->nm; i++)
+        free_case(&f->c[i]);
+    free(f->w), free(f->g), free(f->m1), free(f->m2), free(f->mask), free(f->rho);
+}
+
+/* Nonzero uniform values in ±[lo, lo + span). */
+static float *nonzero(br_rng *rng, size_t n, float lo, float span) {
+    float *v = t_rand(rng, n, span);
+    for (size_t i = 0; i < n; i++)
+        v[i] = v[i] < 0 ? v[i] - lo : v[i] + lo;
+    return v;
+}
+
+/* br_sign_steps_adam equals br_sign_steps then br_adam_cat on copies of one state,
+ * bit for bit in every output (latents, moments, bits, flips, Adam's w, m1, m2):
+ * four directly flipping matrices (CUDA: the Adam blocks join the finish launch;
+ * also recorded in a graph and replayed), a mix with a factored and a budgeted one
+ * (one step after another, then Adam's own launch), six matrices (two ops, Adam
+ * on the second), refused steps (the sign sched's skip, Adam's, both), exact steps
+ * that read what Adam then writes (the layer's h), and no steps at all. */
+static void sign_steps_adam_equal_apart(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(48);
+    static const size_t shapes[FA_MATS][2] = {{96, 64}, {33, 32}, {200, 128},
+                                              {64, 96}, {7, 32},  {130, 64}};
+    enum { DIRECT, MIX, SIX, SIGN_SKIP, ADAM_SKIP, BOTH_SKIP, EXACT, NONE, NSETS };
+    static const char *const names[NSETS] = {"direct",    "mix",       "six",   "sign skip",
+                                             "adam skip", "both skip", "exact", "no steps"};
+    for (int set = 0; set < NSETS; set++) {
+        fused_case f;
+        memset(&f, 0, sizeof f);
+        f.nm = set == SIX ? 6 : set == NONE ? 0 : set == EXACT ? 2 : 4;
+        f.nadam = 15003; /* ~P·(m+r+n) of a layer; not a multiple of the blocks */
+        f.exact_reads_w = set == EXACT;
+        for (size_t i = 0; i < f.nm; i++) {
+            f.c[i] =
+                make_case(&rng, shapes[i][0], shapes[i][1], set == EXACT, set == MIX && i == 1);
+            if ((set == MIX && i == 2) || (set == EXACT && i == 1)) f.c[i].budget = 5;
+            if (set == SIGN_SKIP || set == BOTH_SKIP) f.c[0].sched[3] = 1.0f;
+        }
+        if (!f.nm) f.c[0] = make_case(&rng, 8, 32, 0, 0); /* only its sched is used */
+        size_t na = f.nadam;
+        f.w = nonzero(&rng, na, 1e-3f, 1.0f);
+        f.g = nonzero(&rng, na, 1e-4f, 0.1f);
+        f.m1 = nonzero(&rng, na, 1e-5f, 0.01f);
+        f.m2 = nonzero(&rng, na, 1e-6f, 1e-3f);
+        f.mask = t_xmalloc(na * sizeof *f.mask);
+        f.rho = t_xmalloc(na * sizeof *f.rho);
+        for (size_t i = 0; i < na; i++) {
+            f.m2[i] = fabsf(f.m2[i]);
+            f.mask[i] = i % 11 == 4 ? 0.0f : 1.0f; /* a few frozen entries */
+            f.rho[i] = i % 3 == 0 ? 0.0f : 0.05f;
+        }
+        /* exact: a step large enough that steps reading Adam's result would flip
+         * other signs (the order is seen) */
+        float as[4] = {set == EXACT ? 1.0f : 2e-3f, 3, 0.7f,
+                       set == ADAM_SKIP || set == BOTH_SKIP ? 1.0f : 0.0f};
+        memcpy(f.sched, as, sizeof as);
+
+        fused_bufs apart = fused_upload(ctx, &f), fused = fused_upload(ctx, &f);
+        CHECK_OK(ctx, br_sign_steps(ctx, apart.a, f.nm));
+        CHECK_OK(ctx, br_adam_cat(ctx, apart.w, apart.g, apart.am1, apart.am2, apart.mask,
+                                  apart.rho, na, &apart.hp));
+        br_graph *g = NULL;
+        if (set == DIRECT) CHECK_OK(ctx, br_graph_begin(ctx));
+        CHECK_OK(ctx, br_sign_steps_adam(ctx, fused.a, f.nm, fused.w, fused.g, fused.am1, fused.am2,
+                                         fused.mask, fused.rho, na, &fused.hp));
+        if (set == DIRECT) {
+            CHECK_OK(ctx, br_graph_end(ctx, &g));
+            CHECK_OK(ctx, br_graph_launch(g));
+        }
+        fused_out x = fused_download(ctx, &f, &apart), y = fused_download(ctx, &f, &fused);
+        CHECK(x.count == y.count && !memcmp(x.words, y.words, x.count * 4),
+              "%s: %zu of %zu output words differ from the two ops apart (first at %zu)",
+              names[set], t_bits_differ32((float *)x.words, (float *)y.words, x.count), x.count,
+              t_first_diff32((float *)x.words, (float *)y.words, x.count));
+        /* the flips: slot 0 never written; a refused sign step writes none */
+        size_t at = x.count - 3 * na - (f.nm + 1);
+        CHECK(y.words[at] == 0xdeadbeefu, "%s: flips slot 0 written", names[set]);
+        for (size_t i = 1; i <= f.nm && (set == SIGN_SKIP || set == BOTH_SKIP); i++)
+            CHECK(y.words[at + i] == 0xdeadbeefu, "%s: refused step %zu wrote flips", names[set],
+                  i - 1);
+        /* the Adam ran (or, refused, did not) */
+        size_t changed = 0;
+        for (size_t i = 0; i < na; i++)
+            changed += memcmp(&y.words[at + f.nm + 1 + i], &f.w[i], 4) != 0;
+        if (set == ADAM_SKIP || set == BOTH_SKIP)
+            CHECK(changed == 0, "%s: %zu weights changed", names[set], changed);
+        else
+            CHECK(changed > na / 2, "%s: only %zu of %zu weights changed", names[set], changed, na);
+        free(x.words), free(y.words);
+        br_graph_free(g);
+        fused_free(&apart), fused_free(&fused);
+        if (!f.nm) free_case(&f.c[0]);
+        fused_case_free(&f);
+    }
+    br_ctx_free(ctx);
+}
+
+/* br_sign_steps_adam's own checks: an Adam operand sharing memory with what a step
+ * writes (or Adam's writes with a step's sched) fails, naming both; what the steps
+ * only read, Adam may use or write; the two ops' own checks still apply. */
+static void sign_steps_adam_bad_arguments(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(49);
+    fused_case f;
+    memset(&f, 0, sizeof f);
+    f.nm = 2, f.nadam = 500;
+    for (size_t i = 0; i < 2; i++)
+        f.c[i] = make_case(&rng, 64, 32, 0, 0);
+    f.w = nonzero(&rng, 500, 1e-3f, 1), f.g = nonzero(&rng, 500, 1e-3f, 1);
+    f.m1 = nonzero(&rng, 500, 1e-3f, 1), f.m2 = nonzero(&rng, 500, 1e-3f, 1);
+    f.mask = nonzero(&rng, 500, 1, 0), f.rho = nonzero(&rng, 500, 1e-3f, 0);
+    float as[4] = {1e-3f, 1, 1, 0};
+    memcpy(f.sched, as, sizeof as);
+    fused_bufs b = fused_upload(ctx, &f);
+    br_sign_step_args *a = b.a;
+    br_adam_hp *hp = &b.hp;
+#define FUSED(w_, g_, m1_, m2_, mask_, rho_, n_)                                                   \
+    br_sign_steps_adam(ctx, a, 2, w_, g_, m1_, m2_, mask_, rho_, n_, hp)
+    CHECK_OK(ctx, FUSED(b.w, b.g, b.am1, b.am2, b.mask, b.rho, 500));
+    /* the latent state of matrix 1 (64·32 entries) as Adam's operands */
+    br_buf *lat_view = NULL, *m1_view = NULL, *sched_view = NULL;
+    CHECK_OK(ctx, br_buf_view(b.lat[1], 100, 500, &lat_view));
+    CHECK_OK(ctx, br_buf_view(b.m1[0], 0, 500, &m1_view));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "Adam's w overlaps matrix 1's latent",
+                    FUSED(lat_view, b.g, b.am1, b.am2, b.mask, b.rho, 500));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "Adam's grad overlaps matrix 1's latent",
+                    FUSED(b.w, lat_view, b.am1, b.am2, b.mask, b.rho, 500));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "Adam's m2 overlaps matrix 0's m1",
+                    FUSED(b.w, b.g, b.am1, m1_view, b.mask, b.rho, 500));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "Adam's rel_floor overlaps matrix 1's latent",
+                    FUSED(b.w, b.g, b.am1, b.am2, b.mask, lat_view, 500));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "Adam's mask overlaps matrix 0's v",
+                    FUSED(b.w, b.g, b.am1, b.am2, b.v[0], b.rho, 500));
+    /* Adam's sched inside a step's latent; a step's sched inside Adam's w */
+    br_buf *lat_sched = NULL;
+    CHECK_OK(ctx, br_buf_view(b.lat[0], 8, 4, &lat_sched));
+    hp->sched = lat_sched;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "Adam's hp->sched overlaps matrix 0's latent",
+                    FUSED(b.w, b.g, b.am1, b.am2, b.mask, b.rho, 500));
+    hp->sched = b.asched;
+    CHECK_OK(ctx, br_buf_view(b.w, 10, BR_SIGN_SCHED, &sched_view));
+    a[1].sched = sched_view;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "Adam's w overlaps matrix 1's sched",
+                    FUSED(b.w, b.g, b.am1, b.am2, b.mask, b.rho, 500));
+    CHECK_OK(ctx, FUSED(b.g, b.w, b.am1, b.am2, b.mask, b.rho, 500)); /* read by both: allowed */
+    a[1].sched = b.sched;
+    /* what the steps only read (a gradient), Adam may read or write */
+    CHECK_OK(ctx, FUSED(b.w, b.grad[0], b.am1, b.am2, b.mask, b.rho, 500));
+    CHECK_OK(ctx, FUSED(b.grad[1], b.g, b.am1, b.am2, b.mask, b.rho, 500));
+    /* the two ops' own checks, under this op's name */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "br_sign_steps_adam: w, m1 and m2 overlap",
+                    FUSED(b.w, b.g, b.am1, b.am1, b.mask, b.rho, 500));
+    CHECK_FAILS(ctx, BR_E_SIZE, FUSED(b.w, b.g, b.am1, b.am2, b.mask, b.rho, 501 + 3 * 500));
+    CHECK_FAILS(ctx, BR_E_ARG,
+                br_sign_steps_adam(ctx, a, 2, b.w, b.g, b.am1, b.am2, b.mask, b.rho, 500, NULL));
+    a[1].slot = a[0].slot;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "slot", FUSED(b.w, b.g, b.am1, b.am2, b.mask, b.rho, 500));
+    a[1].slot = 2;
+    CHECK_FAILS(ctx, BR_E_ARG,
+                br_sign_steps_adam(ctx, NULL, 2, b.w, b.g, b.am1, b.am2, b.mask, b.rho, 500, hp));
+    CHECK(br_sign_steps_adam(NULL, a, 2, b.w, b.g, b.am1, b.am2, b.mask, b.rho, 500, hp) ==
+              BR_E_ARG,
+          "NULL ctx accepted");
+#undef FUSED
+    br_buf_free(lat_view), br_buf_free(m1_view), br_buf_free(sched_view), br_buf_free(lat_sched);
+    fused_free(&b);
+    fused_case_free(&f);
+    br_ctx_free(ctx);
+}
+
 static void sign_ops_bad_arguments(void) {
     br_ctx *ctx = t_ctx();
     br_buf *f = t_buf_poison(ctx, BR_F32, 64 * 32, 0), *u = t_buf_poison(ctx, BR_U32, 64, 0);
@@ -785,4 +1104,5 @@ static void sign_ops_bad_arguments(void) {
 T_RUN("sign", T_CASE(spec_sign_grads), T_CASE(sign_steps_equal_single_steps),
       T_CASE(spec_flip_exact), T_CASE(cvt_pad_matches_cvt), T_CASE(step_ctrl_formula),
       T_CASE(sign_step_latent), T_CASE(sign_step_exact), T_CASE(sign_step_large),
-      T_CASE(sign_step_ties), T_CASE(sign_step_nan_factored_state), T_CASE(sign_ops_bad_arguments))
+      T_CASE(sign_step_ties), T_CASE(sign_step_nan_factored_state), T_CASE(sign_ops_bad_arguments),
+      T_CASE(sign_steps_adam_equal_apart), T_CASE(sign_steps_adam_bad_arguments))

@@ -217,11 +217,15 @@ typedef struct br_sign_step_args {
     float curv2; /* 2 · curvature */
 } br_sign_step_args;
 
-/* Sign steps of several matrices in one op (a backend may run them together). */
+/* Sign steps of several matrices in one op (a backend may run them together); with
+ * with_adam, then br_adam_cat's op on `adam` (br_sign_steps_adam: the layer's Adam
+ * over its scales, in the steps' last launch where a backend can). */
 #define BR_SIGN_STEPS_MAX 4
 typedef struct br_sign_steps_args {
     br_sign_step_args m[BR_SIGN_STEPS_MAX];
     size_t n;
+    int with_adam;
+    br_adam_args adam; /* as br_adam_cat builds it (rel_floor per element) */
 } br_sign_steps_args;
 
 /* The reformulated layer's ops (ops/layer_ops.h documents them). Both run `paths`
@@ -317,6 +321,12 @@ br_status br_sign_rowdot_args_of(br_ctx *ctx, const char *fn, const br_buf *mat,
                                  const br_buf *rowscale, size_t scale_stride, br_buf *grad,
                                  size_t grad_stride, br_buf *dsum, size_t dsum_stride, size_t rows,
                                  size_t r, size_t paths, int accumulate, br_sign_rowdot_args *out);
+
+/* br_adam_cat's checks and its op's arguments (optim_ops.c), for the ops that
+ * include an Adam over concatenated parameters. */
+br_status br_adam_cat_args_of(br_ctx *ctx, const char *fn, br_buf *w, const br_buf *grad,
+                              br_buf *m1, br_buf *m2, const br_buf *mask, const br_buf *rel_floor,
+                              size_t n, const br_adam_hp *hp, br_adam_args *out);
 
 /* Run (or, while recording, record) one checked op. ws_bytes: backend workspace
  * the op needs (the column-reduction partials). */

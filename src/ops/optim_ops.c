@@ -77,21 +77,27 @@ br_status br_adam(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br_buf
     return br_submit(ctx, &op, 0);
 }
 
-br_status br_adam_cat(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br_buf *m2,
-                      const br_buf *mask, const br_buf *rel_floor, size_t n, const br_adam_hp *hp) {
-    static const char fn[] = "br_adam_cat";
-    BR_TRY(br_check_ctx(ctx));
+br_status br_adam_cat_args_of(br_ctx *ctx, const char *fn, br_buf *w, const br_buf *grad,
+                              br_buf *m1, br_buf *m2, const br_buf *mask, const br_buf *rel_floor,
+                              size_t n, const br_adam_hp *hp, br_adam_args *out) {
     BR_TRY(check_adam_bufs(ctx, fn, w, grad, m1, m2, n));
     BR_TRY(br_check_buf(ctx, fn, "mask", mask, BR_F32, n));
     BR_TRY(br_check_buf(ctx, fn, "rel_floor", rel_floor, BR_F32, n));
     BR_TRY(check_adam_hp(ctx, fn, hp));
     BR_TRY(check_adam_inputs(ctx, fn, w, m1, m2, n, grad, mask, rel_floor, hp->sched));
-
-    br_op op = {.kind = BR_OP_ADAM_CAT};
-    op.u.adam = (br_adam_args){
+    *out = (br_adam_args){
         .w = w, .m1 = m1, .m2 = m2, .grad = grad, .mask = mask, .rel_floor = rel_floor, .n = n};
-    op.u.adam.hp = *hp;
-    op.u.adam.hp.rel_floor = 0.0f; /* per element here */
+    out->hp = *hp;
+    out->hp.rel_floor = 0.0f; /* per element here */
+    return BR_OK;
+}
+
+br_status br_adam_cat(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br_buf *m2,
+                      const br_buf *mask, const br_buf *rel_floor, size_t n, const br_adam_hp *hp) {
+    BR_TRY(br_check_ctx(ctx));
+    br_op op = {.kind = BR_OP_ADAM_CAT};
+    BR_TRY(br_adam_cat_args_of(ctx, "br_adam_cat", w, grad, m1, m2, mask, rel_floor, n, hp,
+                               &op.u.adam));
     return br_submit(ctx, &op, 0);
 }
 

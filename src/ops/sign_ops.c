@@ -1,7 +1,9 @@
 /* Front-ends of the internal ops of the BLR layer and its optimizers: cvt_pad,
- * step_ctrl, sign_step. They check every argument and hand a descriptor to the
- * backend (or the recording graph). */
+ * step_ctrl, sign_step, sign_steps (and sign_steps_adam, with the layer's Adam).
+ * They check every argument and hand a descriptor to the backend (or the
+ * recording graph). */
 #include <math.h>
+#include <stdio.h>
 
 #include "ops/check.h"
 #include "ops/sign_ops.h"
@@ -137,9 +139,9 @@ static void step_bufs(const br_sign_step_args *a, const br_buf *b[STEP_BUFS],
     b[4] = a->grad, cnt[4] = n;
 }
 
-br_status br_sign_steps(br_ctx *ctx, const br_sign_step_args *a, size_t n) {
-    static const char fn[] = "br_sign_steps";
-    BR_TRY(br_check_ctx(ctx));
+/* Every check of br_sign_steps (fn names the caller). */
+static br_status check_sign_steps(br_ctx *ctx, const char *fn, const br_sign_step_args *a,
+                                  size_t n) {
     if (n && !a) return br_fail(ctx, BR_E_ARG, "%s: args is NULL", fn);
     for (size_t i = 0; i < n; i++) {
         BR_TRY(check_sign_step(ctx, fn, &a[i]));
@@ -162,6 +164,13 @@ br_status br_sign_steps(br_ctx *ctx, const br_sign_step_args *a, size_t n) {
                                fn, j, i);
         }
     }
+    return BR_OK;
+}
+
+/* The checked steps in ops of up to BR_SIGN_STEPS_MAX matrices; adam (or NULL)
+ * rides on the last. */
+static br_status submit_sign_steps(br_ctx *ctx, const br_sign_step_args *a, size_t n,
+                                   const br_adam_args *adam) {
     for (size_t i0 = 0; i0 < n; i0 += BR_SIGN_STEPS_MAX) {
         br_op op = {.kind = BR_OP_SIGN_STEPS};
         size_t ws = 0, cnt = n - i0 < BR_SIGN_STEPS_MAX ? n - i0 : BR_SIGN_STEPS_MAX;
@@ -171,8 +180,59 @@ br_status br_sign_steps(br_ctx *ctx, const br_sign_step_args *a, size_t n) {
             if (w > ws) ws = w;
         }
         op.u.sign_steps.n = cnt;
+        if (adam && i0 + cnt == n) {
+            op.u.sign_steps.with_adam = 1;
+            op.u.sign_steps.adam = *adam;
+        }
         /* one step at a time needs the largest step's; together, a count row each */
         BR_TRY(br_submit(ctx, &op, ws + BR_SIGN_STEPS_MAX * BR_SIGN_GRID * sizeof(uint32_t)));
     }
     return BR_OK;
+}
+
+br_status br_sign_steps(br_ctx *ctx, const br_sign_step_args *a, size_t n) {
+    BR_TRY(br_check_ctx(ctx));
+    BR_TRY(check_sign_steps(ctx, "br_sign_steps", a, n));
+    return submit_sign_steps(ctx, a, n, NULL);
+}
+
+br_status br_sign_steps_adam(br_ctx *ctx, const br_sign_step_args *a, size_t n, br_buf *w,
+                             const br_buf *grad, br_buf *m1, br_buf *m2, const br_buf *mask,
+                             const br_buf *rel_floor, size_t nadam, const br_adam_hp *hp) {
+    static const char fn[] = "br_sign_steps_adam";
+    BR_TRY(br_check_ctx(ctx));
+    BR_TRY(check_sign_steps(ctx, fn, a, n));
+    br_adam_args adam;
+    BR_TRY(br_adam_cat_args_of(ctx, fn, w, grad, m1, m2, mask, rel_floor, nadam, hp, &adam));
+    /* Adam may run while the last steps finish (count their flips): what it uses
+     * must be apart from what a step writes, and what it writes from each sched */
+    const char *const an[7] = {"w", "grad", "m1", "m2", "mask", "rel_floor", "hp->sched"};
+    const br_buf *const ab[7] = {w, grad, m1, m2, mask, rel_floor, hp->sched};
+    const size_t ac[7] = {nadam, nadam, nadam, nadam, nadam, nadam, 4};
+    static const char *const sn[STEP_WRITES] = {"bits", "latent", "m1", "v"};
+    for (size_t i = 0; i < n; i++) {
+        const br_buf *sb[STEP_BUFS];
+        size_t sc[STEP_BUFS];
+        step_bufs(&a[i], sb, sc);
+        char x[40], y[48];
+        for (int k = 0; k < 7; k++) {
+            snprintf(x, sizeof x, "Adam's %s", an[k]);
+            for (int s = 0; s < STEP_WRITES; s++) {
+                snprintf(y, sizeof y, "matrix %zu's %s", i, sn[s]);
+                BR_TRY(br_check_apart(ctx, fn, x, ab[k], ac[k], y, sb[s], sc[s]));
+            }
+            snprintf(y, sizeof y, "matrix %zu's flips", i);
+            BR_TRY(br_check_apart(ctx, fn, x, ab[k], ac[k], y, a[i].flips, a[i].slot + 1));
+            if (k == 0 || k == 2 || k == 3) { /* w, m1, m2: written */
+                snprintf(y, sizeof y, "matrix %zu's sched", i);
+                BR_TRY(br_check_apart(ctx, fn, x, ab[k], ac[k], y, a[i].sched, BR_SIGN_SCHED));
+            }
+        }
+    }
+    if (!n) { /* no step to ride on */
+        br_op op = {.kind = BR_OP_ADAM_CAT};
+        op.u.adam = adam;
+        return br_submit(ctx, &op, 0);
+    }
+    return submit_sign_steps(ctx, a, n, &adam);
 }

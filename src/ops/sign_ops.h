@@ -54,6 +54,17 @@ br_status br_sign_step(br_ctx *ctx, const br_sign_step_args *args);
  * flips slot (BR_E_ARG). n = 0 does nothing. */
 br_status br_sign_steps(br_ctx *ctx, const br_sign_step_args *args, size_t n);
 
+/* br_sign_steps(args, n), then br_adam_cat(w, grad, m1, m2, mask, rel_floor, nadam,
+ * hp), bit for bit, in as few launches as a backend can (CUDA: the Adam blocks join
+ * the last steps' finish launch). Every check of the two, and: the Adam operands
+ * (w, grad, m1, m2, mask, rel_floor, hp->sched) apart from what a step writes
+ * (bits, latent, m1, v, flips up to its slot), and w, m1, m2 apart from each step's
+ * sched (BR_E_ARG, naming both). What the steps only read, Adam may write (the
+ * exact steps read h, ℓ, g): the steps read it first. n = 0: br_adam_cat alone. */
+br_status br_sign_steps_adam(br_ctx *ctx, const br_sign_step_args *args, size_t n, br_buf *w,
+                             const br_buf *grad, br_buf *m1, br_buf *m2, const br_buf *mask,
+                             const br_buf *rel_floor, size_t nadam, const br_adam_hp *hp);
+
 /* Workspace bytes a sign step of rows × r entries uses on a device. */
 size_t br_sign_step_workspace(size_t rows, size_t r);
 

@@ -1,9 +1,13 @@
 /* The optimizer of one BLR layer: Adam over the concatenation of its scales (one
- * br_adam_cat), the sign optimizer over its sign matrices (br_sign_step), and the
+ * br_adam_cat), the sign optimizer over its sign matrices (br_sign_steps), and the
  * step controller between them that measures every gradient (br_sumsq_cat) and
  * refuses a step on the device when one is not finite. One step is a fixed op
  * sequence, so it records into a graph and refuses correctly on every replay:
- *     sumsq_cat(grads) → step_ctrl → sign_step per matrix → adam_cat */
+ *     sumsq_cat(grads) → step_ctrl → sign_steps (up to BR_SIGN_STEPS_MAX matrices
+ *     an op) → adam_cat
+ * With sign training the Adam rides on the last sign_steps op (br_sign_steps_adam:
+ * the same effects in the same order, one launch fewer on CUDA, where its blocks
+ * join the steps' finish launch); with sign_mode OFF it is its own adam_cat. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,23 +328,6 @@ static br_status opt_step(br_blr_opt *o) {
                            .sign_beta1 = o->cfg.sign_beta1,
                            .sign_beta2 = o->cfg.sign_beta2};
     BR_TRY(br_step_ctrl(ctx, &c));
-    /* signs first: exact-flip predictions read h, ℓ, g as the gradients saw them */
-    if (o->cfg.sign_mode != BR_SIGN_OFF) {
-        br_tag_scope tag;
-        br_tag_push(ctx, &tag, "sign");
-        /* every sign matrix in as few ops as br_sign_steps takes (one launch pair
-         * on CUDA for up to four directly flipping matrices) */
-        br_sign_step_args a[BR_SIGN_STEPS_MAX];
-        br_status st = BR_OK;
-        for (size_t i0 = 0; i0 < 2 * l->paths && st == BR_OK; i0 += BR_SIGN_STEPS_MAX) {
-            size_t cnt = 0;
-            for (size_t i = i0; i < 2 * l->paths && cnt < BR_SIGN_STEPS_MAX; i++)
-                a[cnt++] = sign_args(o, i);
-            st = br_sign_steps(ctx, a, cnt);
-        }
-        br_tag_pop(ctx, &tag);
-        BR_TRY(st);
-    }
     br_adam_hp hp = {.lr = o->cfg.lr,
                      .beta1 = o->cfg.beta1,
                      .beta2 = o->cfg.beta2,
@@ -348,8 +335,31 @@ static br_status opt_step(br_blr_opt *o) {
                      .step = 1,
                      .grad_mul = 1.0f,
                      .sched = o->sched};
-    BR_TRY(br_adam_cat(ctx, l->params, l->grads, o->adam_m1, o->adam_m2, o->mask, o->floor,
-                       o->nscale, &hp));
+    /* signs first: exact-flip predictions read h, ℓ, g as the gradients saw them */
+    if (o->cfg.sign_mode != BR_SIGN_OFF) {
+        br_tag_scope tag;
+        br_tag_push(ctx, &tag, "sign");
+        /* every sign matrix in as few ops as br_sign_steps takes (one launch pair
+         * on CUDA for up to four directly flipping matrices); the last op then runs
+         * the Adam over the scales (in the pair's second launch on CUDA) */
+        br_sign_step_args a[BR_SIGN_STEPS_MAX];
+        br_status st = BR_OK;
+        for (size_t i0 = 0; i0 < 2 * l->paths && st == BR_OK; i0 += BR_SIGN_STEPS_MAX) {
+            size_t cnt = 0;
+            for (size_t i = i0; i < 2 * l->paths && cnt < BR_SIGN_STEPS_MAX; i++)
+                a[cnt++] = sign_args(o, i);
+            if (i0 + cnt < 2 * l->paths)
+                st = br_sign_steps(ctx, a, cnt);
+            else
+                st = br_sign_steps_adam(ctx, a, cnt, l->params, l->grads, o->adam_m1, o->adam_m2,
+                                        o->mask, o->floor, o->nscale, &hp);
+        }
+        br_tag_pop(ctx, &tag);
+        BR_TRY(st);
+    } else {
+        BR_TRY(br_adam_cat(ctx, l->params, l->grads, o->adam_m1, o->adam_m2, o->mask, o->floor,
+                           o->nscale, &hp));
+    }
     if (br_ctx_recording(ctx)) return BR_OK;
     float sched[4];
     BR_TRY(br_buf_download(o->sched, 0, sched, 4));

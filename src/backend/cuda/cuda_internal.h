@@ -87,6 +87,9 @@ br_status br_cuda_dense_bwd(br_ctx *ctx, const br_op *op);
 /* cuda_optim.cu */
 br_status br_cuda_adam(br_ctx *ctx, const br_op *op);
 br_status br_cuda_adam_cat(br_ctx *ctx, const br_op *op);
+/* adam / adam_cat's launch on its arguments (the sign steps' Adam job where it
+ * does not join their finish launch) */
+br_status br_cuda_adam_launch(br_ctx *ctx, const br_adam_args *a);
 br_status br_cuda_sumsq(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sumsq_cat(br_ctx *ctx, const br_op *op);
 /* cuda_sign.cu */

@@ -6,92 +6,26 @@
  * match the CPU to the last bit or within an ulp of that pow. */
 #include <math.h>
 
-#include "backend/cuda/cuda_internal.h"
-
-#define THREADS 256
+#include "backend/cuda/cuda_adam.cuh"
 
 /* ---------------------------------------------------------------- adam */
 
-typedef struct adam_job {
-    float *w, *m1, *m2;
-    const float *grad;
-    const float *mask;  /* NULL: every entry; 0 = frozen */
-    const float *rho;   /* adam_cat: per-entry relative floor; NULL: rho_all */
-    const float *sched; /* NULL or f32 [4] {lr, t, grad_mul, skip} */
-    float rho_all;
-    float lr, grad_mul, bc1, bc2; /* used when sched is NULL */
-    float b1, b2, eps;
-    unsigned n;
-} adam_job;
+/* The whole grid on one Adam job (cuda_adam.cuh). */
+__global__ void adam_kernel(adam_job j) { adam_entries(j, blockIdx.x, gridDim.x); }
 
-/* One Adam step of entries i < n (one thread per entry, grid-stride):
- *   g = grad·grad_mul;  m1 = β1·m1 + (1−β1)·g;  m2 = β2·m2 + ((1−β2)·g)·g
- *   st = (lr·(m1/bc1)) / (sqrt(m2/bc2) + eps);  w −= st  or  w −= st·max(|w|, ρ)
- * With sched, thread 0 of each block reads {lr, t, grad_mul, skip} and forms
- * bc = 1 − β^t once for the block (shared memory); skip ≠ 0 ends the kernel
- * before anything is written. */
-__global__ void adam_kernel(adam_job j) {
-    __shared__ float hp[5]; /* lr, grad_mul, bc1, bc2, skip */
-    if (j.sched) {
-        if (threadIdx.x == 0) {
-            double t = (double)j.sched[1];
-            hp[0] = j.sched[0];
-            hp[1] = j.sched[2];
-            hp[2] = (float)(1.0 - pow((double)j.b1, t));
-            hp[3] = (float)(1.0 - pow((double)j.b2, t));
-            hp[4] = j.sched[3];
-        }
-        __syncthreads();
-        if (hp[4] != 0.0f) return; /* a refused step */
-    }
-    const float lr = j.sched ? hp[0] : j.lr, gm = j.sched ? hp[1] : j.grad_mul;
-    const float bc1 = j.sched ? hp[2] : j.bc1, bc2 = j.sched ? hp[3] : j.bc2;
-    const float one_m_b1 = __fsub_rn(1.0f, j.b1), one_m_b2 = __fsub_rn(1.0f, j.b2);
-    BR_GRID_STRIDE(i, j.n) {
-        if (j.mask && j.mask[i] == 0.0f) continue; /* frozen: nothing written */
-        float g = __fmul_rn(j.grad[i], gm);
-        float m1 = __fadd_rn(__fmul_rn(j.b1, j.m1[i]), __fmul_rn(one_m_b1, g));
-        float m2 = __fadd_rn(__fmul_rn(j.b2, j.m2[i]), __fmul_rn(__fmul_rn(one_m_b2, g), g));
-        j.m1[i] = m1;
-        j.m2[i] = m2;
-        float m_hat = __fdiv_rn(m1, bc1), v_hat = __fdiv_rn(m2, bc2);
-        float st = __fdiv_rn(__fmul_rn(lr, m_hat), __fadd_rn(__fsqrt_rn(v_hat), j.eps));
-        float rho = j.rho ? j.rho[i] : j.rho_all, w = j.w[i];
-        j.w[i] = rho > 0.0f ? __fsub_rn(w, __fmul_rn(st, fmaxf(fabsf(w), rho))) : __fsub_rn(w, st);
-    }
-}
-
-static br_status adam_launch(br_ctx *ctx, const br_adam_args *a) {
+extern "C" br_status br_cuda_adam_launch(br_ctx *ctx, const br_adam_args *a) {
     br_cuda *s = br_cuda_state(ctx);
-    adam_job j = {};
-    j.w = (float *)br_ptr(a->w);
-    j.m1 = (float *)br_ptr(a->m1);
-    j.m2 = (float *)br_ptr(a->m2);
-    j.grad = (const float *)br_ptr(a->grad);
-    j.mask = (const float *)br_ptr(a->mask);
-    j.rho = (const float *)br_ptr(a->rel_floor);
-    j.sched = (const float *)br_ptr(a->hp.sched);
-    j.rho_all = a->hp.rel_floor;
-    j.lr = a->hp.lr;
-    j.grad_mul = a->hp.grad_mul;
-    /* the CPU backend's formula, on the host's pow: the same bits */
-    j.bc1 = (float)(1.0 - pow((double)a->hp.beta1, (double)a->hp.step));
-    j.bc2 = (float)(1.0 - pow((double)a->hp.beta2, (double)a->hp.step));
-    j.b1 = a->hp.beta1;
-    j.b2 = a->hp.beta2;
-    j.eps = a->hp.eps;
-    j.n = (unsigned)a->n;
-    adam_kernel<<<br_cuda_blocks(ctx, a->n, THREADS), THREADS, 0, s->stream>>>(j);
+    adam_kernel<<<br_adam_blocks(ctx, a->n), ADAM_THREADS, 0, s->stream>>>(br_adam_job_of(a));
     BR_CUDA_LAUNCHED(ctx, "adam_kernel");
     return BR_OK;
 }
 
 extern "C" br_status br_cuda_adam(br_ctx *ctx, const br_op *op) {
-    return adam_launch(ctx, &op->u.adam);
+    return br_cuda_adam_launch(ctx, &op->u.adam);
 }
 
 extern "C" br_status br_cuda_adam_cat(br_ctx *ctx, const br_op *op) {
-    return adam_launch(ctx, &op->u.adam);
+    return br_cuda_adam_launch(ctx, &op->u.adam);
 }
 
 /* ---------------------------------------------------------------- sumsq */

@@ -15,12 +15,16 @@
  *                         shuffles); up to GRID_MAX blocks, four entries per thread
  *                         per round (16-byte accesses) where aligned, else one
  *   [no budget]           finish_kernel      flips[slot] from the per-block counts
+ *                         (br_sign_steps of directly flipping steps: update_n_kernel,
+ *                         then finish_n_kernel, whose blocks past the steps' run the
+ *                         Adam job of br_sign_steps_adam: one launch fewer)
  *   [budget < entries]    select_init, 8 × hist_kernel (per-block histograms; the
  *                         last block of each pass adds them and picks the digit; the
  *                         selection stops early once the digit's bin holds exactly
  *                         the keys still needed), apply_kernel
  *                         (flips by warp ballots; its last block stores flips[slot])
  * Every kernel returns at once when the schedule's skip flag is set. */
+#include "backend/cuda/cuda_adam.cuh"
 #include "backend/cuda/cuda_internal.h"
 #include "ops/sign_ops.h"
 
@@ -514,8 +518,15 @@ __global__ void update_n_kernel(const __grid_constant__ sign_jobs J) {
     update_entries<W, B>(J.job[i], blockIdx.x - J.start[i], J.start[i + 1] - J.start[i]);
 }
 
-/* Block i: flips[slot] of job i from its counts. */
-__global__ void finish_n_kernel(const __grid_constant__ sign_jobs J) {
+/* Block i < J.n: flips[slot] of job i from its counts. Blocks J.n.. (with
+ * br_sign_steps_adam): the Adam job, as adam_kernel's grid of gridDim.x − J.n
+ * blocks would run it (a launch saved; the update, which it must follow, is done). */
+__global__ void finish_n_kernel(const __grid_constant__ sign_jobs J,
+                                const __grid_constant__ adam_job A) {
+    if (blockIdx.x >= J.n) {
+        adam_entries(A, blockIdx.x - J.n, gridDim.x - J.n);
+        return;
+    }
     const sign_job &j = J.job[blockIdx.x];
     if (skipped(j)) return;
     unsigned total =
@@ -740,8 +751,9 @@ extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
 }
 
 /* Steps that flip directly (latent, full second moment, no binding budget) run as
- * one update launch and one finish launch; any other mix runs one step after
- * another over the same workspace. */
+ * one update launch and one finish launch, which also runs the Adam job if there is
+ * one; any other mix runs one step after another over the same workspace, then the
+ * Adam job's own launch. */
 extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     const br_sign_steps_args *a = &op->u.sign_steps;
     size_t ws = 0;
@@ -757,7 +769,7 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     if (!together) {
         for (size_t i = 0; i < a->n; i++)
             BR_TRY(launch_step(ctx, &a->m[i], make_job(&a->m[i], (uint32_t *)mem)));
-        return BR_OK;
+        return a->with_adam ? br_cuda_adam_launch(ctx, &a->adam) : BR_OK;
     }
     /* each job's counts in a row of its own past the shared workspace; its grid share
      * as one step alone would have, at most GRID_MAX / BR_SIGN_STEPS_MAX blocks */
@@ -783,7 +795,15 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     else
         update_n_kernel<1, SCALAR_BATCH><<<J.start[J.n], THREADS, 0, s->stream>>>(J);
     BR_CUDA_LAUNCHED(ctx, "update_n_kernel");
-    finish_n_kernel<<<J.n, THREADS, 0, s->stream>>>(J);
+    /* the Adam blocks after the finish blocks: the grid adam_kernel would have */
+    adam_job A = {};
+    unsigned adam_blocks = 0;
+    if (a->with_adam) {
+        A = br_adam_job_of(&a->adam);
+        adam_blocks = br_adam_blocks(ctx, a->adam.n);
+    }
+    static_assert(ADAM_THREADS == THREADS, "the Adam blocks are finish blocks' size");
+    finish_n_kernel<<<J.n + adam_blocks, THREADS, 0, s->stream>>>(J, A);
     BR_CUDA_LAUNCHED(ctx, "finish_n_kernel");
     return BR_OK;
 }
