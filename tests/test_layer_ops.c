@@ -4,10 +4,10 @@
  * random inputs and shapes (1 row, sizes that are multiples of nothing, the
  * layer's own), outputs poisoned first, buffers at aligned and odd offsets (the
  * kernels' vector and scalar paths); the ops of several paths against as many
- * single-path calls and the reference; cvt_both also against br_cvt_pad and
- * br_cvt_t; mm_stage against mm + cvt_both (its definition); then every class of
- * bad argument. BITRANK_TEST_QUICK=1 (the
- * compute-sanitizer runs) leaves out the shapes over 2^18 elements. */
+ * single-path calls and the reference; two expands in one op against the two
+ * ops apart; cvt_both also against br_cvt_pad and br_cvt_t; mm_stage against mm +
+ * cvt_both (its definition); then every class of bad argument. BITRANK_TEST_QUICK=1
+ * (the compute-sanitizer runs) leaves out the shapes over 2^18 elements. */
 #include "harness.h"
 #include "ops/layer_ops.h"
 #include "ops/sign_ops.h"
@@ -403,6 +403,147 @@ static void expand_scaled_tiles_match_reference(void) {
               cap ? cap : "none", bad, total);
         free(got), free(bits), free(rs);
         free_view(plane, pp), free_view(bb, pb), free_view(br, pr);
+    }
+    br_ctx_free(ctx);
+}
+
+/* br_expand_scaled2 (both orientations, in either order, and either twice) against
+ * its two jobs as br_expand_scaled_paths / br_expand_scaled_rows_paths calls on the
+ * same device, bit for bit over one allocation holding both planes and a poisoned
+ * gap between them (0: the planes adjacent), and against the scalar reference:
+ * P ∈ {1, 2, 3} per job, rows multiples of nothing (neither 32 nor 128), each job
+ * its own r, ld and odd input strides (or 0), some with the grid capped
+ * (BITRANK_EXPAND_BLOCKS: each job's grid-stride loops over its own blocks),
+ * buffers at aligned and odd offsets; one launch. */
+typedef struct expand_case {
+    int by_rows;
+    size_t P, rows, r, bs, ss, ld, total;
+    uint32_t *bits;
+    float *rs;
+    br_buf *bb, *pb, *br, *pr;
+} expand_case;
+
+/* Elements of got (one job's plane, total elements) that differ from the reference. */
+static size_t expand_ref_differ(const expand_case *x, const uint16_t *got, float scale) {
+    size_t bad = 0, words = x->r / 32;
+    for (size_t e = 0; e < x->total; e++) {
+        size_t row = e / x->ld, col = e % x->ld, p, i, k;
+        int owned;
+        if (x->by_rows) {
+            owned = col < x->P * x->r;
+            p = col / x->r, k = col % x->r, i = row;
+        } else {
+            owned = 1;
+            p = row / x->r, k = row % x->r, i = col;
+        }
+        uint16_t want = T_NAN16;
+        if (owned && i < x->rows) {
+            int bit = x->bits[p * x->bs + i * words + k / 32] >> (k % 32) & 1u;
+            uint16_t mag = br_half_from_float(x->rs[p * x->ss + i] * scale);
+            want = bit ? mag : (uint16_t)(mag ^ 0x8000u);
+        } else if (owned) {
+            want = 0; /* transposed: +0 in the pad columns i ≥ rows */
+        }
+        bad += got[e] != want;
+    }
+    return bad;
+}
+
+static void expand_scaled2_matches_two_ops(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(67);
+    static const char *caps[] = {NULL, NULL, "1", "3"};
+    for (size_t c = 0; c < 32; c++) {
+        /* c < 16: both planes 16-byte aligned (the vector stores), every pair of
+         * orientations under every cap; then plane 0 or plane 1 at an odd offset */
+        const char *cap = caps[c / 4 % 4];
+        size_t off = c >= 16 && c % 2 ? 3 : 0, gap = c % 5 ? 8 * t_rand_size(&rng, 0, 3) : 0;
+        if (c >= 16 && c % 2 == 0) gap++;
+        float scale = c % 5 ? 1.0f : (float)(0.1 + 4 * br_rng_unit(&rng));
+        expand_case x[2];
+        int skip = 0;
+        for (int i = 0; i < 2; i++) {
+            expand_case *e = &x[i];
+            e->by_rows = (int)(c >> i & 1); /* c % 4: t t, rows t, t rows, rows rows */
+            e->P = t_rand_size(&rng, 1, 3);
+            e->rows = c < 4 ? 1 : t_rand_size(&rng, 2, c % 8 == 7 ? 3000 : 700);
+            if (e->rows % 32 == 0) e->rows++; /* a multiple of nothing */
+            e->r = 32 * t_rand_size(&rng, 1, 6);
+            size_t nb = e->rows * (e->r / 32);
+            e->bs = in_stride(&rng, nb, c % 7 == 3);
+            e->ss = in_stride(&rng, e->rows, c % 7 == 3);
+            e->ld = e->by_rows ? e->P * e->r + 8 * t_rand_size(&rng, 0, 2)
+                               : (e->rows + 7) / 8 * 8 + 8 * t_rand_size(&rng, 0, 3);
+            e->total = e->by_rows ? (e->rows - 1) * e->ld + e->P * e->r : e->P * e->r * e->ld;
+            skip |= too_big(e->total);
+        }
+        size_t total = x[0].total + gap + x[1].total; /* plane 0, the gap, plane 1 */
+        if (skip || too_big(total)) continue;
+        br_buf *pp, *ps;
+        br_buf *pair = view_at(ctx, BR_F16, total, off, T_NAN16, &pp);
+        br_buf *apart = view_at(ctx, BR_F16, total, off, T_NAN16, &ps);
+        br_buf *vp[2], *va[2];
+        br_expand_job job[2];
+        for (int i = 0; i < 2; i++) {
+            expand_case *e = &x[i];
+            size_t nbits = (e->P - 1) * e->bs + e->rows * (e->r / 32);
+            size_t nscale = (e->P - 1) * e->ss + e->rows, at = i ? x[0].total + gap : 0;
+            e->bits = rand_bits(&rng, nbits);
+            e->rs = rand_wide(&rng, nscale);
+            e->bb = input_at(ctx, BR_U32, e->bits, nbits, c % 2 ? 0 : 1 + (size_t)i, &e->pb);
+            e->br = input_at(ctx, BR_F32, e->rs, nscale, c % 2 ? 0 : 3, &e->pr);
+            vp[i] = sub(pair, at, e->total);
+            va[i] = sub(apart, at, e->total);
+            job[i] = (br_expand_job){.bits = e->bb,
+                                     .bits_stride = e->bs,
+                                     .rows = e->rows,
+                                     .r = e->r,
+                                     .rowscale = e->br,
+                                     .scale_stride = e->ss,
+                                     .scale = scale,
+                                     .plane = vp[i],
+                                     .ld = e->ld,
+                                     .paths = e->P,
+                                     .by_rows = e->by_rows};
+        }
+        if (cap) setenv("BITRANK_EXPAND_BLOCKS", cap, 1);
+        unsigned long long l0 = ctx->stats.launches;
+        CHECK_OK(ctx, br_expand_scaled2(ctx, job));
+        unsigned long long launches = ctx->stats.launches - l0;
+        for (int i = 0; i < 2; i++) {
+            const expand_case *e = &x[i];
+            if (e->by_rows)
+                CHECK_OK(ctx, br_expand_scaled_rows_paths(ctx, e->bb, e->bs, e->rows, e->r, e->br,
+                                                          e->ss, scale, va[i], e->ld, e->P));
+            else
+                CHECK_OK(ctx, br_expand_scaled_paths(ctx, e->bb, e->bs, e->rows, e->r, e->br, e->ss,
+                                                     scale, va[i], e->ld, e->P));
+        }
+        unsetenv("BITRANK_EXPAND_BLOCKS");
+        uint16_t *got = t_download_f16(ctx, pair, total), *two = t_download_f16(ctx, apart, total);
+        size_t differ = t_bits_differ16(got, two, total);
+        CHECK(differ == 0,
+              "expand_scaled2 %s(P=%zu rows=%zu r=%zu ld=%zu) %s(P=%zu rows=%zu r=%zu ld=%zu) "
+              "gap=%zu off=%zu cap=%s: %zu of %zu differ from the two ops (first %zu)",
+              x[0].by_rows ? "rows" : "t", x[0].P, x[0].rows, x[0].r, x[0].ld,
+              x[1].by_rows ? "rows" : "t", x[1].P, x[1].rows, x[1].r, x[1].ld, gap, off,
+              cap ? cap : "none", differ, total, t_first_diff16(got, two, total));
+        size_t bad0 = expand_ref_differ(&x[0], got, scale),
+               bad1 = expand_ref_differ(&x[1], got + x[0].total + gap, scale), gap_bad = 0;
+        for (size_t e = 0; e < gap; e++)
+            gap_bad += got[x[0].total + e] != T_NAN16;
+        CHECK(bad0 == 0 && bad1 == 0 && gap_bad == 0,
+              "expand_scaled2 (%s, %s) cap=%s: %zu, %zu and %zu (gap) differ from the reference",
+              x[0].by_rows ? "rows" : "t", x[1].by_rows ? "rows" : "t", cap ? cap : "none", bad0,
+              bad1, gap_bad);
+        CHECK(launches == 1, "expand_scaled2: %llu launches", launches);
+        free(got), free(two);
+        for (int i = 0; i < 2; i++) {
+            br_buf_free(vp[i]), br_buf_free(va[i]);
+            free_view(x[i].bb, x[i].pb), free_view(x[i].br, x[i].pr);
+            free(x[i].bits), free(x[i].rs);
+        }
+        free_view(pair, pp), free_view(apart, ps);
     }
     br_ctx_free(ctx);
 }
@@ -1139,9 +1280,99 @@ static void layer_ops_paths_bad_arguments(void) {
     br_ctx_free(ctx);
 }
 
+/* br_expand_scaled2: each job's own checks (messages naming the job), then the
+ * planes apart from each other (adjacent views are fine, one element shared is
+ * not; a rows plane's whole span counts, gaps between its rows included). */
+static void expand_scaled2_bad_arguments(void) {
+    br_ctx *ctx = t_ctx();
+    const size_t rows = 64, r = 64, P = 2, nb = rows * r / 32, nt = P * r * 64;
+    const size_t nr = (rows - 1) * 200 + P * r; /* rows plane at ld = 200 */
+    br_buf *bits = t_buf_poison(ctx, BR_U32, 2 * nb, 0x5a5a5a5au);
+    br_buf *f = t_buf_poison(ctx, BR_F32, 2 * rows, 0x3f800000u);
+    br_buf *h = t_buf_poison(ctx, BR_F16, nt + nr, 0), *g = t_buf_poison(ctx, BR_F32, nt, 0);
+    br_buf *pt = sub(h, 0, nt), *prow = sub(h, nt, nr), *v = NULL;
+    br_expand_job job[2] = {{.bits = bits,
+                             .bits_stride = nb,
+                             .rows = rows,
+                             .r = r,
+                             .rowscale = f,
+                             .scale_stride = rows,
+                             .scale = 1.0f,
+                             .plane = pt,
+                             .ld = 64,
+                             .paths = P,
+                             .by_rows = 0},
+                            {.bits = bits,
+                             .bits_stride = nb,
+                             .rows = rows,
+                             .r = r,
+                             .rowscale = f,
+                             .scale_stride = rows,
+                             .scale = 1.0f,
+                             .plane = prow,
+                             .ld = 200,
+                             .paths = P,
+                             .by_rows = 1}};
+    br_expand_job bad[2];
+    CHECK_OK(ctx, br_expand_scaled2(ctx, job)); /* adjacent planes, shared inputs */
+    CHECK(br_expand_scaled2(NULL, job) == BR_E_ARG, "NULL ctx accepted");
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "job", br_expand_scaled2(ctx, NULL));
+    /* each job's checks, naming the job */
+    memcpy(bad, job, sizeof bad);
+    bad[1].ld = 120; /* < paths·r */
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "job 1", br_expand_scaled2(ctx, bad));
+    CHECK(strstr(br_ctx_error(ctx), "ld") != NULL, "message \"%s\" does not name ld",
+          br_ctx_error(ctx));
+    memcpy(bad, job, sizeof bad);
+    bad[0].r = 48;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "job 0", br_expand_scaled2(ctx, bad));
+    memcpy(bad, job, sizeof bad);
+    bad[1].plane = g;
+    CHECK_FAILS(ctx, BR_E_DTYPE, br_expand_scaled2(ctx, bad));
+    memcpy(bad, job, sizeof bad);
+    bad[0].plane = NULL;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "plane_t", br_expand_scaled2(ctx, bad));
+    memcpy(bad, job, sizeof bad);
+    bad[1].bits_stride = 2 * nb; /* path 1's bitmap past the buffer */
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "bits", br_expand_scaled2(ctx, bad));
+    memcpy(bad, job, sizeof bad);
+    bad[0].scale = NAN;
+    CHECK_FAILS(ctx, BR_E_NONFINITE, br_expand_scaled2(ctx, bad));
+    memcpy(bad, job, sizeof bad);
+    bad[1].paths = 0;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "paths", br_expand_scaled2(ctx, bad));
+    /* the planes: the same buffer; one element shared; a plane between the rows
+     * plane's rows (its columns past paths·r: unwritten, still refused) */
+    memcpy(bad, job, sizeof bad);
+    bad[1] = job[0];
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps", br_expand_scaled2(ctx, bad));
+    memcpy(bad, job, sizeof bad);
+    v = sub(h, nt - 1, nr);
+    bad[1].plane = v;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps", br_expand_scaled2(ctx, bad));
+    br_buf_free(v);
+    br_buf *w = sub(h, nt + P * r, 32);
+    memcpy(bad, job, sizeof bad);
+    bad[0] = (br_expand_job){.bits = bits,
+                             .rows = 1,
+                             .r = 32,
+                             .rowscale = f,
+                             .scale = 1.0f,
+                             .plane = w,
+                             .ld = 32,
+                             .paths = 1,
+                             .by_rows = 1};
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps", br_expand_scaled2(ctx, bad));
+    br_buf_free(w);
+    br_buf_free(pt), br_buf_free(prow);
+    br_buf_free(bits), br_buf_free(f), br_buf_free(h), br_buf_free(g);
+    br_ctx_free(ctx);
+}
+
 T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference), T_CASE(sign_rowdot_matches_reference),
       T_CASE(expand_scaled_paths_match_single), T_CASE(expand_scaled_tiles_match_reference),
-      T_CASE(sign_rowdot_paths_match_single),
-      T_CASE(layer_ops_paths_bad_arguments), T_CASE(cvt_both_matches_reference),
-      T_CASE(mm_stage_matches_mm_then_cvt_both), T_CASE(mm_stage_bad_arguments),
-      T_CASE(layer_ops_bad_arguments), T_CASE(grouped_columns_match_gathered))
+      T_CASE(expand_scaled2_matches_two_ops), T_CASE(expand_scaled2_bad_arguments),
+      T_CASE(sign_rowdot_paths_match_single), T_CASE(layer_ops_paths_bad_arguments),
+      T_CASE(cvt_both_matches_reference), T_CASE(mm_stage_matches_mm_then_cvt_both),
+      T_CASE(mm_stage_bad_arguments), T_CASE(layer_ops_bad_arguments),
+      T_CASE(grouped_columns_match_gathered))

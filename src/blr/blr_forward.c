@@ -3,15 +3,18 @@
  * apart: the ops take it in groups of r):
  *     x16  = f16(x)                          [pad_rows(T)][npad] br_cvt_both (or given:
  *                                            br_blr_stage)
- *     W_V  = [f16(g_p ⊙ S_V,p)]ᵀ             [R][npad]       br_expand_scaled_paths
+ *     W_V  = [f16(g_p ⊙ S_V,p)]ᵀ             [R][npad]       br_expand_scaled2, ONE
+ *     Y_U  = [f16(h_p ⊙ S_U,p)]              [m][R]          launch for both planes
  *     A    = x16 · W_Vᵀ = [a_1|a_2|…]        [T][R]          br_mm, ONE GEMM, K = npad
  *     A'   = f16(A ⊙ ℓ)                      [pad_rows(T)][R] br_cvt_both
- *     Y_U  = [f16(h_p ⊙ S_U,p)]              [m][R]          br_expand_scaled_rows_paths
  *     out  = α·A'·Y_Uᵀ + β·target            [T][m]          br_mm, ONE GEMM, K = R;
  *            β = −α with a target (out = α(y − target)), else no c (out = y)
  * One GEMM over every path reads and writes out once (a GEMM per path with h in its
  * epilogue moved the [T][m] f32 output through memory P + 1 times); h enters as an
- * f16 factor of the plane, as it does in the backward's W_U.
+ * f16 factor of the plane, as it does in the backward's W_U. The two planes read
+ * only the parameters, so one launch makes both before the A GEMM (a launch's gap
+ * fewer in the step than Y_U expanded after A'): W_V into the shared plane, Y_U into
+ * plane2 (the A GEMM has yet to read W_V).
  * A, A' and the x16 read stay for the backward, whose token-axis GEMMs (br_mm_tn)
  * read A' and x16 as they are: no transposed copies. */
 #include <stdlib.h>
@@ -55,26 +58,46 @@ static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16,
     s->dy_staged = 0; /* a new forward: whatever was staged is not its gradient */
     br_buf *const *sp = l->span;
     const size_t *ss = l->span_stride;
-    BR_TRY(br_expand_scaled_paths(ctx, sp[BR_BLR_BITS_V], ss[BR_BLR_BITS_V], l->n, r, sp[BR_BLR_G],
-                                  ss[BR_BLR_G], 1.0f, sh->plane, l->npad, l->paths));
+    /* W_V [R][npad] (transposed, the A GEMM's) and Y_U [m][R] (by rows, the output
+     * GEMM's) in one op */
+    const br_expand_job planes[2] = {{.bits = sp[BR_BLR_BITS_V],
+                                      .bits_stride = ss[BR_BLR_BITS_V],
+                                      .rows = l->n,
+                                      .r = r,
+                                      .rowscale = sp[BR_BLR_G],
+                                      .scale_stride = ss[BR_BLR_G],
+                                      .scale = 1.0f,
+                                      .plane = sh->plane,
+                                      .ld = l->npad,
+                                      .paths = l->paths,
+                                      .by_rows = 0},
+                                     {.bits = sp[BR_BLR_BITS_U],
+                                      .bits_stride = ss[BR_BLR_BITS_U],
+                                      .rows = m,
+                                      .r = r,
+                                      .rowscale = sp[BR_BLR_H],
+                                      .scale_stride = ss[BR_BLR_H],
+                                      .scale = 1.0f,
+                                      .plane = sh->plane2,
+                                      .ld = R,
+                                      .paths = l->paths,
+                                      .by_rows = 1}};
+    BR_TRY(br_expand_scaled2(ctx, planes));
     br_gemm ga = {.m = ntok, .n = R, .k = l->npad, .oscale = 1.0f};
     BR_TRY(br_mm(ctx, x16, sh->plane, s->a, ga));
     /* ℓ of every path read in place from the parameters: groups of r, a path apart */
     BR_TRY(br_cvt_both_grouped(ctx, s->a, sp[BR_BLR_L], r, ss[BR_BLR_L], s->act16, NULL, ntok, R,
                                R, 1.0f));
-    /* W_V is read: the plane takes Y_U */
-    BR_TRY(br_expand_scaled_rows_paths(ctx, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U], m, r,
-                                       sp[BR_BLR_H], ss[BR_BLR_H], 1.0f, sh->plane, R, l->paths));
     br_gemm gy = {.m = ntok, .n = m, .k = R, .oscale = alpha};
     if (target) gy.c = target, gy.beta = -alpha;
     if (gs > 0) { /* the stage takes f16(dy·gs) */
         sh->stage_writes++;
-        BR_TRY(br_mm_stage(ctx, s->act16, sh->plane, out, gy, sh->stage, NULL, l->mpad, gs));
+        BR_TRY(br_mm_stage(ctx, s->act16, sh->plane2, out, gy, sh->stage, NULL, l->mpad, gs));
         s->dy_staged = 1;
         s->dy_gs = gs;
         s->dy_writes = sh->stage_writes;
     } else {
-        BR_TRY(br_mm(ctx, s->act16, sh->plane, out, gy));
+        BR_TRY(br_mm(ctx, s->act16, sh->plane2, out, gy));
     }
     s->x_in = x16;
     s->fwd_ntok = ntok;
@@ -143,8 +166,9 @@ static br_status check_staged(br_blr *l, const br_blr_scratch *s, const char *fn
     BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
     BR_TRY(br_check_opt_buf(ctx, fn, "xt", xt, BR_F16, nt));
     const br_blr_shared *sh = s->shared;
-    const br_buf *mine[] = {sh->stage, sh->act, sh->plane, sh->b, sh->rowmat, s->mem, s->act16};
-    static const char *const names[] = {"stage", "B'", "plane", "B", "M", "A", "A'"};
+    const br_buf *mine[] = {sh->stage, sh->act,    sh->plane, sh->plane2,
+                            sh->b,     sh->rowmat, s->mem,    s->act16};
+    static const char *const names[] = {"stage", "B'", "plane", "Y_U plane", "B", "M", "A", "A'"};
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
         if (br_bufs_overlap(x16, n16, mine[i], br_buf_count(mine[i])))
             return br_fail(ctx, BR_E_ARG, "%s: the staged input overlaps the scratch's own %s", fn,

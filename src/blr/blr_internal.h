@@ -50,8 +50,10 @@ struct br_blr_shared {
     br_ctx *ctx;
     size_t ntok, m, n, r, paths;
     br_buf *stage;  /* f16 [pad_rows(ntok)][mpad]: f16(dy·gs) */
-    br_buf *plane;  /* f16 [R][max(mpad, npad)]: W_V, then Y_U (forward); W_U, then X_V
-                     * (backward): Y_U [m][R] and X_V [n][R] fit in the same elements */
+    br_buf *plane;  /* f16 [R][max(mpad, npad)]: W_V (forward); W_U, then X_V (backward):
+                     * X_V [n][R] fits in the same elements */
+    br_buf *plane2; /* f16 [m][R]: Y_U (forward), expanded with W_V in one launch while
+                     * the A GEMM has yet to read W_V */
     br_buf *act;    /* f16 [pad_rows(ntok)][R]: B' (backward) */
     br_buf *b;      /* f32 [ntok][R]: B */
     br_buf *rowmat; /* f32 [m + n][R]: M_U [m][R], then N_V [n][R] (one GEMM launch) */

@@ -11,7 +11,7 @@ static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 
 void br_blr_shared_free(br_blr_shared *sh) {
     if (!sh) return;
-    br_buf *bufs[] = {sh->stage, sh->plane, sh->act, sh->b, sh->rowmat};
+    br_buf *bufs[] = {sh->stage, sh->plane, sh->plane2, sh->act, sh->b, sh->rowmat};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
     free(sh);
@@ -57,6 +57,7 @@ br_status br_blr_shared_new(br_ctx *ctx, size_t ntok, size_t m, size_t n, size_t
     br_status st;
     if ((st = new_buf(ctx, fn, "pad_rows(ntok)·mpad", BR_F16, prows, round32(m), &sh->stage)) ||
         (st = new_buf(ctx, fn, "paths·r·max(mpad, npad)", BR_F16, R, wide, &sh->plane)) ||
+        (st = new_buf(ctx, fn, "m·paths·r", BR_F16, m, R, &sh->plane2)) ||
         (st = new_buf(ctx, fn, "pad_rows(ntok)·paths·r", BR_F16, prows, R, &sh->act)) ||
         (st = new_buf(ctx, fn, "ntok·paths·r", BR_F32, ntok, R, &sh->b)) ||
         (st = new_buf(ctx, fn, "(m + n)·paths·r", BR_F32, m + n, R, &sh->rowmat)))

@@ -1,6 +1,6 @@
-/* Front-ends of the reformulated layer's internal ops: expand_scaled, sign_rowdot
- * (one path or several), cvt_both. Each checks every argument, then hands one
- * descriptor to br_submit. */
+/* Front-ends of the reformulated layer's internal ops: expand_scaled (one path or
+ * several, one expand or two), sign_rowdot (one path or several), cvt_both. Each
+ * checks every argument, then hands one descriptor to br_submit. */
 #include "ops/layer_ops.h"
 
 #include <stdint.h>
@@ -23,13 +23,18 @@ static br_status check_out_stride(br_ctx *ctx, const char *fn, const char *name,
     return BR_OK;
 }
 
-/* Both orientations: the checks, then one descriptor. by_rows: plane [rows][ld]
- * with (rows − 1)·ld + paths·r elements (ld ≥ paths·r); else plane_t [paths·r][ld]
- * (ld ≥ rows). */
-static br_status expand_scaled(br_ctx *ctx, const char *fn, const br_buf *bits, size_t bits_stride,
-                               size_t rows, size_t r, const br_buf *rowscale, size_t scale_stride,
-                               float scale, br_buf *plane, size_t ld, size_t paths, int by_rows) {
-    BR_TRY(br_check_ctx(ctx));
+/* What an expand's plane, bits and rowscale span (elements), for "apart". */
+typedef struct expand_spans {
+    size_t plane, bits, scale;
+} expand_spans;
+
+/* Both orientations: the checks, then the op's arguments. by_rows: plane
+ * [rows][ld] with (rows − 1)·ld + paths·r elements (ld ≥ paths·r); else plane_t
+ * [paths·r][ld] (ld ≥ rows). */
+static br_status expand_args_of(br_ctx *ctx, const char *fn, const br_buf *bits, size_t bits_stride,
+                                size_t rows, size_t r, const br_buf *rowscale, size_t scale_stride,
+                                float scale, br_buf *plane, size_t ld, size_t paths, int by_rows,
+                                br_expand_scaled_args *out, expand_spans *sp) {
     BR_TRY(br_check_dim(ctx, fn, "rows", rows));
     BR_TRY(br_check_dim(ctx, fn, "r", r));
     BR_TRY(br_check_dim(ctx, fn, "paths", paths));
@@ -57,18 +62,29 @@ static br_status expand_scaled(br_ctx *ctx, const char *fn, const br_buf *bits, 
     BR_TRY(br_check_buf(ctx, fn, "bits", bits, BR_U32, s_bits));
     BR_TRY(br_check_buf(ctx, fn, "rowscale", rowscale, BR_F32, s_scale));
     BR_TRY(br_check_buf(ctx, fn, by_rows ? "plane" : "plane_t", plane, BR_F16, n_plane));
+    *out = (br_expand_scaled_args){.bits = bits,
+                                   .rowscale = rowscale,
+                                   .plane = plane,
+                                   .rows = rows,
+                                   .r = r,
+                                   .ld = ld,
+                                   .paths = paths,
+                                   .bits_stride = paths > 1 ? bits_stride : 0,
+                                   .scale_stride = paths > 1 ? scale_stride : 0,
+                                   .scale = scale,
+                                   .by_rows = by_rows};
+    *sp = (expand_spans){n_plane, s_bits, s_scale};
+    return BR_OK;
+}
+
+static br_status expand_scaled(br_ctx *ctx, const char *fn, const br_buf *bits, size_t bits_stride,
+                               size_t rows, size_t r, const br_buf *rowscale, size_t scale_stride,
+                               float scale, br_buf *plane, size_t ld, size_t paths, int by_rows) {
+    BR_TRY(br_check_ctx(ctx));
     br_op op = {.kind = BR_OP_EXPAND_SCALED};
-    op.u.expand_scaled = (br_expand_scaled_args){.bits = bits,
-                                                 .rowscale = rowscale,
-                                                 .plane = plane,
-                                                 .rows = rows,
-                                                 .r = r,
-                                                 .ld = ld,
-                                                 .paths = paths,
-                                                 .bits_stride = paths > 1 ? bits_stride : 0,
-                                                 .scale_stride = paths > 1 ? scale_stride : 0,
-                                                 .scale = scale,
-                                                 .by_rows = by_rows};
+    expand_spans sp;
+    BR_TRY(expand_args_of(ctx, fn, bits, bits_stride, rows, r, rowscale, scale_stride, scale, plane,
+                          ld, paths, by_rows, &op.u.expand_scaled, &sp));
     return br_submit(ctx, &op, 0);
 }
 
@@ -97,6 +113,38 @@ br_status br_expand_scaled_rows_paths(br_ctx *ctx, const br_buf *bits, size_t bi
                                       size_t paths) {
     return expand_scaled(ctx, "br_expand_scaled_rows_paths", bits, bits_stride, rows, r, rowscale,
                          scale_stride, scale, plane, ld, paths, 1);
+}
+
+br_status br_expand_scaled2(br_ctx *ctx, const br_expand_job job[2]) {
+    static const char fn[] = "br_expand_scaled2";
+    static const char *const job_fn[2] = {"br_expand_scaled2 (job 0)", "br_expand_scaled2 (job 1)"};
+    BR_TRY(br_check_ctx(ctx));
+    if (!job) return br_fail(ctx, BR_E_ARG, "%s: job is NULL", fn);
+    br_op op = {.kind = BR_OP_EXPAND_SCALED2};
+    br_expand_scaled_args *e = op.u.expand_scaled2.e;
+    expand_spans sp[2];
+    for (int i = 0; i < 2; i++) {
+        const br_expand_job *j = &job[i];
+        BR_TRY(expand_args_of(ctx, job_fn[i], j->bits, j->bits_stride, j->rows, j->r, j->rowscale,
+                              j->scale_stride, j->scale, j->plane, j->ld, j->paths, j->by_rows != 0,
+                              &e[i], &sp[i]));
+    }
+    /* the two run at once: a plane over anything either job reads or the other
+     * writes is a race (the dtypes keep a plane off the inputs today; a view of
+     * another dtype would not) */
+    static const char *const plane_name[2] = {"job 0's plane", "job 1's plane"};
+    static const char *const bits_name[2] = {"job 0's bits", "job 1's bits"};
+    static const char *const scale_name[2] = {"job 0's rowscale", "job 1's rowscale"};
+    BR_TRY(br_check_apart(ctx, fn, plane_name[0], e[0].plane, sp[0].plane, plane_name[1],
+                          e[1].plane, sp[1].plane));
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) {
+            BR_TRY(br_check_apart(ctx, fn, plane_name[i], e[i].plane, sp[i].plane, bits_name[k],
+                                  e[k].bits, sp[k].bits));
+            BR_TRY(br_check_apart(ctx, fn, plane_name[i], e[i].plane, sp[i].plane, scale_name[k],
+                                  e[k].rowscale, sp[k].scale));
+        }
+    return br_submit(ctx, &op, 0);
 }
 
 br_status br_sign_rowdot_args_of(br_ctx *ctx, const char *fn, const br_buf *mat, size_t ldm,

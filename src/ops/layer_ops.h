@@ -83,6 +83,28 @@ br_status br_sign_rowdot_paths(br_ctx *ctx, const br_buf *mat, size_t ldm, size_
                                size_t dsum_stride, size_t rows, size_t r, size_t paths,
                                int accumulate);
 
+/* One expand of br_expand_scaled2: the arguments of br_expand_scaled_rows_paths
+ * (by_rows 1) or br_expand_scaled_paths (by_rows 0), plane being plane or plane_t. */
+typedef struct br_expand_job {
+    const br_buf *bits;
+    size_t bits_stride, rows, r;
+    const br_buf *rowscale;
+    size_t scale_stride;
+    float scale;
+    br_buf *plane;
+    size_t ld, paths;
+    int by_rows;
+} br_expand_job;
+
+/* Two expands in one op (one kernel launch where the backend launches kernels),
+ * every bit as the two calls job[0], job[1] write them (the order does not matter:
+ * neither reads what the other writes). Each job is checked as its own call; then
+ * each plane, as the whole span it may write ((rows − 1)·ld + paths·r elements by
+ * rows, paths·r·ld transposed), must be apart from the other plane and from both
+ * jobs' bits and rowscale (BR_E_ARG): the two may run at once. The layer's forward
+ * expands W_V and Y_U with it, before the A GEMM. */
+br_status br_expand_scaled2(br_ctx *ctx, const br_expand_job job[2]);
+
 /* br_cvt_pad(src, col, dst, m, k, ld, scale) and br_cvt_t(src, col, dst_t, m, k,
  * scale) from one read of src, every bit as the two separate ops write it:
  *     dst[t][c]   = f16(fl(src[t][c]·col[c])·scale)  (without col f16(src·scale))

@@ -45,6 +45,8 @@ typedef enum br_op_kind {
     BR_OP_MM_STAGE,      /* gemm.c: br_mm with c, its result staged as br_cvt_both would */
     BR_OP_MM_TN,         /* gemm.c: br_mm on act and plane stored k-rows-first */
     BR_OP_MM_TN2,        /* gemm.c: two MM_TN products in one op (one launch where it can) */
+    /* layer_ops.c: two EXPAND_SCALED in one op (one launch) */
+    BR_OP_EXPAND_SCALED2,
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT
 } br_op_kind;
@@ -242,6 +244,12 @@ typedef struct br_expand_scaled_args {
     int by_rows;
 } br_expand_scaled_args;
 
+/* EXPAND_SCALED2: two EXPAND_SCALED ops, either orientation each; each plane apart
+ * from the other plane and from both ops' inputs (the two may run at once). */
+typedef struct br_expand_scaled2_args {
+    br_expand_scaled_args e[2];
+} br_expand_scaled2_args;
+
 typedef struct br_sign_rowdot_args {
     const br_buf *mat;      /* f32 [rows][ldm], path p's columns col0 + p·r..+r−1 */
     const br_buf *bits;     /* u32 [rows][r/32] per path; may be NULL without dsum */
@@ -307,6 +315,7 @@ typedef struct br_op {
         br_sign_step_args sign_step;
         br_sign_steps_args sign_steps;
         br_expand_scaled_args expand_scaled;
+        br_expand_scaled2_args expand_scaled2;
         br_sign_rowdot_args sign_rowdot;
         br_cvt_both_args cvt_both;
         br_mm_stage_args mm_stage;

@@ -155,6 +155,7 @@ static const br_backend cpu_backend = {
             [BR_OP_MM_STAGE] = br_cpu_mm_stage,
             [BR_OP_MM_TN] = br_cpu_mm_tn,
             [BR_OP_MM_TN2] = br_cpu_mm_tn2,
+            [BR_OP_EXPAND_SCALED2] = br_cpu_expand_scaled2,
         },
 };
 

@@ -2,7 +2,8 @@
  * The reference semantics of ops/layer_ops.h: each element on its own, and the one
  * sum (sign_rowdot's Σ_k s·M) in the 32-lane-then-tree order of a CUDA warp, so the
  * results are the same on any number of threads and bit-identical to the kernels.
- * An op of several paths runs them one after another, each exactly as alone. */
+ * An op of several paths runs them one after another, each exactly as alone; so
+ * does an op of two expands. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,14 +40,13 @@ static void expand_scaled_path(const br_expand_scaled_args *a, const uint32_t *b
     }
 }
 
-br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
-    const br_expand_scaled_args *a = &op->u.expand_scaled;
+/* One EXPAND_SCALED op, every path. */
+static br_status expand_scaled(br_ctx *ctx, const br_expand_scaled_args *a) {
     const uint32_t *bits = br_ptr(a->bits);      /* [rows][r/32] per path */
     const float *rowscale = br_ptr(a->rowscale); /* [rows] per path */
     uint16_t *plane = br_ptr(a->plane);          /* [rows][ld] by rows, else [paths·r][ld] */
     /* path p's plane: columns p·r.. by rows, else rows p·r.. */
     size_t plane_stride = a->by_rows ? a->r : a->r * a->ld;
-    ctx->stats.launches++;
     uint16_t *mag = NULL;
     if (!a->by_rows && !(mag = malloc(a->rows * sizeof *mag)))
         return br_fail(ctx, BR_E_NOMEM, "expand_scaled: out of host memory (%zu rows)", a->rows);
@@ -55,6 +55,18 @@ br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
                            plane + p * plane_stride, mag);
     free(mag);
     return BR_OK;
+}
+
+br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
+    ctx->stats.launches++;
+    return expand_scaled(ctx, &op->u.expand_scaled);
+}
+
+/* The two ops in order (one launch, as the CUDA backend counts it). */
+br_status br_cpu_expand_scaled2(br_ctx *ctx, const br_op *op) {
+    ctx->stats.launches++;
+    BR_TRY(expand_scaled(ctx, &op->u.expand_scaled2.e[0]));
+    return expand_scaled(ctx, &op->u.expand_scaled2.e[1]);
 }
 
 /* ---------------------------------------------------------------- sign_rowdot */

@@ -54,6 +54,7 @@ br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sign_steps(br_ctx *ctx, const br_op *op);
 /* cpu_layer_ops.c */
 br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op);
+br_status br_cpu_expand_scaled2(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op);

@@ -305,6 +305,7 @@ static const br_backend cuda_backend = {
             [BR_OP_MM_STAGE] = br_cuda_mm_stage,
             [BR_OP_MM_TN] = br_cuda_mm_tn,
             [BR_OP_MM_TN2] = br_cuda_mm_tn2,
+            [BR_OP_EXPAND_SCALED2] = br_cuda_expand_scaled2,
         },
 };
 

@@ -99,6 +99,7 @@ br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op);
 /* cuda_layer_ops.cu */
 br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op);
+br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op);
 /* Two sign rowdots in one launch, each exactly as br_cuda_sign_rowdot computes it
  * (br_mm_tn2_rowdot's sides; cuda_layer_ops.cu). */

@@ -6,7 +6,9 @@
  * kernel has a vector path (16-byte loads and stores) taken when the shapes and
  * the addresses of the views allow it, and a scalar path with the same values.
  * expand_scaled and sign_rowdot take every path of an op in one launch: blockIdx.y
- * is the path (strided over gridDim.y), each path exactly as a launch of its own. */
+ * is the path (strided over gridDim.y), each path exactly as a launch of its own.
+ * Their two-job kernels (expand_scaled2, sign_rowdot2) split one grid between the
+ * jobs, each job's blocks running exactly as they would in its own launch. */
 #include "backend/cuda/cuda_internal.h"
 #include "ops/layer_ops.h"
 
@@ -50,10 +52,33 @@ typedef struct path_strides {
     unsigned paths;
 } path_strides;
 
+/* One expand as its kernels take it, either orientation: path p's bitmap u32
+ * [rows][words], rowscale f32 [rows] and plane at p·(their stride) from the bases. */
+typedef struct expand_job {
+    const uint32_t *bits0;
+    const float *rowscale0;
+    uint16_t *plane0; /* by rows: f16 [rows][ld] (a path's columns); else [32·words][ld] */
+    float scale;
+    unsigned rows, words, ld;
+    unsigned wlog; /* transposed: log2 of a tile's bitmap words */
+    int by_rows;
+    path_strides ps;
+} expand_job;
+
 /* Transposed tiles: ES_WORDS_MAX bitmap words at most (32 plane rows each) by
  * THREADS >> log2(words per tile) plane columns: 256 words a tile, one per thread,
  * and 1024 chunks of 8 entries, four 16-byte stores per thread. */
 #define ES_WORDS_MAX 8u
+
+/* The transposed body's shared memory, double-buffered: bitmap words at a row pitch
+ * of tc + 32/tw words (the fill, tw words of one row per tw threads, is free of bank
+ * conflicts, and rows stay 16-byte aligned for the vector reads), and magnitudes.
+ * Declared by the kernels, so that a kernel of two jobs holds one set (the rows
+ * body needs none): its static shared memory is the larger body's. */
+struct __align__(16) es_tiles {
+    uint32_t sbits[2][THREADS + 32];
+    uint16_t smag[2][THREADS];
+};
 
 /* plane_t[k][i] (f16 [r][ld]) = ±f16(rowscale[i]·scale), +0 past rows. A tile is
  * tw = 2^wlog bitmap words w0.. (plane rows 32·w0..) by tc = THREADS/tw columns i0..:
@@ -65,52 +90,49 @@ typedef struct path_strides {
  * plane_t 16-byte aligned). Shared memory is double-buffered so that one sync a
  * tile suffices (a buffer is rewritten two tiles later, after every thread passed
  * the sync between), and the next tile's loads are issued before this tile's
- * stores. Grid-stride over tiles, column tiles fastest; launched with THREADS. */
+ * stores. This block is block bx of the job's nbx: tiles bx, bx + nbx, ... (column
+ * tiles fastest) of paths y0, y0 + ny, ...; block-uniform, THREADS threads. */
 template <bool VEC>
-__global__ void __launch_bounds__(THREADS, 8)
-    expand_scaled_kernel(const uint32_t *bits0, const float *rowscale0, float scale,
-                         uint16_t *plane_t0, unsigned rows, unsigned words, unsigned ld,
-                         unsigned wlog, path_strides ps) {
-    /* row pitch tc + 32/tw words: the fill (tw words of one row per tw threads) is
-     * free of bank conflicts, and rows stay 16-byte aligned for the vector reads */
-    __shared__ __align__(16) uint32_t sbits[2][THREADS + 32];
-    __shared__ __align__(16) uint16_t smag[2][THREADS];
+static __device__ __forceinline__ void expand_t_blocks(const expand_job &e, es_tiles &sm,
+                                                       unsigned bx, unsigned nbx, unsigned y0,
+                                                       unsigned ny) {
+    const unsigned rows = e.rows, words = e.words, ld = e.ld, wlog = e.wlog;
     const unsigned tw = 1u << wlog, tc = THREADS >> wlog, pitch = tc + 32 / tw;
     const unsigned glog = 5 - wlog; /* log2 of the tile's 8-column groups: tc / 8 */
     const unsigned t = threadIdx.x, lc = t >> wlog, lw = t & (tw - 1);
     const unsigned itiles = (ld + tc - 1) / tc, tiles = itiles * (words >> wlog);
     unsigned buf = 0;
-    for (unsigned p = blockIdx.y; p < ps.paths; p += gridDim.y) { /* block-uniform */
-        const uint32_t *bits = bits0 + p * ps.bits;
-        const float *rowscale = rowscale0 + p * ps.scale;
-        uint16_t *plane_t = plane_t0 + p * ps.out;
+    for (unsigned p = y0; p < e.ps.paths; p += ny) { /* block-uniform */
+        const uint32_t *bits = e.bits0 + p * e.ps.bits;
+        const float *rowscale = e.rowscale0 + p * e.ps.scale;
+        uint16_t *plane_t = e.plane0 + p * e.ps.out;
         uint32_t b = 0; /* tile tl's word this thread loads; its column's rowscale (t < tc) */
         float s = 0.0f;
-        unsigned tl = blockIdx.x;
+        unsigned tl = bx;
         auto load = [&](unsigned tile) {
             unsigned i0 = tile % itiles * tc, w0 = (tile / itiles) << wlog;
             b = i0 + lc < rows ? bits[(size_t)(i0 + lc) * words + w0 + lw] : ~0u; /* pad: + */
             s = t < tc && i0 + t < rows ? rowscale[i0 + t] : 0.0f;
         };
         if (tl < tiles) load(tl);
-        for (; tl < tiles; tl += gridDim.x, buf ^= 1) {
+        for (; tl < tiles; tl += nbx, buf ^= 1) {
             unsigned i0 = tl % itiles * tc, w0 = (tl / itiles) << wlog;
-            sbits[buf][lw * pitch + lc] = b;
+            sm.sbits[buf][lw * pitch + lc] = b;
             if (t < tc) /* pad columns: +0 (the bit is 1) */
-                smag[buf][t] = i0 + t < rows ? br_dev_f16_bits(__fmul_rn(s, scale)) : 0u;
+                sm.smag[buf][t] = i0 + t < rows ? br_dev_f16_bits(__fmul_rn(s, e.scale)) : 0u;
             __syncthreads();
-            if (tl + gridDim.x < tiles) load(tl + gridDim.x); /* in flight under the stores */
+            if (tl + nbx < tiles) load(tl + nbx); /* in flight under the stores */
             /* chunk q = t + THREADS·j: plane row k = q / (tc/8), columns i0 + 8g..+7 with
              * g = q % (tc/8), the same g for every j (tc/8 divides THREADS) */
             unsigned g = t & ((1u << glog) - 1), i = i0 + 8 * g;
             if (i >= ld) continue; /* ld % 8 == 0: a chunk is wholly in or out */
-            uint4 mg = *reinterpret_cast<const uint4 *>(&smag[buf][8 * g]);
+            uint4 mg = *reinterpret_cast<const uint4 *>(&sm.smag[buf][8 * g]);
             uint32_t mw[4] = {mg.x, mg.y, mg.z, mg.w}; /* packed pairs of magnitudes */
 #pragma unroll
             for (unsigned j = 0; j < 4; j++) {
                 unsigned k = (t + THREADS * j) >> glog, kb = k & 31;
                 const uint4 *sb =
-                    reinterpret_cast<const uint4 *>(&sbits[buf][(k >> 5) * pitch + 8 * g]);
+                    reinterpret_cast<const uint4 *>(&sm.sbits[buf][(k >> 5) * pitch + 8 * g]);
                 uint4 b0 = sb[0], b1 = sb[1];
                 uint32_t h[4] = {mw[0] ^ flip2(b0.x, b0.y, kb), mw[1] ^ flip2(b0.z, b0.w, kb),
                                  mw[2] ^ flip2(b1.x, b1.y, kb), mw[3] ^ flip2(b1.z, b1.w, kb)};
@@ -127,18 +149,18 @@ __global__ void __launch_bounds__(THREADS, 8)
  * q0 + 8j + l / 4 (shuffled from its lane): 8 entries, one 16-byte store with VEC
  * (ld % 8 == 0 and plane 16-byte aligned), each warp store 512 contiguous bytes
  * where a row has 8 words or more. So a thread writes 64 bytes from one load where it
- * wrote 16. Grid-stride over warps (warp-uniform: the shuffles take every lane),
- * the next words loaded before this round's stores. */
+ * wrote 16. Grid-stride over the job's warps (warp-uniform: the shuffles take every
+ * lane), the next words loaded before this round's stores. This block is block bx
+ * of the job's nbx, for paths y0, y0 + ny, .... */
 template <bool VEC>
-__global__ void __launch_bounds__(THREADS, 8)
-    expand_scaled_rows_kernel(const uint32_t *bits0, const float *rowscale0, float scale,
-                              uint16_t *plane0, unsigned rows, unsigned words, unsigned ld,
-                              path_strides ps) {
-    const unsigned n = rows * words, lane = threadIdx.x % 32, stride = gridDim.x * blockDim.x;
-    for (unsigned p = blockIdx.y; p < ps.paths; p += gridDim.y) {
-        const uint32_t *bits = bits0 + p * ps.bits;
-        const float *rowscale = rowscale0 + p * ps.scale;
-        uint16_t *plane = plane0 + p * ps.out;
+static __device__ __forceinline__ void expand_rows_blocks(const expand_job &e, unsigned bx,
+                                                          unsigned nbx, unsigned y0, unsigned ny) {
+    const unsigned words = e.words, ld = e.ld, n = e.rows * words, lane = threadIdx.x % 32;
+    const unsigned stride = nbx * blockDim.x;
+    for (unsigned p = y0; p < e.ps.paths; p += ny) {
+        const uint32_t *bits = e.bits0 + p * e.ps.bits;
+        const float *rowscale = e.rowscale0 + p * e.ps.scale;
+        uint16_t *plane = e.plane0 + p * e.ps.out;
         uint32_t b = 0, i = 0; /* word q0 + lane, its row i and that row's rowscale s */
         float s = 0.0f;
         auto load = [&](unsigned q) {
@@ -146,10 +168,10 @@ __global__ void __launch_bounds__(THREADS, 8)
                 i = q / words, b = bits[q], s = rowscale[i];
             }
         };
-        unsigned q0 = (blockIdx.x * blockDim.x + threadIdx.x) & ~31u;
+        unsigned q0 = (bx * blockDim.x + threadIdx.x) & ~31u;
         load(q0 + lane);
         for (; q0 < n; q0 += stride) { /* warp-uniform */
-            uint32_t mb = b, mi = i, mag = br_dev_f16_bits(__fmul_rn(s, scale));
+            uint32_t mb = b, mi = i, mag = br_dev_f16_bits(__fmul_rn(s, e.scale));
             load(q0 + stride + lane); /* in flight under the stores */
 #pragma unroll
             for (unsigned j = 0; j < 4; j++) {
@@ -168,42 +190,118 @@ __global__ void __launch_bounds__(THREADS, 8)
     }
 }
 
-extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
-    const br_expand_scaled_args *a = &op->u.expand_scaled;
-    br_cuda *s = br_cuda_state(ctx);
-    unsigned rows = (unsigned)a->rows, words = (unsigned)(a->r / 32), ld = (unsigned)a->ld;
-    uint16_t *plane = (uint16_t *)br_ptr(a->plane);
-    const uint32_t *bits = (const uint32_t *)br_ptr(a->bits);
-    const float *rowscale = (const float *)br_ptr(a->rowscale);
+/* The body of the orientation ROWS (the job's by_rows). */
+template <bool VEC, bool ROWS>
+static __device__ __forceinline__ void expand_blocks(const expand_job &e, es_tiles &sm, unsigned bx,
+                                                     unsigned nbx, unsigned y0, unsigned ny) {
+    if (ROWS)
+        expand_rows_blocks<VEC>(e, bx, nbx, y0, ny);
+    else
+        expand_t_blocks<VEC>(e, sm, bx, nbx, y0, ny);
+}
+
+/* One expand: blockIdx.x over its tiles (transposed) or warps (by rows),
+ * blockIdx.y over its paths, each strided over the grid. */
+template <bool VEC>
+__global__ void __launch_bounds__(THREADS, 8) expand_scaled_kernel(const expand_job e) {
+    __shared__ es_tiles sm;
+    expand_t_blocks<VEC>(e, sm, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(THREADS, 8) expand_scaled_rows_kernel(const expand_job e) {
+    expand_rows_blocks<VEC>(e, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
+}
+
+/* Two expands in one launch (EXPAND_SCALED2): blocks x < bx1 run the first job as
+ * its own launch of bx1 blocks by y1 path rows would, the rest the second's (bx2 =
+ * gridDim.x − bx1 by y2). Grid rows y ≥ a job's count start past its last path (a
+ * count below gridDim.y ≤ MAX_GRID_Y is the job's path count). VEC: both jobs allow
+ * it; ROWS1, ROWS2: the jobs' orientations (compiled in: a run-time choice of body
+ * per job spilled in the sm_80 code). */
+template <bool VEC, bool ROWS1, bool ROWS2>
+__global__ void __launch_bounds__(THREADS, 8)
+    expand_scaled2_kernel(const expand_job e1, const expand_job e2, unsigned bx1, unsigned y1,
+                          unsigned y2) {
+    __shared__ es_tiles sm;
+    if (blockIdx.x < bx1)
+        expand_blocks<VEC, ROWS1>(e1, sm, blockIdx.x, bx1, blockIdx.y, y1);
+    else
+        expand_blocks<VEC, ROWS2>(e2, sm, blockIdx.x - bx1, gridDim.x - bx1, blockIdx.y, y2);
+}
+
+/* An op's job and its launch shape: bx blocks (grid.x) by y path rows (grid.y); vec:
+ * 16-byte stores allowed. By rows, a warp per 32 words of the flat bitmap;
+ * transposed, a block per tile of the most words (≤ 8, a power of two) that divide
+ * r/32. */
+static expand_job expand_job_of(br_ctx *ctx, const br_expand_scaled_args *a, unsigned *bx,
+                                unsigned *y, bool *vec) {
+    expand_job e;
+    memset(&e, 0, sizeof e);
+    e.bits0 = (const uint32_t *)br_ptr(a->bits);
+    e.rowscale0 = (const float *)br_ptr(a->rowscale);
+    e.plane0 = (uint16_t *)br_ptr(a->plane);
+    e.scale = a->scale;
+    e.rows = (unsigned)a->rows;
+    e.words = (unsigned)(a->r / 32);
+    e.ld = (unsigned)a->ld;
+    e.by_rows = a->by_rows;
     /* path p's plane: columns p·r.. by rows, else rows p·r.. */
-    path_strides ps = {a->bits_stride, a->scale_stride, a->by_rows ? a->r : a->r * a->ld, 0,
-                       (unsigned)a->paths};
+    e.ps = {a->bits_stride, a->scale_stride, a->by_rows ? a->r : a->r * a->ld, 0,
+            (unsigned)a->paths};
     /* ld % 8 == 0: every row is aligned with the base; so is every path's plane when
      * its stride is a multiple of 8 halves (r % 32 == 0: always) */
-    const bool vec = br_aligned(16, plane) && ps.out % 8 == 0;
-    const unsigned ycount = ps.paths < MAX_GRID_Y ? ps.paths : MAX_GRID_Y;
-    /* test hook, read on every call: BITRANK_EXPAND_BLOCKS=<b> caps grid.x, so that
-     * small planes take the grid-stride loops (several tiles a block) */
+    *vec = br_aligned(16, e.plane0) && e.ps.out % 8 == 0;
+    *y = e.ps.paths < MAX_GRID_Y ? e.ps.paths : MAX_GRID_Y;
+    if (a->by_rows) {
+        *bx = br_cuda_blocks(ctx, ((size_t)e.rows * e.words + 31) / 32 * 32, THREADS);
+    } else {
+        while ((2u << e.wlog) <= ES_WORDS_MAX && e.words % (2u << e.wlog) == 0)
+            e.wlog++;
+        unsigned tc = THREADS >> e.wlog;
+        size_t tiles = (size_t)((e.ld + tc - 1) / tc) * (e.words >> e.wlog);
+        *bx = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
+    }
+    /* test hook, read on every call: BITRANK_EXPAND_BLOCKS=<b> caps grid.x (a job's
+     * blocks), so that small planes take the grid-stride loops (several tiles a block) */
     const char *cap = getenv("BITRANK_EXPAND_BLOCKS");
-    if (a->by_rows) { /* a warp per 32 words of the flat bitmap */
-        unsigned bx = br_cuda_blocks(ctx, ((size_t)rows * words + 31) / 32 * 32, THREADS);
-        if (cap) bx = std::max(1u, std::min(bx, (unsigned)atoi(cap)));
+    if (cap) *bx = std::max(1u, std::min(*bx, (unsigned)atoi(cap)));
+    return e;
+}
+
+extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
+    br_cuda *s = br_cuda_state(ctx);
+    unsigned bx, y;
+    bool vec;
+    const expand_job e = expand_job_of(ctx, &op->u.expand_scaled, &bx, &y, &vec);
+    if (e.by_rows) {
         auto k = vec ? expand_scaled_rows_kernel<true> : expand_scaled_rows_kernel<false>;
-        k<<<dim3(bx, ycount), THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words,
-                                                       ld, ps);
-    } else { /* a block per tile: the most words (≤ 8, a power of two) that divide r/32 */
-        unsigned wlog = 0;
-        while ((2u << wlog) <= ES_WORDS_MAX && words % (2u << wlog) == 0)
-            wlog++;
-        unsigned tc = THREADS >> wlog;
-        size_t tiles = (size_t)((ld + tc - 1) / tc) * (words >> wlog);
-        unsigned bx = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
-        if (cap) bx = std::max(1u, std::min(bx, (unsigned)atoi(cap)));
+        k<<<dim3(bx, y), THREADS, 0, s->stream>>>(e);
+    } else {
         auto k = vec ? expand_scaled_kernel<true> : expand_scaled_kernel<false>;
-        k<<<dim3(bx, ycount), THREADS, 0, s->stream>>>(bits, rowscale, a->scale, plane, rows, words,
-                                                       ld, wlog, ps);
+        k<<<dim3(bx, y), THREADS, 0, s->stream>>>(e);
     }
     BR_CUDA_LAUNCHED(ctx, "expand_scaled_kernel");
+    return BR_OK;
+}
+
+extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *op) {
+    br_cuda *s = br_cuda_state(ctx);
+    const br_expand_scaled2_args *a = &op->u.expand_scaled2;
+    unsigned bx[2], y[2];
+    bool vec[2];
+    const expand_job e1 = expand_job_of(ctx, &a->e[0], &bx[0], &y[0], &vec[0]);
+    const expand_job e2 = expand_job_of(ctx, &a->e[1], &bx[1], &y[1], &vec[1]);
+    typedef void (*kernel2)(const expand_job, const expand_job, unsigned, unsigned, unsigned);
+    static const kernel2 ks[2][2][2] = {
+        {{expand_scaled2_kernel<false, false, false>, expand_scaled2_kernel<false, false, true>},
+         {expand_scaled2_kernel<false, true, false>, expand_scaled2_kernel<false, true, true>}},
+        {{expand_scaled2_kernel<true, false, false>, expand_scaled2_kernel<true, false, true>},
+         {expand_scaled2_kernel<true, true, false>, expand_scaled2_kernel<true, true, true>}}};
+    kernel2 k = ks[vec[0] && vec[1]][e1.by_rows != 0][e2.by_rows != 0];
+    k<<<dim3(bx[0] + bx[1], std::max(y[0], y[1])), THREADS, 0, s->stream>>>(e1, e2, bx[0], y[0],
+                                                                            y[1]);
+    BR_CUDA_LAUNCHED(ctx, "expand_scaled2_kernel");
     return BR_OK;
 }
 
