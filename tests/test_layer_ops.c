@@ -6,8 +6,9 @@
  * kernels' vector and scalar paths); the ops of several paths against as many
  * single-path calls and the reference; two expands in one op against the two
  * ops apart; cvt_both also against br_cvt_pad and br_cvt_t; mm_stage against mm +
- * cvt_both (its definition); then every class of bad argument. BITRANK_TEST_QUICK=1
- * (the compute-sanitizer runs) leaves out the shapes over 2^18 elements. */
+ * cvt_both and mm_colsum against mm + colsum_fused (their definitions); then every
+ * class of bad argument. BITRANK_TEST_QUICK=1 (the compute-sanitizer runs) leaves out
+ * the shapes over 2^18 elements. */
 #include "harness.h"
 #include "ops/layer_ops.h"
 #include "ops/sign_ops.h"
@@ -1047,6 +1048,229 @@ static void mm_stage_bad_arguments(void) {
     br_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- mm_colsum */
+
+/* n f16 values of either sign, magnitudes in [2^-3, 1): never zero, so a term left
+ * out or added twice changes a sum. */
+static uint16_t *rand_f16_nz(br_rng *r, size_t n) {
+    uint16_t *h = t_xmalloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        float x = ldexpf(0.5f + 0.5f * (float)br_rng_unit(r), -(int)t_rand_size(r, 0, 2));
+        h[i] = br_half_from_float(br_rng_u64(r) & 1 ? -x : x);
+    }
+    return h;
+}
+
+/* One shape of br_mm_colsum_grouped against br_mm + br_colsum_fused_grouped (its
+ * definition) on the same device, sum and dst compared bit for bit on separate
+ * outputs that start alike: sum random (accumulate) or NaN (overwritten) in its
+ * groups, random between them (must survive); dst NaN (its pad rows must be written
+ * +0). act has br_pad_rows(m) rows of lda with NaN past row m and column k (never to
+ * be read: a fused epilogue that sums a row past m gives NaN), col NaN between its
+ * groups. env: "0" sets BITRANK_MM_COLSUM=0 for the fused op (CUDA: its unfused
+ * path); a tile name forces that tile unsplit (BITRANK_GEMM_TILE, BITRANK_GEMM_SPLITK=1)
+ * for both sides, so that the product's bits are the same on both, and
+ * BITRANK_MM_COLSUM=1 for the fused op (CUDA: the fused kernel on that tile where it
+ * is built and the shape allows it); NULL: nothing set (the backend's default). graph: the fused
+ * op recorded and launched as a graph. */
+static void mm_colsum_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k, size_t group,
+                           size_t stride, size_t lda, size_t off, int accumulate, const char *env,
+                           int graph) {
+    const float gs = 16.0f; /* the layer's gradient scale: oscale 1/gs, dst's scale gs */
+    const size_t ld = lda ? lda : k, na = br_pad_rows(m) * ld, nd = br_pad_rows(m) * n;
+    const size_t span = group ? (n / group - 1) * stride + group : n;
+    uint16_t *act = t_xmalloc(na * sizeof *act), *vals = rand_f16_nz(rng, m * k);
+    for (size_t i = 0; i < na; i++)
+        act[i] = T_NAN16;
+    for (size_t i = 0; i < m; i++)
+        memcpy(act + i * ld, vals + i * k, k * sizeof *act);
+    uint16_t *plane = rand_f16_nz(rng, n * k);
+    float *a = rand_wide(rng, m * n), *col = rand_wide(rng, span), *sum0 = rand_wide(rng, span);
+    for (size_t i = 0; i < span; i++) {
+        const int in = !group || i % stride < group;
+        if (!in) memcpy(&col[i], &(uint32_t){T_NAN32}, 4);
+        if (in && !accumulate) memcpy(&sum0[i], &(uint32_t){T_NAN32}, 4);
+    }
+    br_buf *pa, *pp, *pab, *pc;
+    br_buf *bact = input_at(ctx, BR_F16, act, na, off, &pa);
+    br_buf *bplane = input_at(ctx, BR_F16, plane, n * k, off, &pp);
+    br_buf *ba = input_at(ctx, BR_F32, a, m * n, off, &pab);
+    br_buf *bcol = input_at(ctx, BR_F32, col, span, off, &pc);
+    br_buf *b[2], *sum[2], *dst[2], *pb[2], *ps[2], *pd[2]; /* 0: the definition, 1: fused */
+    for (int v = 0; v < 2; v++) {
+        b[v] = view_at(ctx, BR_F32, m * n, off, T_NAN32, &pb[v]);
+        sum[v] = input_at(ctx, BR_F32, sum0, span, off, &ps[v]);
+        dst[v] = view_at(ctx, BR_F16, nd, off, T_NAN16, &pd[v]);
+    }
+    br_gemm g = {.m = m, .n = n, .k = k, .lda = lda, .oscale = 1.0f / gs};
+    br_fuse f[2];
+    for (int v = 0; v < 2; v++)
+        f[v] = (br_fuse){.kind = BR_FUSE_CVT_B, .col = bcol, .dst = dst[v], .scale = gs};
+    const int tile = env && strcmp(env, "0") != 0;
+    if (tile) {
+        setenv("BITRANK_GEMM_TILE", env, 1);
+        setenv("BITRANK_GEMM_SPLITK", "1", 1);
+    }
+    CHECK_OK(ctx, br_mm(ctx, bact, bplane, b[0], g));
+    CHECK_OK(ctx, br_colsum_fused_grouped(ctx, ba, b[0], sum[0], m, n, &f[0], group, stride,
+                                          accumulate));
+    /* the fused path on, whatever the backend's default */
+    if (env) setenv("BITRANK_MM_COLSUM", tile ? "1" : env, 1);
+    if (graph) {
+        br_graph *gr = NULL;
+        CHECK_OK(ctx, br_graph_begin(ctx));
+        CHECK_OK(ctx, br_mm_colsum_grouped(ctx, bact, bplane, b[1], g, ba, sum[1], &f[1], group,
+                                           stride, accumulate));
+        CHECK_OK(ctx, br_graph_end(ctx, &gr));
+        CHECK_OK(ctx, br_graph_launch(gr));
+        br_graph_free(gr);
+    } else {
+        CHECK_OK(ctx, br_mm_colsum_grouped(ctx, bact, bplane, b[1], g, ba, sum[1], &f[1], group,
+                                           stride, accumulate));
+    }
+    unsetenv("BITRANK_MM_COLSUM");
+    unsetenv("BITRANK_GEMM_TILE");
+    unsetenv("BITRANK_GEMM_SPLITK");
+    float *s0 = t_download_f32(ctx, sum[0], span), *s1 = t_download_f32(ctx, sum[1], span);
+    uint16_t *d0 = t_download_f16(ctx, dst[0], nd), *d1 = t_download_f16(ctx, dst[1], nd);
+    size_t bad = t_bits_differ32(s0, s1, span), bad_d = t_bits_differ16(d0, d1, nd), kept = 0;
+    for (size_t i = 0; group && i < span; i++) /* between the groups: the preset */
+        kept += i % stride >= group && memcmp(&s1[i], &sum0[i], 4) != 0;
+    CHECK(bad == 0 && kept == 0,
+          "mm_colsum %zux%zux%zu group=%zu stride=%zu lda=%zu off=%zu acc=%d env=%s graph=%d: "
+          "sum differs in %zu of %zu (first %zu), %zu between the groups written",
+          m, n, k, group, stride, lda, off, accumulate, env ? env : "-", graph, bad, span,
+          t_first_diff32(s0, s1, span), kept);
+    CHECK(bad_d == 0,
+          "mm_colsum %zux%zux%zu group=%zu stride=%zu lda=%zu off=%zu acc=%d env=%s graph=%d: "
+          "dst differs in %zu of %zu (first %zu)",
+          m, n, k, group, stride, lda, off, accumulate, env ? env : "-", graph, bad_d, nd,
+          t_first_diff16(d0, d1, nd));
+    free(s0), free(s1), free(d0), free(d1);
+    free(act), free(vals), free(plane), free(a), free(col), free(sum0);
+    free_view(bact, pa), free_view(bplane, pp), free_view(ba, pab), free_view(bcol, pc);
+    for (int v = 0; v < 2; v++)
+        free_view(b[v], pb[v]), free_view(sum[v], ps[v]), free_view(dst[v], pd[v]);
+}
+
+/* The layer's B and dℓ shapes (T × P·r, K = mpad, ℓ in groups of r a path apart),
+ * plain columns (one with lda past k), tiny and odd ones (buffers at odd offsets); each
+ * accumulating and overwriting, with nothing set, BITRANK_MM_COLSUM=0 (CUDA: the
+ * unfused path) and each fused tile forced on both sides (CUDA falls back where the
+ * shape does not allow it: the same bits either way), and once as a graph. */
+static void mm_colsum_matches_mm_then_colsum_fused(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(72);
+    /* m, n, k, group, stride, lda, off */
+    static const size_t shapes[][7] = {{700, 256, 2048, 128, 200, 0, 0},
+                                       {4096, 1024, 512, 512, 600, 0, 0},
+                                       {300, 384, 64, 0, 0, 72, 0},
+                                       {64, 128, 32, 0, 0, 0, 3},
+                                       {129, 200, 96, 100, 130, 104, 3}};
+    static const char *const envs[] = {NULL, "0", "128x256", "128x128", "256x128"};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const size_t *s = shapes[c];
+        if (too_big(s[0] * s[1])) continue;
+        for (int acc = 0; acc < 2; acc++) {
+            for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++)
+                mm_colsum_case(ctx, &rng, s[0], s[1], s[2], s[3], s[4], s[5], s[6], acc, envs[e],
+                               0);
+            mm_colsum_case(ctx, &rng, s[0], s[1], s[2], s[3], s[4], s[5], s[6], acc, NULL, 1);
+        }
+    }
+    br_ctx_free(ctx);
+}
+
+/* Every refusal of what the fused form lacks (BR_E_ARG, naming it), the two
+ * front-ends' own checks under the fused op's name, and outputs overlapping inputs;
+ * none writes anything (b, sum and dst keep their poison). */
+static void mm_colsum_bad_arguments(void) {
+    br_ctx *ctx = t_ctx();
+    const size_t m = 64, n = 128, k = 64, group = 64, stride = 100, span = stride + group;
+    const size_t nd = br_pad_rows(m) * n;
+    br_buf *act = t_buf_poison(ctx, BR_F16, m * k, 0x3c00u),
+           *plane = t_buf_poison(ctx, BR_F16, n * k, 0x3c00u);
+    br_buf *a = t_buf_poison(ctx, BR_F32, m * n, 0x3f800000u),
+           *col = t_buf_poison(ctx, BR_F32, span, 0x3f800000u);
+    br_buf *b = t_buf_poison(ctx, BR_F32, m * n + 8 * m, T_NAN32),
+           *sum = t_buf_poison(ctx, BR_F32, span, T_NAN32);
+    br_buf *dst = t_buf_poison(ctx, BR_F16, nd, T_NAN16), *big = t_buf_poison(ctx, BR_F16, nd, 0);
+    br_buf *cs = t_buf_poison(ctx, BR_F32, n, 0x3f800000u),
+           *c = t_buf_poison(ctx, BR_F32, m * n, 0);
+    br_gemm g = {.m = m, .n = n, .k = k, .oscale = 0.0625f};
+    br_fuse f = {.kind = BR_FUSE_CVT_B, .col = col, .dst = dst, .scale = 16.0f};
+#define MMCS(gg, ff, bb, aa, ss)                                                                   \
+    br_mm_colsum_grouped(ctx, act, plane, bb, gg, aa, ss, ff, group, stride, 1)
+    CHECK(br_mm_colsum_grouped(NULL, act, plane, b, g, a, sum, &f, group, stride, 1) == BR_E_ARG,
+          "NULL ctx accepted");
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "fuse", MMCS(g, NULL, b, a, sum));
+    br_fuse bad = f;
+    bad.kind = BR_FUSE_CVT_A;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "BR_FUSE_CVT_B", MMCS(g, &bad, b, a, sum));
+    bad.kind = BR_FUSE_SCALE_B;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "BR_FUSE_CVT_B", MMCS(g, &bad, b, a, sum));
+    bad = f;
+    bad.dst_t = big;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "dst_t", MMCS(g, &bad, b, a, sum));
+    br_gemm gg = g;
+    gg.colscale = cs;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "colscale", MMCS(gg, &f, b, a, sum));
+    gg = g;
+    gg.c = c, gg.beta = 1.0f;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "or c", MMCS(gg, &f, b, a, sum));
+    gg = g;
+    gg.ocol = 8, gg.ldo = n + 8; /* a product br_mm itself would take (b holds it) */
+    CHECK_OK(ctx, br_mm(ctx, act, plane, b, gg));
+    CHECK(br_buf_fill(b, 0, m * n + 8 * m, T_NAN32) == BR_OK, "b re-poisoned");
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "ocol", MMCS(gg, &f, b, a, sum));
+    gg.ocol = 0;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "ldo", MMCS(gg, &f, b, a, sum));
+    /* each front-end's own checks, named as the fused op's */
+    gg = g;
+    gg.k = 48;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "br_mm_colsum_grouped: k", MMCS(gg, &f, b, a, sum));
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "groups",
+                    br_mm_colsum_grouped(ctx, act, plane, b, g, a, sum, &f, 48, 48, 1));
+    bad = f;
+    bad.scale = NAN;
+    CHECK_FAILS(ctx, BR_E_NONFINITE, MMCS(g, &bad, b, a, sum));
+    br_buf *v = sub(sum, 0, span - 1);
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "sum", MMCS(g, &f, b, a, v));
+    br_buf_free(v);
+    /* outputs over inputs, and over each other */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "b overlaps a", MMCS(g, &f, a, a, sum));
+    v = sub(b, 3, span);
+    bad = f;
+    bad.col = v;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "b overlaps fuse->col", MMCS(g, &bad, b, a, sum));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "sum overlaps b", MMCS(g, &f, b, a, v));
+    br_buf_free(v);
+    bad = f;
+    bad.dst = big;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "fuse->dst overlaps act",
+                    br_mm_colsum_grouped(ctx, big, plane, b, g, a, sum, &bad, group, stride, 1));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "fuse->dst overlaps plane",
+                    br_mm_colsum_grouped(ctx, act, big, b, g, a, sum, &bad, group, stride, 1));
+    v = sub(a, 5, span);
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "sum overlaps a", MMCS(g, &f, b, a, v));
+    br_buf_free(v);
+#undef MMCS
+    float *gb = t_download_f32(ctx, b, m * n + 8 * m), *gs = t_download_f32(ctx, sum, span);
+    uint16_t *gd = t_download_f16(ctx, dst, nd);
+    CHECK(t_count_written32(gb, m * n + 8 * m) == 0 && t_count_written32(gs, span) == 0 &&
+              t_count_written16(gd, nd) == 0,
+          "a refused call wrote its outputs");
+    free(gb), free(gs), free(gd);
+    /* the arguments refused above were the only fault: ldo 0 or n both whole */
+    CHECK_OK(ctx, br_mm_colsum_grouped(ctx, act, plane, b, g, a, sum, &f, group, stride, 1));
+    gg = g;
+    gg.ldo = n;
+    CHECK_OK(ctx, br_mm_colsum_grouped(ctx, act, plane, b, gg, a, sum, &f, group, stride, 0));
+    br_buf_free(act), br_buf_free(plane), br_buf_free(a), br_buf_free(col), br_buf_free(b),
+        br_buf_free(sum), br_buf_free(dst), br_buf_free(big), br_buf_free(cs), br_buf_free(c);
+    br_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- bad arguments */
 
 static void layer_ops_bad_arguments(void) {
@@ -1374,5 +1598,6 @@ T_RUN("layer_ops", T_CASE(expand_scaled_matches_reference), T_CASE(sign_rowdot_m
       T_CASE(expand_scaled2_matches_two_ops), T_CASE(expand_scaled2_bad_arguments),
       T_CASE(sign_rowdot_paths_match_single), T_CASE(layer_ops_paths_bad_arguments),
       T_CASE(cvt_both_matches_reference), T_CASE(mm_stage_matches_mm_then_cvt_both),
-      T_CASE(mm_stage_bad_arguments), T_CASE(layer_ops_bad_arguments),
+      T_CASE(mm_stage_bad_arguments), T_CASE(mm_colsum_matches_mm_then_colsum_fused),
+      T_CASE(mm_colsum_bad_arguments), T_CASE(layer_ops_bad_arguments),
       T_CASE(grouped_columns_match_gathered))

@@ -4,8 +4,9 @@
  *     dy16 = f16(dy·gs)                         [pad_rows(T)][mpad] br_cvt_both (or staged
  *                                               by forward_loss)
  *     W_U = [f16(h_p ⊙ S_U,p)]ᵀ                 [R][mpad]   br_expand_scaled_paths
- *     B   = dy16 · W_Uᵀ / gs = [b_1|b_2|…]      [T][R]      br_mm, ONE GEMM, K = mpad
- *     dℓ += Σ_t A⊙B;  B' = f16(B⊙ℓ·gs)          [R]         br_colsum_fused (CVT_B)
+ *     B   = dy16 · W_Uᵀ / gs = [b_1|b_2|…]      [T][R]      br_mm_colsum_grouped: ONE op,
+ *     dℓ += Σ_t A⊙B;  B' = f16(B⊙ℓ·gs)          [R]           the GEMM (K = mpad) feeding
+ *                                                             the column sums (CVT_B)
  *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm_tn2_rowdot: all four
  *     N_V = f16(x)ᵀ · B' / gs                   [n][R]        in one op, K = tokens, dy16
  *                                                             and A', x16 and B' read as
@@ -40,14 +41,14 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     const size_t *ss = l->span_stride;
     BR_TRY(br_expand_scaled_paths(ctx, sp[BR_BLR_BITS_U], ss[BR_BLR_BITS_U], m, r, sp[BR_BLR_H],
                                   ss[BR_BLR_H], 1.0f, sh->plane, l->mpad, P));
+    /* B, and from it dℓ of every path written (or, accumulating, added) in place into
+     * the layer's gradients, ℓ read in place: groups of r, a path apart (one op, so a
+     * backend may form dℓ and B' in the GEMM's epilogue without B going through
+     * memory: the CUDA one can, BITRANK_MM_COLSUM=1, not yet by default) */
     br_gemm gb = {.m = ntok, .n = R, .k = l->mpad, .oscale = 1.0f / gs};
-    BR_TRY(br_mm(ctx, sh->stage, sh->plane, sh->b, gb));
-
-    /* dℓ of every path written (or, accumulating, added) in place into the layer's
-     * gradients, ℓ read in place: groups of r, a path apart */
     br_fuse fl = {.kind = BR_FUSE_CVT_B, .col = sp[BR_BLR_L], .dst = sh->act, .scale = gs};
-    BR_TRY(br_colsum_fused_grouped(ctx, s->a, sh->b, sp[BR_BLR_DL], ntok, R, &fl, r, ss[BR_BLR_DL],
-                                   accumulate));
+    BR_TRY(br_mm_colsum_grouped(ctx, sh->stage, sh->plane, sh->b, gb, s->a, sp[BR_BLR_DL], &fl, r,
+                                ss[BR_BLR_DL], accumulate));
 
     /* M_U and N_V and their rowdots in one op (on a GPU the products in one launch:
      * N_V's tiles fill M_U's last wave) */

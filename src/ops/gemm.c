@@ -99,16 +99,22 @@ static size_t split_ws_bytes(const br_gemm *g) {
     return splits >= 2 ? splits * block : 0;
 }
 
-br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g) {
-    static const char fn[] = "br_mm";
-    BR_TRY(br_check_ctx(ctx));
+/* br_mm's checks and its op's arguments (args->ws_bytes: its split-K reservation). */
+static br_status mm_args_of(br_ctx *ctx, const char *fn, const br_buf *act, const br_buf *plane,
+                            br_buf *out, br_gemm g, br_mm_args *args) {
     size_t plane_elems;
     BR_TRY(check_gemm(ctx, fn, act, 0, out, 0, &g, &plane_elems, 0));
     BR_TRY(br_check_buf(ctx, fn, "plane", plane, BR_F16, plane_elems));
-    br_op op = {.kind = BR_OP_MM};
     size_t ws = split_ws_bytes(&g);
-    op.u.mm = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws};
-    return br_submit(ctx, &op, ws);
+    *args = (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws};
+    return BR_OK;
+}
+
+br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out, br_gemm g) {
+    BR_TRY(br_check_ctx(ctx));
+    br_op op = {.kind = BR_OP_MM};
+    BR_TRY(mm_args_of(ctx, "br_mm", act, plane, out, g, &op.u.mm));
+    return br_submit(ctx, &op, op.u.mm.ws_bytes);
 }
 
 /* br_mm_tn's checks and its op's arguments; *ws its split-K reservation, *copy the
@@ -365,5 +371,50 @@ br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_bu
                                        .ld = ld,
                                        .scale = scale};
     size_t ws = ctx->be->mm_stage_ws ? ctx->be->mm_stage_ws(ctx, &op.u.mm_stage) : 0;
+    return br_submit(ctx, &op, ws);
+}
+
+br_status br_mm_colsum_grouped(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *b,
+                               br_gemm g, const br_buf *a, br_buf *sum, const br_fuse *fuse,
+                               size_t group, size_t stride, int accumulate) {
+    static const char fn[] = "br_mm_colsum_grouped";
+    BR_TRY(br_check_ctx(ctx));
+    /* the one form the fused epilogue has: a plain whole product, staged as CVT_B */
+    if (!fuse) return br_fail(ctx, BR_E_ARG, "%s: fuse is NULL", fn);
+    if (fuse->kind != BR_FUSE_CVT_B)
+        return br_fail(ctx, BR_E_ARG, "%s: fuse->kind is %d, not BR_FUSE_CVT_B", fn,
+                       (int)fuse->kind);
+    if (fuse->dst_t) return br_fail(ctx, BR_E_ARG, "%s: fuse->dst_t is not supported", fn);
+    if (g.colscale || g.c) return br_fail(ctx, BR_E_ARG, "%s: the product has colscale or c", fn);
+    if (g.ocol != 0 || (g.ldo != 0 && g.ldo != g.n))
+        return br_fail(ctx, BR_E_ARG,
+                       "%s: b must be a whole [m][n] matrix (ocol = %zu, ldo = %zu, n = %zu)", fn,
+                       g.ocol, g.ldo, g.n);
+    br_op op = {.kind = BR_OP_MM_COLSUM};
+    br_mm_colsum_args *x = &op.u.mm_colsum;
+    size_t cs_ws, n_grp;
+    BR_TRY(mm_args_of(ctx, fn, act, plane, b, g, &x->mm));
+    BR_TRY(br_colsum_fused_args_of(ctx, fn, a, b, sum, g.m, g.n, fuse, group, stride, !accumulate,
+                                   &x->cs, &cs_ws));
+    /* The outputs apart from every input: the column sums' checks cover b, sum and dst
+     * among themselves and sum and dst against a and col; in one op b is also written
+     * while a and col are read, and sum and dst while act and plane are (a fused
+     * backend writes them from the GEMM's epilogue). Counts checked above. */
+    const br_gemm *gr = &x->mm.g; /* lda resolved */
+    BR_TRY(br_check_groups(ctx, fn, g.n, group, stride, &n_grp));
+    const size_t n_act = (g.m - 1) * gr->lda + g.k, n_mn = g.m * g.n;
+    static const char *const in_names[] = {"act", "plane", "a", "fuse->col"};
+    const br_buf *const in[] = {act, plane, a, fuse->col};
+    const size_t in_n[] = {n_act, g.n * g.k, n_mn, n_grp};
+    static const char *const out_names[] = {"b", "sum", "fuse->dst"};
+    const br_buf *const outs[] = {b, sum, fuse->dst};
+    const size_t outs_n[] = {n_mn, n_grp, br_pad_rows(g.m) * g.n};
+    for (size_t o = 0; o < 3; o++)
+        for (size_t i = 0; i < 4; i++)
+            BR_TRY(br_check_apart(ctx, fn, out_names[o], outs[o], outs_n[o], in_names[i], in[i],
+                                  in_n[i]));
+    /* one reservation serves both halves (a backend that runs them apart runs them in
+     * turn): the larger of br_mm's and br_colsum_fused_grouped's */
+    size_t ws = x->mm.ws_bytes > cs_ws ? x->mm.ws_bytes : cs_ws;
     return br_submit(ctx, &op, ws);
 }

@@ -128,6 +128,19 @@ br_status br_cvt_both_grouped(br_ctx *ctx, const br_buf *src, const br_buf *col,
 br_status br_colsum_fused_grouped(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum,
                                   size_t rows, size_t k, const br_fuse *fuse, size_t group,
                                   size_t stride, int accumulate);
+/* br_mm feeding br_colsum_fused_grouped in one op (the layer's B and dℓ): every bit
+ * of sum and fuse->dst as
+ *     br_mm(ctx, act, plane, b, g)
+ *     br_colsum_fused_grouped(ctx, a, b, sum, g.m, g.n, fuse, group, stride, accumulate)
+ * write them — from the GEMM's epilogue where the backend can, so the f32 product B
+ * need not go through memory: b f32 [m][n] is a workspace, its contents after the op
+ * unspecified. Every check of those two calls, and BR_E_ARG for what the fused form
+ * lacks: fuse NULL or not BR_FUSE_CVT_B, fuse->dst_t set, g.colscale or g.c set, g.ocol
+ * not 0 or g.ldo neither 0 nor n (b whole); b, sum and fuse->dst apart from each
+ * other and from act, plane, a and fuse->col. */
+br_status br_mm_colsum_grouped(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *b,
+                               br_gemm g, const br_buf *a, br_buf *sum, const br_fuse *fuse,
+                               size_t group, size_t stride, int accumulate);
 
 /* br_mm with c (out = oscale·act·planeᵀ + beta·c, f32, as br_mm computes it),
  * staged for the GEMMs that read it next exactly as

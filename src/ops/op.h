@@ -47,6 +47,7 @@ typedef enum br_op_kind {
     BR_OP_MM_TN2,        /* gemm.c: two MM_TN products in one op (one launch where it can) */
     /* layer_ops.c: two EXPAND_SCALED in one op (one launch) */
     BR_OP_EXPAND_SCALED2,
+    BR_OP_MM_COLSUM, /* gemm.c: br_mm feeding colsum_fused (CVT_B) in one op */
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT
 } br_op_kind;
@@ -289,6 +290,14 @@ typedef struct br_mm_stage_args {
     float scale;
 } br_mm_stage_args;
 
+/* MM_COLSUM: br_mm's product b = oscale·act·planeᵀ (no colscale, no c, ocol 0, ldo = n)
+ * feeding br_colsum_fused (CVT_B, no dst_t) in one op: cs.b is mm.out, a workspace
+ * whose contents after the op are unspecified (a backend may never form b). */
+typedef struct br_mm_colsum_args {
+    br_mm_args mm;
+    br_colsum_fused_args cs;
+} br_mm_colsum_args;
+
 typedef struct br_op {
     br_op_kind kind;
     char tag[32];
@@ -320,6 +329,7 @@ typedef struct br_op {
         br_cvt_both_args cvt_both;
         br_mm_stage_args mm_stage;
         br_mm_tn2_args mm_tn2;
+        br_mm_colsum_args mm_colsum;
     } u;
 } br_op;
 
@@ -336,6 +346,13 @@ br_status br_sign_rowdot_args_of(br_ctx *ctx, const char *fn, const br_buf *mat,
 br_status br_adam_cat_args_of(br_ctx *ctx, const char *fn, br_buf *w, const br_buf *grad,
                               br_buf *m1, br_buf *m2, const br_buf *mask, const br_buf *rel_floor,
                               size_t n, const br_adam_hp *hp, br_adam_args *out);
+
+/* br_colsum_fused(_grouped)'s checks and its op's arguments (reduce.c), for the ops
+ * that include fused column sums; *ws the workspace its submission reserves. */
+br_status br_colsum_fused_args_of(br_ctx *ctx, const char *fn, const br_buf *a, const br_buf *b,
+                                  br_buf *sum, size_t rows, size_t k, const br_fuse *fuse,
+                                  size_t group, size_t stride, int overwrite,
+                                  br_colsum_fused_args *out, size_t *ws);
 
 /* Run (or, while recording, record) one checked op. ws_bytes: backend workspace
  * the op needs (the column-reduction partials). */

@@ -42,9 +42,10 @@ br_status br_colsum(br_ctx *ctx, const br_buf *a, const br_buf *b, const br_buf 
     return br_submit(ctx, &op, colsum_ws_bytes(rows, k));
 }
 
-static br_status colsum_fused(br_ctx *ctx, const char *fn, const br_buf *a, const br_buf *b,
-                              br_buf *sum, size_t rows, size_t k, const br_fuse *fuse, size_t group,
-                              size_t stride, int overwrite) {
+br_status br_colsum_fused_args_of(br_ctx *ctx, const char *fn, const br_buf *a, const br_buf *b,
+                                  br_buf *sum, size_t rows, size_t k, const br_fuse *fuse,
+                                  size_t group, size_t stride, int overwrite,
+                                  br_colsum_fused_args *out, size_t *ws) {
     BR_TRY(br_check_ctx(ctx));
     if (!fuse) return br_fail(ctx, BR_E_ARG, "%s: fuse is NULL", fn);
     br_fuse fz = *fuse;
@@ -91,17 +92,27 @@ static br_status colsum_fused(br_ctx *ctx, const char *fn, const br_buf *a, cons
     fz.accumulate = fz.accumulate != 0;
     if (staged || !fz.dst_t) fz.t_scale = 0.0f;
 
+    *out = (br_colsum_fused_args){.a = a,
+                                  .b = b,
+                                  .sum = sum,
+                                  .rows = rows,
+                                  .k = k,
+                                  .fuse = fz,
+                                  .group = group,
+                                  .stride = group ? stride : 0,
+                                  .overwrite = overwrite != 0};
+    *ws = colsum_ws_bytes(rows, k);
+    return BR_OK;
+}
+
+static br_status colsum_fused(br_ctx *ctx, const char *fn, const br_buf *a, const br_buf *b,
+                              br_buf *sum, size_t rows, size_t k, const br_fuse *fuse, size_t group,
+                              size_t stride, int overwrite) {
     br_op op = {.kind = BR_OP_COLSUM_FUSED};
-    op.u.colsum_fused = (br_colsum_fused_args){.a = a,
-                                               .b = b,
-                                               .sum = sum,
-                                               .rows = rows,
-                                               .k = k,
-                                               .fuse = fz,
-                                               .group = group,
-                                               .stride = group ? stride : 0,
-                                               .overwrite = overwrite != 0};
-    return br_submit(ctx, &op, colsum_ws_bytes(rows, k));
+    size_t ws;
+    BR_TRY(br_colsum_fused_args_of(ctx, fn, a, b, sum, rows, k, fuse, group, stride, overwrite,
+                                   &op.u.colsum_fused, &ws));
+    return br_submit(ctx, &op, ws);
 }
 
 br_status br_colsum_fused(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum, size_t rows,

@@ -41,6 +41,7 @@ static const char *const op_names[BR_OP_COUNT] = {
     [BR_OP_MM_TN] = "mm_tn",
     [BR_OP_MM_TN2] = "mm_tn2",
     [BR_OP_EXPAND_SCALED2] = "expand_scaled2",
+    [BR_OP_MM_COLSUM] = "mm_colsum",
 };
 
 const char *br_op_name(br_op_kind kind) {

@@ -156,6 +156,7 @@ static const br_backend cpu_backend = {
             [BR_OP_MM_TN] = br_cpu_mm_tn,
             [BR_OP_MM_TN2] = br_cpu_mm_tn2,
             [BR_OP_EXPAND_SCALED2] = br_cpu_expand_scaled2,
+            [BR_OP_MM_COLSUM] = br_cpu_mm_colsum,
         },
 };
 

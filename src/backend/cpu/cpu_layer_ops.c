@@ -239,3 +239,17 @@ br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op) {
     br_buf_free(own);
     return st;
 }
+
+/* ---------------------------------------------------------------- mm_colsum */
+
+/* br_mm into b (cs.b is mm.out), then colsum_fused of it: the definition of the op,
+ * which the CUDA backend's fused epilogue must match bit for bit. */
+br_status br_cpu_mm_colsum(br_ctx *ctx, const br_op *op) {
+    const br_mm_colsum_args *a = &op->u.mm_colsum;
+    br_op mm = {.kind = BR_OP_MM};
+    mm.u.mm = a->mm;
+    BR_TRY(br_cpu_mm(ctx, &mm));
+    br_op cs = {.kind = BR_OP_COLSUM_FUSED};
+    cs.u.colsum_fused = a->cs;
+    return br_cpu_colsum_fused(ctx, &cs);
+}

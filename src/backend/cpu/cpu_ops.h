@@ -58,5 +58,6 @@ br_status br_cpu_expand_scaled2(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op);
+br_status br_cpu_mm_colsum(br_ctx *ctx, const br_op *op);
 
 #endif

@@ -306,6 +306,7 @@ static const br_backend cuda_backend = {
             [BR_OP_MM_TN] = br_cuda_mm_tn,
             [BR_OP_MM_TN2] = br_cuda_mm_tn2,
             [BR_OP_EXPAND_SCALED2] = br_cuda_expand_scaled2,
+            [BR_OP_MM_COLSUM] = br_cuda_mm_colsum,
         },
 };
 

@@ -500,6 +500,82 @@ extern "C" br_status br_cuda_mm(br_ctx *ctx, const br_op *op) {
                              br_gemm_cuda::TILE_AUTO);
 }
 
+/* MM_COLSUM: where the plain product would run unsplit on the 128x256 or 128x128 tile
+ * (the pick and BITRANK_GEMM_TILE / BITRANK_GEMM_SPLITK as br_mm takes them, so the
+ * product's bits are br_mm's) and the column sums' row blocks are 64 tokens (up to
+ * 16384 tokens), the EPI_COLSUM kernel writes b' and the blocks' partials and
+ * colsum_fin adds them: b never goes through memory. Elsewhere br_mm into mm.out,
+ * then colsum_fused. BITRANK_MM_COLSUM (read on every call: the A/B switch and test
+ * hook): 0 the unfused path, 1 the fused one where it applies, a tile name that tile
+ * for the fused kernel; unset: kColsumFused. Off by default: on the H200 (2026-11-30,
+ * bench_layer at the third shape, where B runs on 128x256) the fused step took 0.4173
+ * ms against 0.4038 unfused; without the column-sum pass the fused kernel was 8 to 11
+ * µs faster than the unfused pair, so the pass (latency-bound: 8 warps an SM, one
+ * serial chain a thread) is what to speed up (docs/PERFORMANCE.md). */
+static const bool kColsumFused = false;
+extern "C" br_status br_cuda_colsum_fin(br_ctx *ctx, const float *part, float *sum, size_t k,
+                                        size_t nb, int accumulate, size_t group, size_t stride);
+namespace br_gemm_cuda {
+static bool colsum_fused_tile(br_ctx *ctx, const br_mm_colsum_args &a, const Problem &p,
+                              WgmmaTile *tile) {
+    const char *e = getenv("BITRANK_MM_COLSUM");
+    if (e ? !strcmp(e, "0") : !kColsumFused) return false;
+    if (a.cs.fuse.kind != BR_FUSE_CVT_B || a.cs.fuse.dst_t || !a.cs.fuse.col ||
+        br_colsum_block_rows(a.cs.rows) != 64)
+        return false;
+    Family f = FAMILY_AUTO;
+    if (pick_family(ctx, p, "mm_colsum", &f) != BR_OK || f != FAMILY_WGMMA) return false;
+    /* run_problem's choice for the product alone */
+    WgmmaASource src;
+    int splits = 1;
+    Problem q = p;
+    q.ws_bytes = a.mm.ws_bytes;
+    pick_wgmma(q, br_cuda_state(ctx)->sm_count, tile, &src, &splits);
+    env_overrides(tile, &src, &splits);
+    const int nkb = (p.k + 63) / 64;
+    if (splits > nkb) splits = nkb;
+    if (splits > 1 && *tile >= 0 && *tile < TILE_COUNT) {
+        const int bt = tile_tokens(*tile);
+        if (split_ws_bytes(splits, (p.m + bt - 1) / bt * bt, p.n) <= a.mm.ws_bytes) return false;
+    }
+    tile_from_env("BITRANK_MM_COLSUM", tile);
+    return *tile == TILE_128x256 || *tile == TILE_128x128;
+}
+} // namespace br_gemm_cuda
+
+extern "C" br_status br_cuda_mm_colsum(br_ctx *ctx, const br_op *op) {
+    using namespace br_gemm_cuda;
+    const br_mm_colsum_args &a = op->u.mm_colsum;
+    const br_colsum_fused_args &cs = a.cs;
+    Problem p = problem_of(a.mm, PLANE_F16);
+    WgmmaTile tile;
+    if (colsum_fused_tile(ctx, a, p, &tile)) {
+        const size_t nb = br_colsum_blocks(cs.rows);
+        void *part = nullptr;
+        BR_TRY(br_cuda_workspace(ctx, nb * cs.k * sizeof(float), &part));
+        p.out = nullptr;
+        p.o16 = static_cast<uint16_t *>(br_ptr(cs.fuse.dst));
+        p.ld16 = (long long)cs.k;
+        p.rows16 = (int)br_pad_rows(cs.rows);
+        p.s16 = cs.fuse.scale;
+        p.cs_a = static_cast<const float *>(br_ptr(cs.a));
+        p.cs_lda = (long long)cs.k;
+        p.cs_col = static_cast<const float *>(br_ptr(cs.fuse.col));
+        p.cs_group = (int)cs.group;
+        p.cs_stride = (int)cs.stride;
+        p.cs_part = static_cast<float *>(part);
+        BR_TRY(launch_wgmma_f16_colsum(ctx, p, tile));
+        return br_cuda_colsum_fin(ctx, static_cast<const float *>(part),
+                                  static_cast<float *>(br_ptr(cs.sum)), cs.k, nb, !cs.overwrite,
+                                  cs.group, cs.stride);
+    }
+    BR_TRY(run(ctx, a.mm, PLANE_F16, FAMILY_AUTO, TILE_AUTO));
+    br_op sub = *op;
+    sub.kind = BR_OP_COLSUM_FUSED;
+    sub.u.colsum_fused = cs;
+    return br_cuda_colsum_fused(ctx, &sub);
+}
+
 /* MM_TN (out = actᵀ·plane, act [k][lda] and plane [k][ldp]): the MN-major wgmma
  * kernels where they run (Hopper, 16-byte aligned bases and rows); elsewhere both
  * operands transposed into the workspace ([m][k] and [n][k]) for the K-major path.

@@ -29,4 +29,14 @@ br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile
                    tile_name(tile));
 }
 
+br_status launch_wgmma_f16_colsum(br_ctx *ctx, const Problem &p, WgmmaTile tile) {
+    switch (tile) {
+    case TILE_128x256: return launch_wgmma_shape<PLANE_F16, 1, 256, 0, EPI_COLSUM, false>(ctx, p);
+    case TILE_128x128: return launch_wgmma_shape<PLANE_F16, 1, 128, 0, EPI_COLSUM, false>(ctx, p);
+    default: break;
+    }
+    return br_fail(ctx, BR_E_UNSUPPORTED, "mm_colsum: no column-sum kernel for the %s tile",
+                   tile_name(tile));
+}
+
 } // namespace br_gemm_cuda

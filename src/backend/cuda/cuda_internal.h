@@ -120,6 +120,7 @@ br_status br_cuda_cvt_both_res16(br_ctx *ctx, const float *src, uint16_t *dst, u
 /* cuda_gemm.cu (dispatch to the mma.sync and wgmma kernels) */
 br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op);
 size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a);
+br_status br_cuda_mm_colsum(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op);
 size_t br_cuda_mm_tn_ws(br_ctx *ctx, const br_mm_args *a);

@@ -46,6 +46,13 @@ struct Problem {
     long long ld16 = 0, ld16t = 0;
     int rows16 = 0, rows16t = 0;
     float s16 = 1.0f;
+    /* MM_COLSUM (launch_wgmma_f16_colsum): the product b is not stored; part [nb][n]
+     * (nb = ⌈m/64⌉) takes Σ over each 64-token block of cs_a⊙b (cs_a f32 [m][cs_lda]),
+     * and o16 [rows16][ld16] f16(b·col·s16), col in groups (cs_group, cs_stride) */
+    const float *cs_a = nullptr, *cs_col = nullptr;
+    long long cs_lda = 0;
+    int cs_group = 0, cs_stride = 0;
+    float *cs_part = nullptr;
 };
 
 /* Workspace bytes of a split-K run: `splits` partial blocks of mpad (tokens padded to
@@ -102,6 +109,10 @@ br_status launch_wgmma_f16_stage(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* The f16-plane kernels with the EPI_STAGE16 epilogue (p.c16, p.o16 set; no out, no
  * o16t). */
 br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile);
+/* The f16-plane kernels with the EPI_COLSUM epilogue (p.cs_*, p.o16 set; no out, no c,
+ * no colscale, no split): the 128x256 and 128x128 tiles (128-token boxes; 256x128
+ * spills 680 bytes with this epilogue, ptxas 13.0). */
+br_status launch_wgmma_f16_colsum(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* The MN-major f16 kernels (p.mn, MM_TN): tiles of 96, 128, 192 or 256 tokens; with
  * p2 (MM_TN2), p2's product in the same launch, its tiles after p's (both plain, the
  * same k). */

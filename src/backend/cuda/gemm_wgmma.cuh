@@ -43,7 +43,12 @@
  * leaves as f16(v·s16) twice, tokens-major and transposed (the next GEMMs' K-major
  * operands), through f16 boxes beside c's, and as f32 out only when asked: the
  * layer's loss gradient goes to its backward without an f32 pass through memory.
- * TMA only (the launcher sends unaligned operands to the unfused path).
+ * TMA only (the launcher sends unaligned operands to the unfused path). EPI_COLSUM
+ * (the MM_COLSUM op): the product b = acc·oscale is not stored; it goes through the
+ * f32 boxes, where each thread then runs one column sum Σ a⊙b over 64 tokens in
+ * token order (colsum_fused's term and order, a read from global memory, prefetched
+ * into L2 under the main loop), and b' = f16(b·col·s16) leaves from the boxes by
+ * rows: the layer's dℓ and B' without B's round trip through memory.
  *
  * Ping-pong (kPP, the pp128x128 tile): each consumer owns whole tiles of 64·kWgM
  * plane rows × BT tokens, the CTA's units alternating between the two, and their
@@ -121,6 +126,13 @@ struct WgmmaArgs {
     float oscale2;
     float *out2;
     long long ldo2;
+    /* EPI_COLSUM: part [⌈m/64⌉][n] of the column sums of ca⊙b per 64-token block, ca
+     * f32 [m][lda_c]; b' to o16 (ld16, rows16, s16) with col[j] in groups; ca_pf: the
+     * tile's ca is prefetched into L2 at k block c_at */
+    const float *ca, *col;
+    long long lda_c;
+    int col_group, col_stride, ca_pf;
+    float *part;
 #ifdef BR_WGMMA_TRACE
     /* debugging builds: consumer thread 0's clock at each phase of its first tiles,
      * [cta][consumer][tile][BR_TRACE_STAMPS] into br_trace_buf (0: none; trace_flag) */
@@ -133,7 +145,7 @@ static __device__ long long br_trace_buf[BR_TRACE_CTAS * 2 * BR_TRACE_TILES * BR
 #endif
 
 /* The epilogue a kernel is built with (see the top of this file). */
-enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2, EPI_STAGE16 = 3 };
+enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2, EPI_STAGE16 = 3, EPI_COLSUM = 4 };
 /* Sets of epilogue boxes in shared memory: two for the f16-plane kernels with an
  * epilogue (EPI_FULL: c of the next round loads into the other; EPI_STAGE: the
  * second holds the f16 boxes), else one; 0 for EPI_STAGE16, whose area holds a
@@ -259,6 +271,11 @@ __device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap *map, int c0, 
                  "r"(c0), "r"(c1)
                  : "memory");
 }
+/* The cache line of global `p` into L2 (a hint; an ordinary load-unit instruction,
+ * where the bulk form queues on the TMA unit beside the main loop's loads). */
+__device__ __forceinline__ void prefetch_l2_line(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
 __device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, int c0, int c1) {
     asm volatile(
         "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
@@ -313,6 +330,13 @@ __device__ __forceinline__ float ldsf(uint32_t addr) {
     float v;
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
     return v;
+}
+/* Four floats from a 16-byte aligned shared address. */
+__device__ __forceinline__ void lds128f(float (&v)[4], uint32_t addr) {
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                 : "r"(addr)
+                 : "memory");
 }
 __device__ __forceinline__ void sts128(uint32_t addr, uint32_t x, uint32_t y, uint32_t z,
                                        uint32_t w) {
@@ -466,7 +490,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
     constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
     /* kernels that may run two products (a.tiles1 < a.tiles): MN-major, plain */
     constexpr bool kPair = kMN && !kFullEpi;
-    constexpr bool kStage16 = kEpi == EPI_STAGE16;
+    constexpr bool kStage16 = kEpi == EPI_STAGE16, kColsum = kEpi == EPI_COLSUM;
     static_assert(!(kStage || kStage16) || kKind == PLANE_F16,
                   "the staging epilogues are built for f16 planes");
     static_assert(!kMN || (kKind == PLANE_F16 && kBT % 32 == 0 && !kStage && !kStage16),
@@ -478,6 +502,9 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
     /* box sets c rotates through (EPI_STAGE: set 0 takes c, set 1 the f16 boxes) */
     constexpr int kSets = kEpi == EPI_FULL ? kArea : 1;
     using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kArea, kPP>;
+    static_assert(!kColsum || (kKind == PLANE_F16 && !kMN && !kPP && Cfg::kEpiRows == 128 &&
+                               Cfg::kEpiBoxes == 2),
+                  "EPI_COLSUM: f16 planes, K-major, two 128-token boxes a round");
     constexpr int S = Cfg::kStages;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -740,7 +767,19 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
                 tma_load(box16(q), &tm_c, bar, j0 + (wrow + q / Cfg::kEpiRounds) * 64,
                          t0 + q % Cfg::kEpiRounds * Cfg::kEpiRows);
         };
-        const int c_at = kStage16 ? std::min(a.c_at, nkb - 1) : -1;
+        const int c_at = kStage16 || kColsum ? std::min(a.c_at, nkb - 1) : -1;
+        /* EPI_COLSUM: this consumer's part of the tile's a (kBT tokens × 64·kWgM
+         * columns) into L2 late in the main loop, one row piece per thread and token
+         * (tokens past m not; columns past n cut to whole 16 bytes), so that the
+         * epilogue's reads of a wait on L2 rather than on HBM */
+        auto prefetch_ca = [&]() {
+            constexpr int kLines = 2 * kWgM; /* 128-byte lines of a row's 64·kWgM floats */
+            const int jc = j0 + wrow * 64;
+            for (int i = tid; i < kBT * kLines; i += 128) {
+                const int tok = t0 + i / kLines, jl = jc + 32 * (i % kLines);
+                if (tok < a.m && jl < a.n) prefetch_l2_line(a.ca + (long long)tok * a.lda_c + jl);
+            }
+        };
 
         /* ping-pong: the other consumer's last unit has had all its stages (its n-th
          * main loop ended: phase n of this consumer's turn barrier) */
@@ -751,6 +790,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
         int held = -1;
         for (int kb = 0; kb < nkb; kb++) {
             if (kStage16 && kb == c_at && tid == 0) load_c16();
+            if (kColsum && kb == c_at && a.ca_pf) prefetch_ca();
             mbar_wait(full + 8 * s, phase);
             if (kb == 0) BR_STAMP(nth, 1);
             /* the last stage has landed: the other consumer's turn */
@@ -1060,6 +1100,104 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
                             if (!keep && q + 1 < kQ) load_c(j0, t0, q + 1);
                         }
                     }
+        } else if (kColsum) {
+            /* Per round (mi, r): the consumer's two [128 tokens][32 plane rows] boxes take
+             * b = acc·oscale as the plain epilogue's do (warp w box w/2, column
+             * 16·(w&1) + g and + 8); then thread tid runs one column sum of the round:
+             * plane row (output column) jj = tid % 64 of the round's 64, tokens 64·(tid
+             * / 64) .. + 63 of the box, in token order from 0 with fmaf(a, b, ·) as
+             * colsum_fused sums a 64-row block (only tokens < m): a warp reads 32
+             * consecutive floats of a row of a (coalesced, in L2 by the prefetch) and
+             * one 128-byte line of a box (conflict-free). The partial goes to
+             * part[block][column]; colsum_fin adds the blocks. Then b' = f16(b·col·s16)
+             * leaves by rows from the same boxes (tokens < rows16, +0 past m). */
+            constexpr int kC = Cfg::kEpiRows / 8; /* 8-token groups per box */
+            const int col = 16 * (warp & 1) + g, box = warp / 2;
+            const int jj = tid & 63, cbox = jj >> 5, ccol = jj & 31, blk = tid >> 6;
+#pragma unroll /* acc's indices stay static */
+            for (int q = 0; q < kWgM * Cfg::kEpiRounds; q++) {
+                const int mi = q / Cfg::kEpiRounds, r = q % Cfg::kEpiRounds;
+                named_barrier(1 + cw, 128); /* the last round's sums have read the boxes */
+                const uint32_t buf = box_addr(0, box);
+#pragma unroll
+                for (int c = 0; c < kC; c++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int row = 8 * c + 2 * t + e, cc = r * kC + c, x = row & 7;
+                        const uint32_t line = buf + row * 128 + (col & 3) * 4;
+                        sts32(line + (((col >> 2) ^ x) << 4), scaled(mi, 0, acc[mi][4 * cc + e]));
+                        sts32(line + ((((col + 8) >> 2) ^ x) << 4),
+                              scaled(mi, 1, acc[mi][4 * cc + 2 + e]));
+                    }
+                named_barrier(1 + cw, 128); /* the boxes are filled */
+                const int jc = j0 + (wrow + mi) * 64, tc = t0 + r * Cfg::kEpiRows;
+                /* the column sum: a's values 32 at a time in flight (two load round
+                 * trips a round; 64 at once spill beside the accumulators still live),
+                 * then the chain over the box's column; whole blocks (every token < m)
+                 * take the copy without predicates */
+                {
+                    const int j = jc + jj, tb = tc + 64 * blk; /* the block's first token */
+                    const bool jin = j < a.n;
+                    const uint32_t bline = box_addr(0, cbox) + (ccol & 3) * 4 + 64 * blk * 128;
+                    const float *ap = a.ca + (long long)tb * a.lda_c + j;
+                    auto boff = [&](int u) { /* row u of the block: static but for ccol */
+                        return (uint32_t)(u * 128) + ((uint32_t)((ccol >> 2) ^ (u & 7)) << 4);
+                    };
+                    constexpr int kA = 32;
+                    const int live = jin ? std::min(64, a.m - tb) : 0; /* tokens < m */
+                    float av[kA], sum = 0.0f;
+#pragma unroll
+                    for (int u0 = 0; u0 < 64; u0 += kA) {
+#pragma unroll
+                        for (int u = 0; u < kA; u++)
+                            av[u] = u0 + u < live ? ap[(long long)(u0 + u) * a.lda_c] : 0.0f;
+#pragma unroll
+                        for (int u = 0; u < kA; u++)
+                            if (tb + u0 + u < a.m)
+                                sum = __fmaf_rn(av[u], ldsf(bline + boff(u0 + u)), sum);
+                    }
+                    if (jin && tb < a.m) a.part[(long long)(tb / 64) * a.n + j] = sum;
+                }
+                /* b' = f16(b·col·s16) by rows: thread tid takes 4 columns (16-byte chunk
+                 * q4 = tid % 16 of the round's 64) of tokens tid / 16 + 8i, one 16-byte
+                 * shared read and one 8-byte store each (tokens ≥ m: +0; < rows16 only) */
+                {
+                    const int q4 = tid & 15, qbox = q4 >> 3, qc = q4 & 7;
+                    const int jq = jc + 32 * qbox + 4 * qc; /* the chunk's first column */
+                    const uint32_t qbase = box_addr(0, qbox);
+                    float cq[4];
+#pragma unroll
+                    for (int v = 0; v < 4; v++)
+                        cq[v] = jq + v < a.n ? a.col[br_dev_grouped((unsigned)(jq + v),
+                                                                    (unsigned)a.col_group,
+                                                                    (unsigned)a.col_stride)]
+                                             : 0.0f;
+                    const bool vec = jq + 4 <= a.n && a.ld16 % 4 == 0 &&
+                                     (uintptr_t)a.o16 % 8 == 0;
+#pragma unroll 4
+                    for (int i = 0; i < Cfg::kEpiRows / 8; i++) {
+                        const int row = (tid >> 4) + 8 * i, tok = tc + row;
+                        if (tok >= a.rows16 || jq >= a.n) continue;
+                        float bq[4];
+                        lds128f(bq, qbase + row * 128 + ((uint32_t)(qc ^ (row & 7)) << 4));
+                        uint32_t h[4];
+#pragma unroll
+                        for (int v = 0; v < 4; v++)
+                            h[v] = tok < a.m ? br_dev_f16_bits(__fmul_rn(__fmul_rn(bq[v], cq[v]),
+                                                                         a.s16))
+                                             : 0u;
+                        uint16_t *dq = a.o16 + (long long)tok * a.ld16 + jq;
+                        if (vec) {
+                            *reinterpret_cast<uint2 *>(dq) =
+                                make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+                        } else {
+#pragma unroll
+                            for (int v = 0; v < 4; v++)
+                                if (jq + v < a.n) dq[v] = (uint16_t)h[v];
+                        }
+                    }
+                }
+            }
         } else if (a.tma_store) {
             /* warp w fills box w/2 (rows 32·(w/2) .. of its 64-row slice), column
              * 16·(w&1) + g (+ 8 for the row g+8 values) of it; with c the box holds
@@ -1218,11 +1356,14 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, epi_box_sets(kKind, kEpi), kPP>;
     br_cuda *s = br_cuda_state(ctx);
     auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kEpi, kPP, kMN>;
-    constexpr bool kStage16 = kEpi == EPI_STAGE16;
+    constexpr bool kStage16 = kEpi == EPI_STAGE16, kColsum = kEpi == EPI_COLSUM;
     if (kMN != p.mn)
         return br_fail(ctx, BR_E_STATE, "mm: operand layout does not match the kernel's");
     if (kStage16 && (p.splits > 1 || !stage16_aligned(p)))
         return br_fail(ctx, BR_E_STATE, "mm_stage: operands not fit for the f16-c staging kernel");
+    if (kColsum && (p.splits > 1 || p.out || p.c || p.colscale || !p.cs_a || !p.cs_col ||
+                    !p.cs_part || !p.o16))
+        return br_fail(ctx, BR_E_STATE, "mm_colsum: operands not fit for the column-sum kernel");
     static std::atomic<uint64_t> attr_set{0}; /* per device: the attribute is per device */
     const uint64_t dev_bit = s->device >= 0 && s->device < 64 ? 1ull << s->device : 0;
     if (!dev_bit || !(attr_set.load() & dev_bit)) {
@@ -1273,6 +1414,9 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     a.o16 = p.o16, a.o16t = p.o16t;
     a.ld16 = p.ld16, a.ld16t = p.ld16t, a.rows16 = p.rows16, a.rows16t = p.rows16t;
     a.s16 = p.s16;
+    a.ca = p.cs_a, a.col = p.cs_col, a.lda_c = p.cs_lda, a.part = p.cs_part;
+    a.col_group = p.cs_group, a.col_stride = p.cs_stride;
+    a.ca_pf = 0;
     /* c's loads three quarters into the main loop (BITRANK_STAGE16_C_AT=<percent>,
      * read on every call: a benchmark hook). On the H200 (2026-11-30, bench_layer):
      * 0 % 0.2776 / 0.2337 / 0.4671 ms, 33 % 0.2762 / 0.2332 / 0.4675, 66 % 0.2761 /
@@ -1285,8 +1429,19 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
         const int pct = e ? std::max(0, std::min(100, atoi(e))) : 75;
         a.c_at = (int)((long long)((p.k + Cfg::kBK - 1) / Cfg::kBK) * pct / 100);
     }
+    /* EPI_COLSUM: a's prefetch into L2 at 85 % of the k blocks (BITRANK_COLSUM_PF_AT=
+     * <percent>, a negative one: none; read on every call: a benchmark hook; late
+     * enough that the main loop's streams do not evict it first) */
+    if (kColsum) {
+        const char *e = getenv("BITRANK_COLSUM_PF_AT");
+        const int pct = e ? std::min(100, atoi(e)) : 85;
+        a.ca_pf = pct >= 0;
+        a.c_at = (int)((long long)((p.k + Cfg::kBK - 1) / Cfg::kBK) * std::max(pct, 0) / 100);
+    }
     /* the staging's tiles also cover its outputs' pads (zero operands there: +0) */
-    const int grid_m = kStage || kStage16 ? std::max(p.m, std::max(p.rows16, (int)p.ld16t)) : p.m;
+    const int grid_m = kStage || kStage16 || kColsum
+                           ? std::max(p.m, std::max(p.rows16, (int)p.ld16t))
+                           : p.m;
     const int grid_n = kStage || kStage16 ? std::max(p.n, std::max((int)p.ld16, p.rows16t)) : p.n;
     a.tiles_j = (grid_n + Cfg::kBJ - 1) / Cfg::kBJ;
     const int tiles_t = (grid_m + kBT - 1) / kBT;
@@ -1348,6 +1503,7 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
             BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.c, (uint64_t)p.n,
                                   (uint64_t)p.m, (uint64_t)p.ldo * 4, 32, Cfg::kEpiRows));
     }
+    if (kColsum) a.tma_store = 0; /* nothing leaves by TMA */
     a.tiles1 = a.tiles;
     a.tiles_j2 = 1, a.m2 = 0, a.n2 = 0, a.oscale2 = 1.0f, a.out2 = nullptr, a.ldo2 = 0;
     if (p2) {
