@@ -17,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
-(($#)) || { echo "usage: ab-many.sh <patch name>..." >&2; exit 2; }
+# no patch names: head alone (with its variants)
 out=${OUT:-$root/build-ab-out}
 mkdir -p "$out"
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -65,8 +65,8 @@ echo "builds: $(($(date +%s) - t0)) s"
 layer() { # label, binary, env assignments and bench_layer arguments (--...)...
   local label=$1 bin=$2 w vars=() args=()
   shift 2
-  for w in "$@"; do
-    if [[ $w == --* ]]; then args+=("$w"); else vars+=("$w"); fi
+  for w in "$@"; do # a word after an option that is no assignment is that option's value
+    if [[ $w == --* ]] || { [[ $w != *=* ]] && ((${#args[@]})); }; then args+=("$w"); else vars+=("$w"); fi
   done
   env "${vars[@]}" timeout 100 "$bin" "${args[@]}" >"$out/l.jsonl" 2>"$out/l.err"
   local rc=$?
@@ -90,7 +90,9 @@ for round in 1 2; do
 done
 echo "benches: $(($(date +%s) - t0)) s"
 
-# ---- tests of head and each patched tree (trees in parallel, suites in order)
+# ---- tests of head and each patched tree (trees in parallel, suites in order);
+# AB_NO_TESTS=1: timings only
+[ -n "${AB_NO_TESTS:-}" ] && { echo "total: $(($(date +%s) - t0)) s"; exit 0; }
 for p in head "${built[@]}"; do
   (
     for t in $tests; do
