@@ -628,8 +628,8 @@ br_buf *br_blr_buf(br_blr *layer, size_t path, br_blr_part part);
 br_status br_blr_zero_grad(br_blr *layer);
 
 /* Transient buffers of the layer ops, shareable by every layer that runs one op at
- * a time: the f16 staging of x and dy, the expanded planes W_V / W_U, A' and B',
- * B, the transposed operands of the token-axis GEMMs, M_U / N_V. Sized for up to
+ * a time: the f16 staging of dy, the expanded sign planes (W_V, W_U and X_V in one,
+ * the forward's Y_U in a second), B' and B, M_U / N_V. Sized for up to
  * `ntok` tokens and layers of at most m outputs, n inputs and total rank paths·r
  * (a layer of P paths of rank r' fits when P·r' ≤ paths·r). */
 typedef struct br_blr_shared br_blr_shared;

@@ -1181,9 +1181,10 @@ static void mm_colsum_matches_mm_then_colsum_fused(void) {
     br_ctx_free(ctx);
 }
 
-/* Every refusal of what the fused form lacks (BR_E_ARG, naming it), the two
- * front-ends' own checks under the fused op's name, and outputs overlapping inputs;
- * none writes anything (b, sum and dst keep their poison). */
+/* Every refusal of what the fused form lacks (BR_E_ARG, or BR_E_SHAPE for b not a
+ * whole matrix; naming it), the two front-ends' own checks under the fused op's name,
+ * and outputs overlapping inputs; none writes anything (b, sum and dst keep their
+ * poison). */
 static void mm_colsum_bad_arguments(void) {
     br_ctx *ctx = t_ctx();
     const size_t m = 64, n = 128, k = 64, group = 64, stride = 100, span = stride + group;
@@ -1222,9 +1223,9 @@ static void mm_colsum_bad_arguments(void) {
     gg.ocol = 8, gg.ldo = n + 8; /* a product br_mm itself would take (b holds it) */
     CHECK_OK(ctx, br_mm(ctx, act, plane, b, gg));
     CHECK(br_buf_fill(b, 0, m * n + 8 * m, T_NAN32) == BR_OK, "b re-poisoned");
-    CHECK_FAILS_MSG(ctx, BR_E_ARG, "ocol", MMCS(gg, &f, b, a, sum));
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ocol", MMCS(gg, &f, b, a, sum));
     gg.ocol = 0;
-    CHECK_FAILS_MSG(ctx, BR_E_ARG, "ldo", MMCS(gg, &f, b, a, sum));
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "ldo", MMCS(gg, &f, b, a, sum));
     /* each front-end's own checks, named as the fused op's */
     gg = g;
     gg.k = 48;

@@ -386,8 +386,8 @@ br_status br_mm_colsum_grouped(br_ctx *ctx, const br_buf *act, const br_buf *pla
                        (int)fuse->kind);
     if (fuse->dst_t) return br_fail(ctx, BR_E_ARG, "%s: fuse->dst_t is not supported", fn);
     if (g.colscale || g.c) return br_fail(ctx, BR_E_ARG, "%s: the product has colscale or c", fn);
-    if (g.ocol != 0 || (g.ldo != 0 && g.ldo != g.n))
-        return br_fail(ctx, BR_E_ARG,
+    if (g.ocol != 0 || (g.ldo != 0 && g.ldo != g.n)) /* a shape, as br_mm_stage's ldo */
+        return br_fail(ctx, BR_E_SHAPE,
                        "%s: b must be a whole [m][n] matrix (ocol = %zu, ldo = %zu, n = %zu)", fn,
                        g.ocol, g.ldo, g.n);
     br_op op = {.kind = BR_OP_MM_COLSUM};

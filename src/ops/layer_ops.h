@@ -135,9 +135,9 @@ br_status br_colsum_fused_grouped(br_ctx *ctx, const br_buf *a, const br_buf *b,
  * write them — from the GEMM's epilogue where the backend can, so the f32 product B
  * need not go through memory: b f32 [m][n] is a workspace, its contents after the op
  * unspecified. Every check of those two calls, and BR_E_ARG for what the fused form
- * lacks: fuse NULL or not BR_FUSE_CVT_B, fuse->dst_t set, g.colscale or g.c set, g.ocol
- * not 0 or g.ldo neither 0 nor n (b whole); b, sum and fuse->dst apart from each
- * other and from act, plane, a and fuse->col. */
+ * lacks: fuse NULL or not BR_FUSE_CVT_B, fuse->dst_t set, g.colscale or g.c set;
+ * BR_E_SHAPE for g.ocol not 0 or g.ldo neither 0 nor n (b whole, as br_mm_stage's out);
+ * b, sum and fuse->dst apart from each other and from act, plane, a and fuse->col. */
 br_status br_mm_colsum_grouped(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *b,
                                br_gemm g, const br_buf *a, br_buf *sum, const br_fuse *fuse,
                                size_t group, size_t stride, int accumulate);
