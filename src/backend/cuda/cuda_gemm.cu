@@ -331,37 +331,49 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
     return run_problem(ctx, p, args.ws_bytes, name, family, tile, src);
 }
 
+/* The wgmma tile, A source and split-K factor run_problem takes for p: TILE_AUTO /
+ * A_AUTO the pick, then the environment's overrides; a split (*splits > 1) only where
+ * ws_bytes, the workspace the op reserved, holds its partials (else 1). */
+static void plan_wgmma(br_ctx *ctx, const Problem &p, size_t ws_bytes, WgmmaTile *tile,
+                       WgmmaASource *src, int *splits) {
+    Problem q = p;
+    q.ws_bytes = ws_bytes;
+    *splits = 1;
+    if (*tile == TILE_AUTO || *src == A_AUTO) {
+        WgmmaTile t;
+        WgmmaASource a;
+        pick_wgmma(q, br_cuda_state(ctx)->sm_count, &t, &a, *tile == TILE_AUTO ? splits : nullptr);
+        if (*tile == TILE_AUTO) *tile = t;
+        if (*src == A_AUTO) *src = a;
+    }
+    env_overrides(tile, src, splits);
+    const int nkb = (p.k + 63) / 64;
+    if (*splits > nkb) *splits = nkb;
+    if (*splits > 1 && (*tile < 0 || *tile >= TILE_COUNT ||
+                        split_ws_bytes(*splits, (p.m + tile_tokens(*tile) - 1) /
+                                                    tile_tokens(*tile) * tile_tokens(*tile),
+                                       p.n) > ws_bytes))
+        *splits = 1;
+}
+
 /* run() on a resolved problem; ws_bytes: the workspace the op reserved (split-K). */
 br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name, Family family,
                       WgmmaTile tile, WgmmaASource src) {
-    br_cuda *s = br_cuda_state(ctx);
     const PlaneKind kind = p.kind;
     BR_TRY(pick_family(ctx, p, name, &family));
     if (family == FAMILY_SIMPLE) return launch_simple(ctx, p);
     if (family == FAMILY_MMA) return launch_mma(ctx, p);
     p.ws_bytes = ws_bytes;
-    int splits = 1;
-    if (tile == TILE_AUTO || src == A_AUTO) {
-        WgmmaTile t;
-        WgmmaASource a;
-        pick_wgmma(p, s->sm_count, &t, &a, tile == TILE_AUTO ? &splits : nullptr);
-        if (tile == TILE_AUTO) tile = t;
-        if (src == A_AUTO) src = a;
-    }
-    env_overrides(&tile, &src, &splits);
-    /* a split runs where the op reserved room for its partials (else none) */
-    const int nkb = (p.k + 63) / 64;
-    if (splits > nkb) splits = nkb;
-    if (splits > 1 && tile >= 0 && tile < TILE_COUNT) {
+    int splits;
+    plan_wgmma(ctx, p, ws_bytes, &tile, &src, &splits);
+    if (splits > 1) { /* the partials' room, as plan_wgmma found it in ws_bytes */
         const int bt = tile_tokens(tile);
         const size_t need = split_ws_bytes(splits, (p.m + bt - 1) / bt * bt, p.n);
-        if (need <= ws_bytes) {
-            void *ws = nullptr;
-            BR_TRY(br_cuda_workspace(ctx, need, &ws));
-            p.ws = static_cast<float *>(ws);
-            p.ws_bytes = need;
-            p.splits = splits;
-        }
+        void *ws = nullptr;
+        BR_TRY(br_cuda_workspace(ctx, need, &ws));
+        p.ws = static_cast<float *>(ws);
+        p.ws_bytes = need;
+        p.splits = splits;
     }
     if (p.mn) return launch_wgmma_f16_mn(ctx, p, tile);
     switch (kind) {
@@ -525,19 +537,12 @@ static bool colsum_fused_tile(br_ctx *ctx, const br_mm_colsum_args &a, const Pro
         return false;
     Family f = FAMILY_AUTO;
     if (pick_family(ctx, p, "mm_colsum", &f) != BR_OK || f != FAMILY_WGMMA) return false;
-    /* run_problem's choice for the product alone */
-    WgmmaASource src;
-    int splits = 1;
-    Problem q = p;
-    q.ws_bytes = a.mm.ws_bytes;
-    pick_wgmma(q, br_cuda_state(ctx)->sm_count, tile, &src, &splits);
-    env_overrides(tile, &src, &splits);
-    const int nkb = (p.k + 63) / 64;
-    if (splits > nkb) splits = nkb;
-    if (splits > 1 && *tile >= 0 && *tile < TILE_COUNT) {
-        const int bt = tile_tokens(*tile);
-        if (split_ws_bytes(splits, (p.m + bt - 1) / bt * bt, p.n) <= a.mm.ws_bytes) return false;
-    }
+    /* run_problem's choice for the product alone: fused only where it runs unsplit */
+    WgmmaASource src = A_AUTO;
+    int splits;
+    *tile = TILE_AUTO;
+    plan_wgmma(ctx, p, a.mm.ws_bytes, tile, &src, &splits);
+    if (splits > 1) return false;
     tile_from_env("BITRANK_MM_COLSUM", tile);
     return *tile == TILE_128x256 || *tile == TILE_128x128;
 }
