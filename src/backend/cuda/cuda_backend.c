@@ -81,6 +81,15 @@ static br_status cuda_open(br_ctx *ctx, int index, char *err, size_t n) {
         free(s);
         return BR_E_DEVICE;
     }
+    if ((e = cudaMalloc((void **)&s->tickets, BR_TICKETS * sizeof(uint32_t))) != cudaSuccess ||
+        (e = cudaMemset(s->tickets, 0, BR_TICKETS * sizeof(uint32_t))) != cudaSuccess) {
+        cudaGetLastError();
+        if (err && n) snprintf(err, n, "cuda:%d: tickets: %s", index, cudaGetErrorString(e));
+        if (s->tickets) cudaFree(s->tickets);
+        cudaStreamDestroy(s->stream);
+        free(s);
+        return BR_E_DEVICE;
+    }
     s->sm_count = s->prop.multiProcessorCount;
     s->has_wgmma = s->cc == 90 && br_cuda_built_wgmma();
     ctx->be_state = s;
@@ -101,6 +110,7 @@ static void cuda_close(br_ctx *ctx) {
         cudaFree(s->retired[i]);
     free(s->retired);
     cudaFree(s->ws);
+    cudaFree(s->tickets);
     cudaStreamDestroy(s->stream);
     free(s);
     ctx->be_state = NULL;

@@ -25,7 +25,14 @@ typedef struct br_cuda {
     cudaEvent_t *events; /* profiler marks */
     size_t nevents;
     int capturing; /* inside stream capture (no allocation allowed) */
+    /* arrival tickets of kernels whose last block finishes an op (zeroed at open;
+     * the last block to arrive resets its ticket, so every launch finds it 0) */
+    uint32_t *tickets;
 } br_cuda;
+
+/* The ticket slots: one per job of a sign_steps update launch. */
+#define BR_TICKET_SIGN_STEPS 0
+#define BR_TICKETS 8
 
 /* The backend state of ctx. Also makes ctx's GPU the calling thread's current
  * device (a cheap check), so that contexts on different GPUs can be used from one
@@ -161,6 +168,24 @@ static __device__ __forceinline__ float br_dev_f16_to_f32(uint16_t h) {
 static __device__ __forceinline__ unsigned br_dev_grouped(unsigned c, unsigned group,
                                                           unsigned stride) {
     return group ? c / group * stride + c % group : c;
+}
+
+/* Whether this block is the last of the `nblk` blocks that call it to arrive at
+ * `ticket` (one of br_cuda.tickets; the last resets it for the next launch). Every
+ * block of those calls it; what thread 0 of a block wrote before its call is
+ * visible to the last block after it (read it with __ldcg). Only thread 0 fences:
+ * a fence in every thread held each block for its stores' round trip. */
+static __device__ __forceinline__ bool br_dev_last_arrival(uint32_t *ticket, unsigned nblk) {
+    __shared__ bool last;
+    __syncthreads(); /* thread 0's writes of the block are made (block_sum, ...) */
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(ticket, 1u) == nblk - 1;
+        if (last) *ticket = 0; /* every block has arrived */
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
 }
 
 /* A grid-stride loop over [0, n): with n ≤ BR_MAX_ELEMS < 2^31 and a grid of fewer

@@ -15,9 +15,10 @@
  *                         shuffles); up to GRID_MAX blocks, four entries per thread
  *                         per round (16-byte accesses) where aligned, else one
  *   [no budget]           finish_kernel      flips[slot] from the per-block counts
- *                         (br_sign_steps of directly flipping steps: update_n_kernel,
- *                         then finish_n_kernel, whose blocks past the steps' run the
- *                         Adam job of br_sign_steps_adam: one launch fewer)
+ *                         (br_sign_steps of directly flipping steps: update_n_kernel
+ *                         alone, whose last block of each step stores its flips and
+ *                         whose blocks past the steps' run the Adam job of
+ *                         br_sign_steps_adam: two launches fewer)
  *   [budget < entries]    select_init, 8 × hist_kernel (per-block histograms; the
  *                         last block of each pass adds them and picks the digit; the
  *                         selection stops early once the digit's bin holds exactly
@@ -26,6 +27,9 @@
  * Every kernel returns at once when the schedule's skip flag is set. */
 #include "backend/cuda/cuda_adam.cuh"
 #include "backend/cuda/cuda_internal.h"
+extern "C" {
+#include "ops/check.h" /* a C header without C++ guards */
+}
 #include "ops/sign_ops.h"
 
 #define THREADS 256
@@ -336,7 +340,8 @@ __global__ void colfin_kernel(sign_job j) {
  * scalar one (1, 4). Both keep 4 × 4 B of each array in flight per thread; the vector
  * form issues a quarter of the memory instructions. On the H200 (2026-11-30, the
  * layer step at the third bench shape, ab-many): scalar 0.4204 ms, (4, 1) 0.4110,
- * (4, 2) 0.4162 (80 registers: 3 blocks an SM instead of 4). */
+ * (4, 2) 0.4162 (80 registers: 3 blocks an SM instead of 4); with br_sign_steps'
+ * one-wave grid (11:50 UTC), (4, 2) 0.4032 against (4, 1) 0.3996. */
 #define VEC_W 4
 #define VEC_BATCH 1
 #define SCALAR_BATCH 4
@@ -503,19 +508,36 @@ template <unsigned W, unsigned B> __global__ void update_kernel(sign_job j) {
 }
 
 /* Several direct steps at once (br_sign_steps): job i takes blocks start[i] ..
- * start[i+1]−1 and its own row of counts; the same entries, the same values. */
+ * start[i+1]−1 and its own row of counts; the same entries, the same values. With
+ * `ticket` (a row of per-job arrival tickets) the last block of job i to finish adds
+ * its counts and stores flips[slot] (resetting the ticket), and the blocks past
+ * start[n] run the Adam job A (adam_kernel's grid of gridDim.x − start[n] blocks)
+ * at the same time: one launch for all of it. Else finish_n_kernel follows. */
 typedef struct sign_jobs {
     sign_job job[BR_SIGN_STEPS_MAX];
     unsigned start[BR_SIGN_STEPS_MAX + 1];
     unsigned n;
+    uint32_t *ticket; /* NULL: counts finished by finish_n_kernel */
 } sign_jobs;
+static_assert(BR_TICKET_SIGN_STEPS + BR_SIGN_STEPS_MAX <= BR_TICKETS,
+              "a ticket per job of an update launch");
 
 template <unsigned W, unsigned B>
-__global__ void update_n_kernel(const __grid_constant__ sign_jobs J) {
+__global__ void update_n_kernel(const __grid_constant__ sign_jobs J,
+                                const __grid_constant__ adam_job A) {
+    if (blockIdx.x >= J.start[J.n]) { /* only with a ticket row: the Adam job */
+        adam_entries(A, blockIdx.x - J.start[J.n], gridDim.x - J.start[J.n]);
+        return;
+    }
     unsigned i = 0;
     while (i + 1 < J.n && blockIdx.x >= J.start[i + 1])
         i++;
-    update_entries<W, B>(J.job[i], blockIdx.x - J.start[i], J.start[i + 1] - J.start[i]);
+    const sign_job &j = J.job[i];
+    const unsigned blk = blockIdx.x - J.start[i], nblk = J.start[i + 1] - J.start[i];
+    update_entries<W, B>(j, blk, nblk);
+    if (!J.ticket || skipped(j) || !br_dev_last_arrival(&J.ticket[i], nblk)) return;
+    unsigned total = block_sum(strided_count(j.ws.cnt, nblk));
+    if (threadIdx.x == 0) j.flips[j.slot] = total;
 }
 
 /* Block i < J.n: flips[slot] of job i from its counts. Blocks J.n.. (with
@@ -782,27 +804,65 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
         J.job[i] = make_job(&a->m[i], (uint32_t *)mem);
         vec = vec && vec_aligned(J.job[i]);
     }
+    br_cuda *s = br_cuda_state(ctx);
+    /* The update grid: one full wave of the GPU (the blocks it holds at once),
+     * shared by the jobs in proportion to their entries; each block then strides
+     * over its job's share. A block per 1024 entries (up to 2048 a job: 5120 blocks,
+     * ten waves, at the third bench shape) measured 5.7 µs slower on the H200 with
+     * the finish in the same launch (2026-11-30): every block pays its start, its
+     * count and, last, its arrival. BITRANK_SIGN_WAVES=<w> (read on every call, an
+     * A/B hook): w waves; 0: a block per 1024 entries. The entries' values do not
+     * depend on the grid (only the per-block counts do, and their sum does not). */
+    void (*kernel)(sign_jobs, adam_job) =
+        vec ? update_n_kernel<VEC_W, VEC_BATCH> : update_n_kernel<1, SCALAR_BATCH>;
+    const char *wv = getenv("BITRANK_SIGN_WAVES");
+    const int waves = wv ? atoi(wv) : 1;
+    size_t budget = 0, entries = 0;
+    if (waves > 0) {
+        int per_sm = 0;
+        BR_CUDA_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
+        budget = (size_t)waves * (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)s->sm_count;
+        for (size_t i = 0; i < a->n; i++)
+            entries += a->m[i].rows * a->m[i].r;
+    }
     for (size_t i = 0; i < a->n; i++) {
         const br_sign_step_args *m = &a->m[i];
         J.job[i].ws.cnt = cnt + i * GRID_MAX;
         size_t nb = update_blocks(m->rows * m->r, vec);
         if (nb > GRID_MAX / BR_SIGN_STEPS_MAX) nb = GRID_MAX / BR_SIGN_STEPS_MAX;
+        if (budget) {
+            size_t share = (budget * m->rows * m->r + entries / 2) / entries;
+            if (share < 1) share = 1;
+            if (nb > share) nb = share;
+        }
         J.start[i + 1] = J.start[i] + (unsigned)nb;
     }
-    br_cuda *s = br_cuda_state(ctx);
-    if (vec)
-        update_n_kernel<VEC_W, VEC_BATCH><<<J.start[J.n], THREADS, 0, s->stream>>>(J);
-    else
-        update_n_kernel<1, SCALAR_BATCH><<<J.start[J.n], THREADS, 0, s->stream>>>(J);
-    BR_CUDA_LAUNCHED(ctx, "update_n_kernel");
-    /* the Adam blocks after the finish blocks: the grid adam_kernel would have */
+    /* the Adam blocks after the steps' (or the finish blocks): the grid adam_kernel
+     * would have */
     adam_job A = {};
     unsigned adam_blocks = 0;
     if (a->with_adam) {
         A = br_adam_job_of(&a->adam);
         adam_blocks = br_adam_blocks(ctx, a->adam.n);
     }
-    static_assert(ADAM_THREADS == THREADS, "the Adam blocks are finish blocks' size");
+    static_assert(ADAM_THREADS == THREADS, "the Adam blocks are the steps' size");
+    /* One launch where the Adam job may run beside the updates: the front-end keeps
+     * what Adam uses apart from what a step writes and Adam's writes from the scheds;
+     * a direct step also reads its grad, which Adam must then not write. */
+    const char *e = getenv("BITRANK_SIGN_ONE_LAUNCH"); /* =0: an A/B hook, read every call */
+    int one = !(e && !strcmp(e, "0"));
+    for (size_t i = 0; i < a->n && a->with_adam; i++) {
+        const br_adam_args *d = &a->adam;
+        const br_buf *g = a->m[i].grad;
+        size_t ng = a->m[i].rows * a->m[i].r;
+        one = one && !br_bufs_overlap(d->w, d->n, g, ng) && !br_bufs_overlap(d->m1, d->n, g, ng) &&
+              !br_bufs_overlap(d->m2, d->n, g, ng);
+    }
+    if (one) J.ticket = s->tickets + BR_TICKET_SIGN_STEPS;
+    const unsigned grid = J.start[J.n] + (one ? adam_blocks : 0);
+    kernel<<<grid, THREADS, 0, s->stream>>>(J, A);
+    BR_CUDA_LAUNCHED(ctx, "update_n_kernel");
+    if (one) return BR_OK;
     finish_n_kernel<<<J.n + adam_blocks, THREADS, 0, s->stream>>>(J, A);
     BR_CUDA_LAUNCHED(ctx, "finish_n_kernel");
     return BR_OK;
