@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <stdlib.h>
-#include <string.h>
 
 #define THREADS 256
 #define FULL_MASK 0xffffffffu
@@ -308,13 +307,9 @@ extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *op) {
 
 /* ---------------------------------------------------------------- sign_rowdot */
 
-/* Bitmap words (32 columns each) a lane loads before it uses any of them: the
- * whole row at r ≤ 512 (RD_BATCH 16), so a warp has its row's loads in flight at
- * once. BITRANK_ROWDOT_BATCH=4 (read on every call, an A/B hook): four at a time,
- * as before 2026-11-30 noon. The same adds in the same order either way. */
-#define RD_BATCH 16
-#define RD_BATCH_SMALL 4
-static_assert(32 % RD_BATCH == 0 && 32 % RD_BATCH_SMALL == 0, "batches within a bits word set");
+/* Bitmap words (32 columns each) a lane loads before it uses any of them (a whole
+ * row's 16, the bits by shuffles from one load a lane: no gain measured, 33b0caa). */
+#define RD_BATCH 4
 
 /* One rowdot as its kernels take it: m0 points at column col0 of row 0; path p's
  * columns start r further on per path, its other operands at p·stride (NULL ones
@@ -350,8 +345,7 @@ static rowdot_job rowdot_job_of(const br_sign_rowdot_args *a) {
  * in the lane order of layer_ops.h, then the shuffle tree (lane t adds lane t + s
  * for s = 16..1) and dsum[i] (+)= lane 0's total. Paths y0, y0 + ny, ... of the
  * job; rows over blockIdx.x (strided over gridDim.x). */
-template <unsigned RB>
-static __device__ __forceinline__ void rowdot_rows(const rowdot_job &j, unsigned y0, unsigned ny) {
+static __device__ void rowdot_rows(const rowdot_job &j, unsigned y0, unsigned ny) {
     unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32, words = j.r / 32;
     for (unsigned p = y0; p < j.ps.paths; p += ny) { /* warp-uniform */
         const float *m = j.m0 + (size_t)p * j.r;
@@ -363,24 +357,25 @@ static __device__ __forceinline__ void rowdot_rows(const rowdot_job &j, unsigned
              i += gridDim.x * warps) {
             const float *row = m + (size_t)i * j.ldm;
             float h = grad ? rowscale[i] : 0.0f, acc = 0.0f;
-            uint32_t wb = 0; /* lane l: word w0 − w0 % 32 + l of the row's bits */
-            for (unsigned w0 = 0; w0 < words; w0 += RB) {
-                float x[RB];
-                if (dsum && w0 % 32 == 0)
-                    wb = w0 + lane < words ? bits[(size_t)i * words + w0 + lane] : 0u;
+            for (unsigned w0 = 0; w0 < words; w0 += RD_BATCH) {
+                float x[RD_BATCH];
+                uint32_t b[RD_BATCH];
 #pragma unroll
-                for (unsigned u = 0; u < RB; u++)
-                    if (w0 + u < words) x[u] = row[32 * (w0 + u) + lane];
+                for (unsigned u = 0; u < RD_BATCH; u++) {
+                    if (w0 + u < words) {
+                        x[u] = row[32 * (w0 + u) + lane];
+                        b[u] = dsum ? bits[(size_t)i * words + w0 + u] : 0u;
+                    }
+                }
 #pragma unroll
-                for (unsigned u = 0; u < RB; u++) {
-                    const uint32_t b = __shfl_sync(FULL_MASK, wb, (w0 + u) % 32);
+                for (unsigned u = 0; u < RD_BATCH; u++) {
                     if (w0 + u < words) {
                         if (grad) {
                             size_t e = (size_t)i * j.r + 32 * (w0 + u) + lane;
                             float pr = __fmul_rn(h, x[u]);
                             grad[e] = j.accumulate ? __fadd_rn(grad[e], pr) : pr;
                         }
-                        if (dsum) acc = __fadd_rn(acc, b >> lane & 1u ? x[u] : -x[u]);
+                        if (dsum) acc = __fadd_rn(acc, b[u] >> lane & 1u ? x[u] : -x[u]);
                     }
                 }
             }
@@ -393,24 +388,16 @@ static __device__ __forceinline__ void rowdot_rows(const rowdot_job &j, unsigned
     }
 }
 
-template <unsigned RB> __global__ void __launch_bounds__(THREADS, 4) sign_rowdot_kernel(const rowdot_job j) {
-    rowdot_rows<RB>(j, blockIdx.y, gridDim.y);
-}
+__global__ void sign_rowdot_kernel(const rowdot_job j) { rowdot_rows(j, blockIdx.y, gridDim.y); }
 
 /* Two rowdots in one launch (br_mm_tn2_rowdot's sides): grid rows [0, y1) take the
  * first's paths, the rest the second's; each row of each path exactly as its own
  * launch computes it. */
-template <unsigned RB>
-__global__ void __launch_bounds__(THREADS, 3) sign_rowdot2_kernel(const rowdot_job j1, const rowdot_job j2, unsigned y1) {
+__global__ void sign_rowdot2_kernel(const rowdot_job j1, const rowdot_job j2, unsigned y1) {
     if (blockIdx.y < y1)
-        rowdot_rows<RB>(j1, blockIdx.y, y1);
+        rowdot_rows(j1, blockIdx.y, y1);
     else
-        rowdot_rows<RB>(j2, blockIdx.y - y1, gridDim.y - y1);
-}
-
-static int rowdot_small_batch(void) {
-    const char *e = getenv("BITRANK_ROWDOT_BATCH");
-    return e && !strcmp(e, "4");
+        rowdot_rows(j2, blockIdx.y - y1, gridDim.y - y1);
 }
 
 extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
@@ -418,10 +405,7 @@ extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
     br_cuda *s = br_cuda_state(ctx);
     dim3 grid(br_cuda_blocks(ctx, a->rows * 32, THREADS),
               a->paths < MAX_GRID_Y ? (unsigned)a->paths : MAX_GRID_Y);
-    if (rowdot_small_batch())
-        sign_rowdot_kernel<RD_BATCH_SMALL><<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a));
-    else
-        sign_rowdot_kernel<RD_BATCH><<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a));
+    sign_rowdot_kernel<<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a));
     BR_CUDA_LAUNCHED(ctx, "sign_rowdot_kernel");
     return BR_OK;
 }
@@ -435,12 +419,7 @@ extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_sign_rowdot_args
     const unsigned y2 = b->paths < half ? (unsigned)b->paths : half;
     const size_t rows = a->rows > b->rows ? a->rows : b->rows;
     dim3 grid(br_cuda_blocks(ctx, rows * 32, THREADS), y1 + y2);
-    if (rowdot_small_batch())
-        sign_rowdot2_kernel<RD_BATCH_SMALL>
-            <<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a), rowdot_job_of(b), y1);
-    else
-        sign_rowdot2_kernel<RD_BATCH>
-            <<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a), rowdot_job_of(b), y1);
+    sign_rowdot2_kernel<<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a), rowdot_job_of(b), y1);
     BR_CUDA_LAUNCHED(ctx, "sign_rowdot2_kernel");
     return BR_OK;
 }

@@ -5,8 +5,6 @@
  * host from hp.step, or once per block from the sched buffer), so the results
  * match the CPU to the last bit or within an ulp of that pow. */
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/cuda_adam.cuh"
 
@@ -34,7 +32,9 @@ extern "C" br_status br_cuda_adam_cat(br_ctx *ctx, const br_op *op) {
 
 #define SUMSQ_LANES BR_SUMSQ_LANES
 
-/* Partial sums of squares, partitioned as the CPU backend partitions them:
+/* (Block rows taking the parameters longest first, so that the long ones' blocks
+ * start one an SM: no gain measured on the layer step, 33b0caa.)
+ * Partial sums of squares, partitioned as the CPU backend partitions them:
  * partial j (block x = j < 64) takes the 1024-element chunks c = j, j+64, j+128, …
  * of its parameter; lane t (thread t) sums element 1024·c + t of each chunk in
  * order with fmaf from 0; then lane[t] += lane[t + s] for s = 512, 256, …, 1 in
@@ -73,44 +73,11 @@ static __device__ __forceinline__ float sumsq_batches(const float *x, unsigned n
     }
 }
 
-/* sumsq_cat of at most SUMSQ_SORT parameters: block row y takes the parameter of
- * rank y by length, longest first (ties by index), where y = p would take p. The
- * blocks start in grid order, so the long parameters' blocks start first, one an SM
- * where there are SMs enough, instead of wherever their index falls: two of a long
- * parameter's blocks on one SM shared its memory bandwidth and finished last. Which
- * block forms a partial does not change it. */
-#define SUMSQ_SORT 64
-
-/* The parameter of rank `rank` by length (tab's np ≤ SUMSQ_SORT entries clamped to
- * n_a as the sums clamp them). Every thread of the block calls it. */
-static __device__ unsigned sumsq_ranked(const uint32_t *tab, unsigned np, unsigned n_a,
-                                        unsigned rank) {
-    __shared__ uint32_t len[SUMSQ_SORT];
-    __shared__ unsigned who;
-    const unsigned t = threadIdx.x;
-    if (t < np) {
-        uint32_t off = tab[2 * t], l = tab[2 * t + 1], avail = off < n_a ? n_a - off : 0;
-        len[t] = l < avail ? l : avail;
-    }
-    if (t == 0) who = rank; /* unreachable fallback: every rank has a parameter */
-    __syncthreads();
-    if (t < np) {
-        unsigned r = 0;
-        for (unsigned q = 0; q < np; q++)
-            r += len[q] > len[t] || (len[q] == len[t] && q < t);
-        if (r == rank) who = t;
-    }
-    __syncthreads();
-    return who;
-}
-
 __global__ void __launch_bounds__(SUMSQ_LANES, 2)
-    sumsq_kernel(const float *a, unsigned n_a, const uint32_t *tab, unsigned np, float *out,
-                 int sorted) {
+    sumsq_kernel(const float *a, unsigned n_a, const uint32_t *tab, unsigned np, float *out) {
     __shared__ float lane[SUMSQ_LANES];
     const unsigned j = blockIdx.x, t = threadIdx.x;
-    for (unsigned y = blockIdx.y; y < np; y += gridDim.y) {
-        const unsigned p = sorted ? sumsq_ranked(tab, np, n_a, y) : y;
+    for (unsigned p = blockIdx.y; p < np; p += gridDim.y) {
         const float *x = a;
         unsigned n = n_a;
         if (tab) {
@@ -144,12 +111,9 @@ static br_status sumsq_launch(br_ctx *ctx, const br_sumsq_args *a) {
     br_cuda *s = br_cuda_state(ctx);
     unsigned np = a->tab ? (unsigned)a->np : 1u;
     dim3 grid(BR_SUMSQ_PARTS, np < 65535u ? np : 65535u);
-    /* BITRANK_SUMSQ_SORT=0 (read on every call): an A/B hook, block row p takes p */
-    const char *e = getenv("BITRANK_SUMSQ_SORT");
-    const int sorted = a->tab && np <= SUMSQ_SORT && !(e && !strcmp(e, "0"));
     sumsq_kernel<<<grid, SUMSQ_LANES, 0, s->stream>>>((const float *)br_ptr(a->a), (unsigned)a->n,
                                                       (const uint32_t *)br_ptr(a->tab), np,
-                                                      (float *)br_ptr(a->out), sorted);
+                                                      (float *)br_ptr(a->out));
     BR_CUDA_LAUNCHED(ctx, "sumsq_kernel");
     return BR_OK;
 }

@@ -510,10 +510,9 @@ template <unsigned W, unsigned B> __global__ void update_kernel(sign_job j) {
 /* Several direct steps at once (br_sign_steps): job i takes blocks start[i] ..
  * start[i+1]−1 and its own row of counts; the same entries, the same values. With
  * `ticket` (a row of per-job arrival tickets) the last block of job i to finish adds
- * its counts and stores flips[slot] (resetting the ticket), and the blocks before
- * start[0] or past start[n] run the Adam job A (as adam_kernel's grid of that many
- * blocks) at the same time: one launch for all of it. Else finish_n_kernel follows
- * (start[0] = 0). */
+ * its counts and stores flips[slot] (resetting the ticket), and the blocks past
+ * start[n] run the Adam job A (adam_kernel's grid of gridDim.x − start[n] blocks)
+ * at the same time: one launch for all of it. Else finish_n_kernel follows. */
 typedef struct sign_jobs {
     sign_job job[BR_SIGN_STEPS_MAX];
     unsigned start[BR_SIGN_STEPS_MAX + 1];
@@ -526,11 +525,7 @@ static_assert(BR_TICKET_SIGN_STEPS + BR_SIGN_STEPS_MAX <= BR_TICKETS,
 template <unsigned W, unsigned B>
 __global__ void update_n_kernel(const __grid_constant__ sign_jobs J,
                                 const __grid_constant__ adam_job A) {
-    if (blockIdx.x < J.start[0]) { /* the Adam job first (only with a ticket row) */
-        adam_entries(A, blockIdx.x, J.start[0]);
-        return;
-    }
-    if (blockIdx.x >= J.start[J.n]) { /* or after the steps' blocks */
+    if (blockIdx.x >= J.start[J.n]) { /* only with a ticket row: the Adam job */
         adam_entries(A, blockIdx.x - J.start[J.n], gridDim.x - J.start[J.n]);
         return;
     }
@@ -818,7 +813,33 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
      * count and, last, its arrival. BITRANK_SIGN_WAVES=<w> (read on every call, an
      * A/B hook): w waves; 0: a block per 1024 entries. The entries' values do not
      * depend on the grid (only the per-block counts do, and their sum does not). */
-    /* the Adam job's blocks: the grid adam_kernel would have */
+    void (*kernel)(sign_jobs, adam_job) =
+        vec ? update_n_kernel<VEC_W, VEC_BATCH> : update_n_kernel<1, SCALAR_BATCH>;
+    const char *wv = getenv("BITRANK_SIGN_WAVES");
+    const int waves = wv ? atoi(wv) : 1;
+    size_t budget = 0, entries = 0;
+    if (waves > 0) {
+        int per_sm = 0;
+        BR_CUDA_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
+        budget = (size_t)waves * (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)s->sm_count;
+        for (size_t i = 0; i < a->n; i++)
+            entries += a->m[i].rows * a->m[i].r;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        const br_sign_step_args *m = &a->m[i];
+        J.job[i].ws.cnt = cnt + i * GRID_MAX;
+        size_t nb = update_blocks(m->rows * m->r, vec);
+        if (nb > GRID_MAX / BR_SIGN_STEPS_MAX) nb = GRID_MAX / BR_SIGN_STEPS_MAX;
+        if (budget) {
+            size_t share = (budget * m->rows * m->r + entries / 2) / entries;
+            if (share < 1) share = 1;
+            if (nb > share) nb = share;
+        }
+        J.start[i + 1] = J.start[i] + (unsigned)nb;
+    }
+    /* the Adam blocks after the steps' (or the finish blocks): the grid adam_kernel
+     * would have (first, with the updates in the rest of the wave: no gain measured,
+     * 33b0caa) */
     adam_job A = {};
     unsigned adam_blocks = 0;
     if (a->with_adam) {
@@ -838,47 +859,8 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
         one = one && !br_bufs_overlap(d->w, d->n, g, ng) && !br_bufs_overlap(d->m1, d->n, g, ng) &&
               !br_bufs_overlap(d->m2, d->n, g, ng);
     }
-    /* In one launch the Adam blocks come first and the updates take the rest of the
-     * wave: all of it runs at once (after the updates, the Adam blocks waited for
-     * slots and ran last). BITRANK_SIGN_ADAM_FIRST=0 (an A/B hook): after. */
-    const char *af = getenv("BITRANK_SIGN_ADAM_FIRST");
-    const unsigned front = one && !(af && !strcmp(af, "0")) ? adam_blocks : 0;
-    /* The update grid: one full wave of the GPU (the blocks it holds at once),
-     * shared by the jobs in proportion to their entries; each block then strides
-     * over its job's share. A block per 1024 entries (up to 2048 a job: 5120 blocks,
-     * ten waves, at the third bench shape) measured 5.4 µs slower on the H200 with
-     * the finish in the same launch (2026-11-30, 11:50 UTC): every block pays its
-     * start, its count and, last, its arrival. BITRANK_SIGN_WAVES=<w> (read on every
-     * call, an A/B hook): w waves; 0: a block per 1024 entries. The entries' values
-     * do not depend on the grid (only the per-block counts do, not their sum). */
-    void (*kernel)(sign_jobs, adam_job) =
-        vec ? update_n_kernel<VEC_W, VEC_BATCH> : update_n_kernel<1, SCALAR_BATCH>;
-    const char *wv = getenv("BITRANK_SIGN_WAVES");
-    const int waves = wv ? atoi(wv) : 1;
-    size_t budget = 0, entries = 0;
-    if (waves > 0) {
-        int per_sm = 0;
-        BR_CUDA_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
-        budget = (size_t)waves * (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)s->sm_count;
-        budget = budget > front + a->n ? budget - front : a->n;
-        for (size_t i = 0; i < a->n; i++)
-            entries += a->m[i].rows * a->m[i].r;
-    }
-    J.start[0] = front;
-    for (size_t i = 0; i < a->n; i++) {
-        const br_sign_step_args *m = &a->m[i];
-        J.job[i].ws.cnt = cnt + i * GRID_MAX;
-        size_t nb = update_blocks(m->rows * m->r, vec);
-        if (nb > GRID_MAX / BR_SIGN_STEPS_MAX) nb = GRID_MAX / BR_SIGN_STEPS_MAX;
-        if (budget) {
-            size_t share = (budget * m->rows * m->r + entries / 2) / entries;
-            if (share < 1) share = 1;
-            if (nb > share) nb = share;
-        }
-        J.start[i + 1] = J.start[i] + (unsigned)nb;
-    }
     if (one) J.ticket = s->tickets + BR_TICKET_SIGN_STEPS;
-    const unsigned grid = J.start[J.n] + (one && !front ? adam_blocks : 0);
+    const unsigned grid = J.start[J.n] + (one ? adam_blocks : 0);
     kernel<<<grid, THREADS, 0, s->stream>>>(J, A);
     BR_CUDA_LAUNCHED(ctx, "update_n_kernel");
     if (one) return BR_OK;
