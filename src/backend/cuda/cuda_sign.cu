@@ -341,7 +341,7 @@ __global__ void colfin_kernel(sign_job j) {
  * form issues a quarter of the memory instructions. On the H200 (2026-11-30, the
  * layer step at the third bench shape, ab-many): scalar 0.4204 ms, (4, 1) 0.4110,
  * (4, 2) 0.4162 (80 registers: 3 blocks an SM instead of 4); with br_sign_steps'
- * one-wave grid (11:50 UTC), (4, 2) 0.4032 against (4, 1) 0.3996. */
+ * one-wave grid (11:39 UTC), (4, 2) 0.4032 against (4, 1) 0.4003. */
 #define VEC_W 4
 #define VEC_BATCH 1
 #define SCALAR_BATCH 4
@@ -808,9 +808,11 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     /* The update grid: one full wave of the GPU (the blocks it holds at once),
      * shared by the jobs in proportion to their entries; each block then strides
      * over its job's share. A block per 1024 entries (up to 2048 a job: 5120 blocks,
-     * ten waves, at the third bench shape) measured 5.7 µs slower on the H200 with
-     * the finish in the same launch (2026-11-30): every block pays its start, its
-     * count and, last, its arrival. BITRANK_SIGN_WAVES=<w> (read on every call, an
+     * ten waves, at the third bench shape) measured 11 µs slower on the H200 with the
+     * finish in the same launch (2026-11-30, 11:34-11:35 UTC, one machine start: the
+     * layer step 0.4203 against 0.4089 ms) and 5.7 µs slower as it was, with a finish
+     * launch of its own (0.4146): every block pays its start, its count and, with the
+     * finish in the launch, its arrival. BITRANK_SIGN_WAVES=<w> (read on every call, an
      * A/B hook): w waves; 0: a block per 1024 entries. The entries' values do not
      * depend on the grid (only the per-block counts do, and their sum does not). */
     void (*kernel)(sign_jobs, adam_job) =
