@@ -1528,18 +1528,9 @@ static void expand_scaled2_bad_arguments(void) {
                              .plane = pt,
                              .ld = 64,
                              .paths = P,
-                             .by_rows = 0},
-                            {.bits = bits,
-                             .bits_stride = nb,
-                             .rows = rows,
-                             .r = r,
-                             .rowscale = f,
-                             .scale_stride = rows,
-                             .scale = 1.0f,
-                             .plane = prow,
-                             .ld = 200,
-                             .paths = P,
-                             .by_rows = 1}};
+                             .by_rows = 0}};
+    job[1] = job[0]; /* the same inputs, by rows into the plane after it */
+    job[1].plane = prow, job[1].ld = 200, job[1].by_rows = 1;
     br_expand_job bad[2];
     CHECK_OK(ctx, br_expand_scaled2(ctx, job)); /* adjacent planes, shared inputs */
     CHECK(br_expand_scaled2(NULL, job) == BR_E_ARG, "NULL ctx accepted");

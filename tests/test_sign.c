@@ -335,6 +335,23 @@ typedef struct step_out {
     uint32_t *bits, flips;
 } step_out;
 
+/* A case's step arguments but its buffers (the caller sets grad, bits, latent, m1,
+ * v, sched, flips, slot and the exact mode's operands). */
+static br_sign_step_args case_args(const step_case *c) {
+    return (br_sign_step_args){.exact = c->exact,
+                               .factored = c->factored,
+                               .rows = c->rows,
+                               .r = c->r,
+                               .budget = c->budget,
+                               .beta1 = c->beta1,
+                               .beta2 = c->beta2,
+                               .eps = c->eps,
+                               .clamp = c->clamp,
+                               .hyst = c->hyst,
+                               .nnorm = c->nnorm,
+                               .curv2 = c->curv2};
+}
+
 static step_out run_case(br_ctx *ctx, const step_case *c, int with_q) {
     size_t n = c->rows * c->r, nv = c->factored ? c->rows + c->r : n;
     br_buf *g = t_buf_from(ctx, BR_F32, c->grad, n), *lat = t_buf_from(ctx, BR_F32, c->lat, n);
@@ -347,31 +364,11 @@ static step_out run_case(br_ctx *ctx, const step_case *c, int with_q) {
     br_buf *colf = t_buf_from(ctx, BR_F32, c->colf, c->r),
            *colq = t_buf_from(ctx, BR_F32, c->colq, c->r);
     br_buf *ns = t_buf_from(ctx, BR_F32, c->normsrc, c->nnorm);
-    br_sign_step_args a = {.exact = c->exact,
-                           .factored = c->factored,
-                           .grad = g,
-                           .bits = bits,
-                           .latent = lat,
-                           .m1 = m1,
-                           .v = v,
-                           .sched = sched,
-                           .flips = flips,
-                           .slot = 2,
-                           .rows = c->rows,
-                           .r = c->r,
-                           .budget = c->budget,
-                           .beta1 = c->beta1,
-                           .beta2 = c->beta2,
-                           .eps = c->eps,
-                           .clamp = c->clamp,
-                           .hyst = c->hyst,
-                           .rowf = rowf,
-                           .rowq = with_q ? rowq : NULL,
-                           .colf = colf,
-                           .colq = with_q ? colq : NULL,
-                           .normsrc = with_q ? ns : NULL,
-                           .nnorm = c->nnorm,
-                           .curv2 = c->curv2};
+    br_sign_step_args a = case_args(c);
+    a.grad = g, a.bits = bits, a.latent = lat, a.m1 = m1, a.v = v;
+    a.sched = sched, a.flips = flips, a.slot = 2;
+    a.rowf = rowf, a.colf = colf;
+    a.rowq = with_q ? rowq : NULL, a.colq = with_q ? colq : NULL, a.normsrc = with_q ? ns : NULL;
     CHECK_OK(ctx, br_sign_step(ctx, &a));
     step_out o;
     o.lat = t_download_f32(ctx, lat, n);
@@ -782,31 +779,12 @@ static fused_bufs fused_upload(br_ctx *ctx, const fused_case *f) {
             b.rowq[i] = t_buf_from(ctx, BR_F32, c->rowq, c->rows);
             b.colq[i] = t_buf_from(ctx, BR_F32, c->colq, c->r);
         }
-        b.a[i] = (br_sign_step_args){.exact = c->exact,
-                                     .factored = c->factored,
-                                     .grad = b.grad[i],
-                                     .bits = b.bits[i],
-                                     .latent = b.lat[i],
-                                     .m1 = b.m1[i],
-                                     .v = b.v[i],
-                                     .sched = b.sched,
-                                     .flips = b.flips,
-                                     .slot = i + 1,
-                                     .rows = c->rows,
-                                     .r = c->r,
-                                     .budget = c->budget,
-                                     .beta1 = c->beta1,
-                                     .beta2 = c->beta2,
-                                     .eps = c->eps,
-                                     .clamp = c->clamp,
-                                     .hyst = c->hyst,
-                                     .rowf = b.rowf[i],
-                                     .rowq = b.rowq[i],
-                                     .colf = b.colf[i],
-                                     .colq = b.colq[i],
-                                     .normsrc = b.ns[i],
-                                     .nnorm = c->nnorm,
-                                     .curv2 = c->curv2};
+        br_sign_step_args *a = &b.a[i];
+        *a = case_args(c);
+        a->grad = b.grad[i], a->bits = b.bits[i], a->latent = b.lat[i], a->m1 = b.m1[i];
+        a->v = b.v[i], a->sched = b.sched, a->flips = b.flips, a->slot = i + 1;
+        a->rowf = b.rowf[i], a->rowq = b.rowq[i], a->colf = b.colf[i], a->colq = b.colq[i];
+        a->normsrc = b.ns[i];
     }
     return b;
 }

@@ -5,6 +5,10 @@
 
 #include "core/internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ctx non-NULL (returns BR_E_ARG without a message otherwise). */
 br_status br_check_ctx(const br_ctx *ctx);
 
@@ -38,5 +42,9 @@ br_status br_check_apart(br_ctx *ctx, const char *fn, const char *x_name, const 
                          size_t nx, const char *y_name, const br_buf *y, size_t ny);
 /* x is a finite float. */
 br_status br_check_finite(br_ctx *ctx, const char *fn, const char *name, float x);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -28,6 +28,9 @@ typedef struct br_cuda {
     /* arrival tickets of kernels whose last block finishes an op (zeroed at open;
      * the last block to arrive resets its ticket, so every launch finds it 0) */
     uint32_t *tickets;
+    /* blocks of the sign update kernel an SM holds, scalar and vector form (0: not
+     * asked yet; cuda_sign.cu) */
+    int sign_update_per_sm[2];
 } br_cuda;
 
 /* The ticket slots: one per job of a sign_steps update launch. */

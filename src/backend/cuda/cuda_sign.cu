@@ -27,9 +27,7 @@
  * Every kernel returns at once when the schedule's skip flag is set. */
 #include "backend/cuda/cuda_adam.cuh"
 #include "backend/cuda/cuda_internal.h"
-extern "C" {
-#include "ops/check.h" /* a C header without C++ guards */
-}
+#include "ops/check.h"
 #include "ops/sign_ops.h"
 
 #define THREADS 256
@@ -821,9 +819,12 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     const int waves = wv ? atoi(wv) : 1;
     size_t budget = 0, entries = 0;
     if (waves > 0) {
-        int per_sm = 0;
-        BR_CUDA_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
-        budget = (size_t)waves * (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)s->sm_count;
+        int *per_sm = &s->sign_update_per_sm[vec != 0]; /* asked once per context */
+        if (*per_sm == 0) {
+            BR_CUDA_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, THREADS, 0));
+            if (*per_sm < 1) *per_sm = 1;
+        }
+        budget = (size_t)waves * (size_t)*per_sm * (size_t)s->sm_count;
         for (size_t i = 0; i < a->n; i++)
             entries += a->m[i].rows * a->m[i].r;
     }
