@@ -621,7 +621,9 @@ typedef enum br_blr_part {
     BR_BLR_SUM_X2 = 11, /* f32 [n]  Σ_t x[t][j]², shared by the paths (BR_BLR_CURVATURE) */
 } br_blr_part;
 /* NULL when the layer has no such part or path. Ops and uploads on it change the
- * layer; it lives as long as the layer. */
+ * layer; it lives as long as the layer. Handing out G_U or G_V (BR_BLR_GU, BR_BLR_GV)
+ * makes the optimizer's steps measure them in full from then on (see
+ * br_blr_opt_step). */
 br_buf *br_blr_buf(br_blr *layer, size_t path, br_blr_part part);
 
 /* Every gradient and curvature sum to zero. An op. */
@@ -792,7 +794,13 @@ br_status br_blr_opt_set_lr(br_blr_opt *opt, float lr, float sign_lr);
  * recorded step refuses correctly on every replay. Run directly, it waits for the
  * device and returns BR_E_NONFINITE for a refused step; while recording it returns
  * BR_OK (read the outcome with br_blr_opt_info after the replay). Gradients are not
- * zeroed (br_blr_zero_grad). */
+ * zeroed (br_blr_zero_grad). The norms of G_U and G_V come from the row norms the
+ * backward wrote with them (m + n floats a path, not (m + n)·r): the layer's own ops
+ * are the only writers of G until br_blr_buf hands G_U or G_V out; from then on (and
+ * in steps recorded after that) the step reads G itself. A step recorded before G was
+ * handed out keeps the row norms: write G only through the layer's ops while such a
+ * graph is in use. The sign gradients' norms only report and refuse (the clipping is
+ * over the scale gradients), so either way the step changes the same bits. */
 br_status br_blr_opt_step(br_blr_opt *opt);
 
 /* What the last step did (waits for the device). Arrays are owned by the

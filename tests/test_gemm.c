@@ -1590,11 +1590,25 @@ typedef struct rd_side {
 
 /* Both sides as the layer lays them out: bits and h per path at padded strides,
  * grad per path at a padded stride (random when accumulating, else NaN), dsum of
- * both sides interleaved in one buffer (the layer's dh and dg), mats side by side in
- * one buffer. Checked against f64 (grad = h·M (+ grad), dsum = Σ ±M (+ dsum)), the
- * gaps between the pieces untouched, and on the CPU bit for bit against br_mm_tn2
- * then two br_sign_rowdot_paths on copies. */
+ * both sides interleaved in one buffer (the layer's dh and dg), likewise the row
+ * norms of the sides with grad (poisoned), mats side by side in one buffer. Checked
+ * against f64 (grad = h·M (+ grad), dsum = Σ ±M (+ dsum), rownorm = ‖grad row‖ of
+ * the grad as written), rownorm bit for bit against its documented order (on the
+ * downloaded grad), the gaps between the pieces untouched, and on the CPU bit for bit
+ * against br_mm_tn2 then two br_sign_rowdot_paths on copies. */
 static int rd_odd_stride; /* grad's path stride m·r + 7 instead of + 8 */
+
+/* ‖g‖ of a row of r as layer_ops.h documents rownorm: 32 lanes of fmaf in k order,
+ * the halving tree, sqrtf. */
+static float rd_row_norm(const float *g, size_t r) {
+    float lane[32] = {0};
+    for (size_t k = 0; k < r; k++)
+        lane[k % 32] = fmaf(g[k], g[k], lane[k % 32]);
+    for (int s = 16; s >= 1; s >>= 1)
+        for (int t = 0; t < s; t++)
+            lane[t] = lane[t] + lane[t + s];
+    return sqrtf(lane[0]);
+}
 
 static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumulate) {
     tn2_data d[2];
@@ -1613,6 +1627,10 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
     br_buf *dall = t_buf_from(ctx, BR_F32, dsum0, nd), *dv[2] = {NULL, NULL};
     CHECK_OK(ctx, br_buf_view(dall, 0, (sd[0].paths - 1) * pstride + m1, &dv[0]));
     CHECK_OK(ctx, br_buf_view(dall, m1 + 1, (sd[1].paths - 1) * pstride + m2, &dv[1]));
+    /* the row norms as the dsums: side 1's at 0, side 2's at m1 + 1 of each piece */
+    br_buf *nall = t_buf_poison(ctx, BR_F32, nd, T_NAN32), *nv[2] = {NULL, NULL};
+    CHECK_OK(ctx, br_buf_view(nall, 0, (sd[0].paths - 1) * pstride + m1, &nv[0]));
+    CHECK_OK(ctx, br_buf_view(nall, m1 + 1, (sd[1].paths - 1) * pstride + m2, &nv[1]));
     br_buf *mats = t_buf_poison(ctx, BR_F32, d[0].count + d[1].count, T_NAN32), *mv[2] = {0, 0};
     CHECK_OK(ctx, br_buf_view(mats, 0, d[0].count, &mv[0]));
     CHECK_OK(ctx, br_buf_view(mats, d[0].count, d[1].count, &mv[1]));
@@ -1657,6 +1675,8 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
                                  .grad_stride = gstr[i],
                                  .dsum = dv[i],
                                  .dsum_stride = pstride,
+                                 .rownorm = sd[i].with_grad ? nv[i] : NULL,
+                                 .rownorm_stride = pstride,
                                  .r = rr,
                                  .paths = Pi,
                                  .accumulate = accumulate};
@@ -1664,7 +1684,7 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
     CHECK_OK(ctx, br_mm_tn2_rowdot(ctx, side));
 
     const char *tile = getenv("BITRANK_GEMM_TILE");
-    float *dgot = t_download_f32(ctx, dall, nd);
+    float *dgot = t_download_f32(ctx, dall, nd), *ngot = t_download_f32(ctx, nall, nd);
     for (int i = 0; i < 2; i++) {
         const size_t m = mm[i].m, rr = sd[i].r, Pi = sd[i].paths, w = rr / 32;
         const size_t doff = i ? m1 + 1 : 0;
@@ -1693,6 +1713,24 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
             if (ggot) {
                 double err = t_rel_err(gblk, gref, m * rr);
                 CHECK(err < MM_TOL, "%s path %zu: grad relative error %.3g", what, p, err);
+                /* the row norms of the grad as written: f64, and the documented bits */
+                size_t norm_bits = 0;
+                double *nref = t_xmalloc(m * sizeof *nref);
+                float *nblk = t_xmalloc(m * sizeof *nblk);
+                for (size_t row = 0; row < m; row++) {
+                    double q = 0;
+                    for (size_t k = 0; k < rr; k++)
+                        q += (double)gblk[row * rr + k] * gblk[row * rr + k];
+                    nref[row] = sqrt(q);
+                    nblk[row] = ngot[p * pstride + doff + row];
+                    const float want = rd_row_norm(gblk + row * rr, rr);
+                    norm_bits += memcmp(&want, &nblk[row], 4) != 0;
+                }
+                err = t_rel_err(nblk, nref, m);
+                CHECK(err < 1e-5, "%s path %zu: rownorm relative error %.3g", what, p, err);
+                CHECK(norm_bits == 0, "%s path %zu: %zu row norms differ in bits from the order "
+                      "layer_ops.h documents", what, p, norm_bits);
+                free(nref), free(nblk);
                 /* the gap after the piece: never written */
                 for (size_t e = m * rr; e < gstr[i] && p + 1 < Pi; e++) {
                     uint32_t u;
@@ -1721,6 +1759,16 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
         if (!in1 && !in2) dgaps += u != u0;
     }
     CHECK(dgaps == 0, "mm_tn2_rowdot: %zu dsum elements outside both sides were written", dgaps);
+    size_t ngaps = 0; /* rownorm: written only at the pieces of the sides with grad */
+    for (size_t e = 0; e < nd; e++) {
+        const size_t p = e / pstride, o = e % pstride;
+        const int in1 = sd[0].with_grad && p < sd[0].paths && o < m1,
+                  in2 = sd[1].with_grad && p < sd[1].paths && o > m1 && o <= m1 + m2;
+        uint32_t u;
+        memcpy(&u, &ngot[e], 4);
+        if (!in1 && !in2) ngaps += u != T_NAN32;
+    }
+    CHECK(ngaps == 0, "mm_tn2_rowdot: %zu rownorm elements outside the sides were written", ngaps);
     if (strcmp(br_ctx_backend(ctx), "cpu") == 0) { /* the same bits as the ops apart */
         br_buf *dall2 = t_buf_from(ctx, BR_F32, dsum0, nd);
         for (int i = 0; i < 2; i++) {
@@ -1748,12 +1796,13 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
         free(a);
         br_buf_free(dall2);
     }
-    free(dgot), free(dsum0);
+    free(dgot), free(ngot), free(dsum0);
     for (int i = 0; i < 2; i++) {
         br_buf_free(bits[i]), br_buf_free(hs[i]), br_buf_free(grad[i]), br_buf_free(mv[i]);
         br_buf_free(dv[i]), br_buf_free(d[i].act), br_buf_free(d[i].plane);
         free(d[i].ref), free(hb[i]), free(hh[i]), free(g0[i]);
     }
+    br_buf_free(nv[0]), br_buf_free(nv[1]), br_buf_free(nall);
     br_buf_free(mats), br_buf_free(dall);
 }
 
@@ -1960,9 +2009,10 @@ static void mm_tn2_rowdot_bad_args(void) {
     br_buf *plane = t_buf_poison(ctx, BR_F16, k * n, 0x3C00u);
     br_buf *bits = t_buf_poison(ctx, BR_U32, P * m * r / 32, 0x5555u);
     br_buf *h = t_buf_poison(ctx, BR_F32, P * m, 0x3F800000u);
-    /* one f32 buffer: mat1, mat2, grad1, grad2, then the paths' [dh | dg] pieces */
+    /* one f32 buffer: mat1, mat2, grad1, grad2, then the paths' [dh | dg] pieces,
+     * then the paths' row norms of grad1 and grad2, pieces alike */
     const size_t nm = m * n, ng = P * m * r, ps = 2 * m; /* a path's dh then its dg */
-    const size_t total = 2 * nm + 2 * ng + P * ps;
+    const size_t total = 2 * nm + 2 * ng + 2 * P * ps;
     br_buf *all = t_buf_poison(ctx, BR_F32, total, T_NAN32), *mat1 = NULL, *mat2 = NULL;
     br_buf *g1 = NULL, *g2 = NULL, *d1 = NULL, *d2 = NULL, *d2bad = NULL, *g1bad = NULL;
     CHECK_OK(ctx, br_buf_view(all, 0, nm, &mat1));
@@ -1974,6 +2024,13 @@ static void mm_tn2_rowdot_bad_args(void) {
     CHECK_OK(ctx, br_buf_view(all, dbase + m, (P - 1) * ps + m, &d2));
     CHECK_OK(ctx, br_buf_view(all, dbase + m - 1, (P - 1) * ps + m, &d2bad));
     CHECK_OK(ctx, br_buf_view(all, nm + 5, ng, &g1bad)); /* over mat2 */
+    const size_t nbase = dbase + P * ps;
+    br_buf *n1 = NULL, *n2 = NULL, *n1short = NULL, *n1_on_g1 = NULL, *n1_on_d2 = NULL;
+    CHECK_OK(ctx, br_buf_view(all, nbase, (P - 1) * ps + m, &n1));
+    CHECK_OK(ctx, br_buf_view(all, nbase + m, (P - 1) * ps + m, &n2));
+    CHECK_OK(ctx, br_buf_view(all, nbase, m, &n1short));
+    CHECK_OK(ctx, br_buf_view(all, 2 * nm + 3, (P - 1) * ps + m, &n1_on_g1));
+    CHECK_OK(ctx, br_buf_view(all, dbase + m, (P - 1) * ps + m, &n1_on_d2));
     br_tn_rowdot side[2];
     for (int i = 0; i < 2; i++)
         side[i] = (br_tn_rowdot){.act = act,
@@ -1989,6 +2046,8 @@ static void mm_tn2_rowdot_bad_args(void) {
                                  .grad_stride = m * r,
                                  .dsum = i ? d2 : d1,
                                  .dsum_stride = ps,
+                                 .rownorm = i ? n2 : n1,
+                                 .rownorm_stride = ps,
                                  .r = r,
                                  .paths = P};
     CHECK(br_mm_tn2_rowdot(NULL, side) == BR_E_ARG, "NULL ctx");
@@ -2005,6 +2064,21 @@ static void mm_tn2_rowdot_bad_args(void) {
     bad[0] = side[0];
     bad[1].dsum = d2bad;
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "dsum1 overlaps dsum2", br_mm_tn2_rowdot(ctx, bad));
+    bad[1] = side[1];
+    bad[0].grad = NULL; /* the row norms are the grad's */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "rownorm without grad", br_mm_tn2_rowdot(ctx, bad));
+    bad[0] = side[0];
+    bad[0].rownorm_stride = m - 1;
+    CHECK_FAILS_MSG(ctx, BR_E_SHAPE, "rownorm_stride", br_mm_tn2_rowdot(ctx, bad));
+    bad[0] = side[0];
+    bad[0].rownorm = n1short;
+    CHECK_FAILS_MSG(ctx, BR_E_SIZE, "rownorm", br_mm_tn2_rowdot(ctx, bad));
+    bad[0] = side[0];
+    bad[0].rownorm = n1_on_g1;
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "rownorm overlaps grad", br_mm_tn2_rowdot(ctx, bad));
+    bad[0] = side[0];
+    bad[0].rownorm = n1_on_d2; /* on side 1's own dsum's span too */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "rownorm overlaps dsum", br_mm_tn2_rowdot(ctx, bad));
     float *after = t_download_f32(ctx, all, total);
     size_t written = 0;
     for (size_t i = 0; i < total; i++) {
@@ -2016,7 +2090,8 @@ static void mm_tn2_rowdot_bad_args(void) {
     free(after);
     /* the layer's interleaved dh and dg: accepted */
     CHECK_OK(ctx, br_mm_tn2_rowdot(ctx, side));
-    br_buf *bufs[] = {mat1, mat2, g1, g2, d1, d2, d2bad, g1bad, all, act, plane, bits, h};
+    br_buf *bufs[] = {mat1, mat2, g1,      g2,       d1,       d2,  d2bad, g1bad, n1, n2,
+                      n1short, n1_on_g1, n1_on_d2, all, act, plane, bits, h};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
     br_ctx_free(ctx);

@@ -747,7 +747,89 @@ static void bad_configurations(void) {
     br_ctx_free(ctx);
 }
 
+/* The sign gradients' norms from the row norms the backward wrote (the step's
+ * default while br_blr_buf has not handed out G_U or G_V): two rigs of the same data,
+ * one stepping on the row norms and one whose G the test read first (so its step
+ * reads G in full). The steps change every part bit for bit alike (the sign norms
+ * only report and refuse); each reported norm of G within 1e-5 of f64 over G as
+ * the backward left it, accumulating included; a step whose gradients are not finite
+ * is refused on the row norms too. */
+static void sign_norms_from_row_norms(void) {
+    br_ctx *ctx = t_ctx();
+    const size_t m = 70, n = 45, r = 64, P = 2, ntok = 40;
+    for (int accumulate = 0; accumulate < 2; accumulate++) {
+        rig g[2];
+        br_blr_opt *o[2] = {NULL, NULL};
+        br_opt_cfg c = br_opt_defaults();
+        c.sign_lr = 0.05f;
+        c.sign_tau = 0.02f;
+        br_step_info info[2];
+        for (int v = 0; v < 2; v++) {
+            g[v] = make_rig(ctx, 41, m, n, r, P, ntok, BR_BLR_SIGN_GRADS);
+            CHECK_OK(ctx, br_blr_opt_new(g[v].l, &c, &o[v]));
+            rig_pass(&g[v], 0);
+            if (accumulate) rig_pass(&g[v], 1);
+        }
+        /* rig 1: its G read before the step, as a caller that may write them would */
+        double want[2][2] = {{0, 0}, {0, 0}};
+        for (size_t p = 0; p < P; p++)
+            for (int which = 0; which < 2; which++) {
+                const size_t nn = (which ? n : m) * r;
+                float *G = ref_part(ctx, g[1].l, p, which ? BR_BLR_GV : BR_BLR_GU, nn);
+                double q = 0;
+                for (size_t e = 0; e < nn; e++)
+                    q += (double)G[e] * G[e];
+                want[p][which] = sqrt(q);
+                free(G);
+            }
+        for (int v = 0; v < 2; v++) {
+            CHECK_OK(ctx, br_blr_opt_step(o[v]));
+            CHECK_OK(ctx, br_blr_opt_info(o[v], &info[v]));
+        }
+        snap a = take_snap(ctx, g[0].l, o[0]), b = take_snap(ctx, g[1].l, o[1]);
+        CHECK(snap_diff(&a, &b) == 0, "accumulate %d: %zu parts differ between the steps on row "
+              "norms and on G", accumulate, snap_diff(&a, &b));
+        snap_free(&a), snap_free(&b);
+        for (size_t p = 0; p < P; p++)
+            for (int which = 0; which < 2; which++)
+                for (int v = 0; v < 2; v++) {
+                    const double got = info[v].norms[5 * p + 3 + (size_t)which];
+                    CHECK(fabs(got - want[p][which]) <= 1e-5 * want[p][which] && want[p][which] > 0,
+                          "accumulate %d path %zu %s, %s: norm %.9g, f64 %.9g", accumulate, p,
+                          which ? "G_V" : "G_U", v ? "from G" : "from row norms", got,
+                          want[p][which]);
+                }
+        for (int v = 0; v < 2; v++) {
+            br_blr_opt_free(o[v]);
+            free_rig(&g[v]);
+        }
+    }
+    /* not finite: dy with a NaN, G never handed out, the step refused */
+    rig g = make_rig(ctx, 42, m, n, r, P, ntok, BR_BLR_SIGN_GRADS);
+    br_opt_cfg c = br_opt_defaults();
+    br_blr_opt *o = NULL;
+    CHECK_OK(ctx, br_blr_opt_new(g.l, &c, &o));
+    float nan = NAN;
+    CHECK_OK(ctx, br_buf_upload(g.bdy, 3, &nan, 1));
+    rig_pass(&g, 0);
+    snap before = take_snap(ctx, g.l, o);
+    CHECK_FAILS(ctx, BR_E_NONFINITE, br_blr_opt_step(o));
+    snap after = take_snap(ctx, g.l, o);
+    CHECK(snap_diff(&before, &after) == 0, "a refused step changed %zu parts",
+          snap_diff(&before, &after));
+    br_step_info info;
+    CHECK_OK(ctx, br_blr_opt_info(o, &info));
+    CHECK(info.refused == 1 && info.steps == 0, "refused %d steps %llu", info.refused,
+          (unsigned long long)info.steps);
+    CHECK(!isfinite(info.norms[3]) && !isfinite(info.norms[4]),
+          "the row norms carry the NaN: G_U %g, G_V %g", info.norms[3], info.norms[4]);
+    snap_free(&before), snap_free(&after);
+    br_blr_opt_free(o);
+    free_rig(&g);
+    br_ctx_free(ctx);
+}
+
 T_RUN("optim", T_CASE(latent_full_step), T_CASE(latent_factored_step), T_CASE(latent_budgeted_step),
       T_CASE(input_grad_before_flips), T_CASE(deferred_equals_summed), T_CASE(nonfinite_refused),
       T_CASE(exact_flip_picks_best), T_CASE(training_reduces_loss), T_CASE(latent_from_factor),
-      T_CASE(bad_configurations))
+      T_CASE(sign_norms_from_row_norms), T_CASE(bad_configurations))

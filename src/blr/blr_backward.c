@@ -11,8 +11,10 @@
  *     N_V = f16(x)ᵀ · B' / gs                   [n][R]        in one op, K = tokens, dy16
  *                                                             and A', x16 and B' read as
  *                                                             they are
- *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   (its rowdots)
- *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]
+ *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   (its rowdots,
+ *     G_V,p (+)= g_p ⊙ N_V[:, p·r..];  dg_p += Σ_k S_V,p ⊙ N_V[:, p·r..]    with the
+ *                                               row norms of G as written, for the
+ *                                               optimizer's step)
  *     X_V = [f16(g_p ⊙ S_V,p)]                  [n][R]      br_expand_scaled_rows_paths
  *     dx  = B' · X_Vᵀ / gs                      [T][n]      br_mm, ONE GEMM, K = R (dx only)
  * Why M_U gives dh: dh_i = Σ_t dy_ti·c_ti with c = A'·S_Uᵀ, so dh_i = Σ_k S_U[i,k]·
@@ -68,6 +70,8 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
          .grad_stride = ss[BR_BLR_GU],
          .dsum = sp[BR_BLR_DH],
          .dsum_stride = ss[BR_BLR_DH],
+         .rownorm = sign ? l->rownorm_u : NULL,
+         .rownorm_stride = m + n,
          .r = r,
          .paths = P,
          .accumulate = accumulate},
@@ -84,6 +88,8 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
          .grad_stride = ss[BR_BLR_GV],
          .dsum = sp[BR_BLR_DG],
          .dsum_stride = ss[BR_BLR_DG],
+         .rownorm = sign ? l->rownorm_v : NULL,
+         .rownorm_stride = m + n,
          .r = r,
          .paths = P,
          .accumulate = accumulate}};

@@ -25,10 +25,17 @@ struct br_blr {
     size_t path_len; /* m + r + n: one path's h | ℓ | g */
     br_buf *params;  /* f32 [paths][m + r + n] */
     /* f32 [paths][m + r + n] (dh | dℓ | dg), then with BR_BLR_SIGN_GRADS
-     * [paths][(m + n)·r] (G_U | G_V): one concatenation, so one br_sumsq_cat
-     * and one br_adam_cat cover a layer */
+     * [paths][(m + n)·r] (G_U | G_V) and [paths][m + n] (their row norms, as the
+     * backward wrote them): one concatenation, so one br_sumsq_cat and one
+     * br_adam_cat cover a layer */
     br_buf *grads;
     size_t grads_len;
+    /* views of the row norms of G_U (path p's m at p·(m + n)) and of G_V (path p's
+     * n at m + p·(m + n)); NULL without BR_BLR_SIGN_GRADS */
+    br_buf *rownorm_u, *rownorm_v;
+    /* br_blr_buf has handed out G_U or G_V: the caller may have written them, so
+     * their row norms no longer stand for them (the optimizer reads G itself) */
+    int sign_grads_out;
     br_buf *bits;      /* u32 [paths][(mpad + npad)·words] */
     br_buf *curv;      /* f32 [paths·r + n]: Σ_t a² per path, then Σ_t x² (CURVATURE) */
     br_blr_path *path; /* [paths] */
@@ -42,6 +49,11 @@ struct br_blr {
 /* Offset of a path's sign gradients inside grads (elements). */
 static inline size_t br_blr_sign_grad_off(const br_blr *l, size_t p) {
     return l->paths * l->path_len + p * (l->m + l->n) * l->r;
+}
+
+/* Offset of a path's row norms of G_U (then, m further, of G_V) inside grads. */
+static inline size_t br_blr_rownorm_off(const br_blr *l, size_t p) {
+    return br_blr_sign_grad_off(l, l->paths) + p * (l->m + l->n);
 }
 
 /* Transients of the layer ops, valid within one op (R = paths·r, the total rank

@@ -23,6 +23,8 @@ void br_blr_free(br_blr *l) {
     for (int i = 0; i < BR_BLR_NPARTS; i++)
         br_buf_free(l->span[i]);
     br_buf_free(l->params);
+    br_buf_free(l->rownorm_u);
+    br_buf_free(l->rownorm_v);
     br_buf_free(l->grads);
     br_buf_free(l->bits);
     br_buf_free(l->curv);
@@ -67,6 +69,11 @@ static br_status make_views(br_blr *l) {
         BR_TRY(br_buf_view(pl.buf, pl.off, (l->paths - 1) * pl.stride + pl.count, &l->span[i]));
         l->span_stride[i] = pl.stride;
     }
+    if (l->flags & BR_BLR_SIGN_GRADS) {
+        size_t no = br_blr_rownorm_off(l, 0), mn = l->m + l->n, last = (l->paths - 1) * mn;
+        BR_TRY(br_buf_view(l->grads, no, last + l->m, &l->rownorm_u));
+        BR_TRY(br_buf_view(l->grads, no + l->m, last + l->n, &l->rownorm_v));
+    }
     size_t w = l->words;
     for (size_t p = 0; p < l->paths; p++) {
         size_t bo = p * (l->mpad + l->npad) * w;
@@ -101,6 +108,12 @@ br_status br_blr_new(br_ctx *ctx, size_t m, size_t n, size_t r, size_t paths, un
     BR_TRY(br_check_mul(ctx, fn, "paths·(mpad+npad)·r/32", paths, tmp, &bits_len));
     if (flags & BR_BLR_SIGN_GRADS) {
         BR_TRY(br_check_mul(ctx, fn, "paths·(m+n)·r", paths, mnr, &sgl));
+        size_t norms; /* the row norms of G_U and G_V: paths·(m + n) ≤ paths·(m+n)·r */
+        BR_TRY(br_check_mul(ctx, fn, "paths·(m+n)", paths, mn, &norms));
+        if (norms > BR_MAX_ELEMS - sgl)
+            return br_fail(ctx, BR_E_OVERFLOW, "%s: the sign gradients exceed %zu", fn,
+                           (size_t)BR_MAX_ELEMS);
+        sgl += norms;
         if (sgl > BR_MAX_ELEMS - plen)
             return br_fail(ctx, BR_E_OVERFLOW, "%s: the gradients (%zu + %zu) exceed %zu", fn, plen,
                            sgl, (size_t)BR_MAX_ELEMS);
@@ -156,6 +169,7 @@ br_ctx *br_blr_ctx(const br_blr *l) { return l ? l->ctx : NULL; }
 
 br_buf *br_blr_buf(br_blr *l, size_t path, br_blr_part part) {
     if (!l || path >= l->paths || (int)part < 0 || (int)part >= BR_BLR_NPARTS) return NULL;
+    if (part == BR_BLR_GU || part == BR_BLR_GV) l->sign_grads_out = 1;
     return l->path[path].part[part];
 }
 

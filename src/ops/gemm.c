@@ -185,7 +185,7 @@ static int pieces_overlap(const pieces *x, const pieces *y) {
 static br_status submit_tn2(br_ctx *ctx, const char *fn, br_op *op, const size_t copy[2]) {
     const br_mm_tn2_args *a = &op->u.mm_tn2;
     const br_mm_args *m = a->mm;
-    pieces mat[2], act[2], plane[2], grad[2], dsum[2], bits[2], scale[2];
+    pieces mat[2], act[2], plane[2], grad[2], dsum[2], rnorm[2], bits[2], scale[2];
     for (int i = 0; i < 2; i++) {
         const br_sign_rowdot_args *rd = &a->rd[i]; /* all NULL without rowdot */
         const size_t P = a->rowdot ? rd->paths : 1;
@@ -197,6 +197,8 @@ static br_status submit_tn2(br_ctx *ctx, const char *fn, br_op *op, const size_t
                             (m[i].g.k - 1) * m[i].ldp + m[i].g.n};
         grad[i] = (pieces){i ? "grad2" : "grad1", rd->grad, P, rd->grad_stride, rd->rows * rd->r};
         dsum[i] = (pieces){i ? "dsum2" : "dsum1", rd->dsum, P, rd->dsum_stride, rd->rows};
+        rnorm[i] = (pieces){i ? "rownorm2" : "rownorm1", rd->rownorm, P, rd->rownorm_stride,
+                            rd->rows};
         bits[i] =
             (pieces){i ? "bits2" : "bits1", rd->bits, P, rd->bits_stride, rd->rows * rd->r / 32};
         scale[i] =
@@ -204,9 +206,9 @@ static br_status submit_tn2(br_ctx *ctx, const char *fn, br_op *op, const size_t
     }
     for (int i = 0; i < 2; i++) {
         const int j = 1 - i;
-        const pieces *outs[] = {&mat[i], &grad[i], &dsum[i]};
+        const pieces *outs[] = {&mat[i], &grad[i], &dsum[i], &rnorm[i]};
         const pieces *others[] = {&act[0],  &act[1],  &plane[0], &plane[1], &mat[j],
-                                  &grad[j], &dsum[j], &bits[j],  &scale[j]};
+                                  &grad[j], &dsum[j], &rnorm[j], &bits[j],  &scale[j]};
         for (size_t u = 0; u < sizeof outs / sizeof outs[0]; u++)
             for (size_t v = 0; v < sizeof others / sizeof others[0]; v++)
                 if (!(u == 0 && (others[v] == &act[i] || others[v] == &plane[i])) &&
@@ -258,6 +260,7 @@ br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]) {
                                       s->rowscale, s->scale_stride, s->grad, s->grad_stride,
                                       s->dsum, s->dsum_stride, g->m, s->r, s->paths, s->accumulate,
                                       &a->rd[i]));
+        BR_TRY(br_sign_rowdot_rownorm(ctx, fn, s->rownorm, s->rownorm_stride, &a->rd[i]));
     }
     return submit_tn2(ctx, fn, &op, copy);
 }

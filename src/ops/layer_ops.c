@@ -216,6 +216,31 @@ br_status br_sign_rowdot_args_of(br_ctx *ctx, const char *fn, const br_buf *mat,
     return BR_OK;
 }
 
+br_status br_sign_rowdot_rownorm(br_ctx *ctx, const char *fn, br_buf *rownorm, size_t stride,
+                                 br_sign_rowdot_args *a) {
+    if (!rownorm) return BR_OK;
+    if (!a->grad) return br_fail(ctx, BR_E_ARG, "%s: rownorm without grad", fn);
+    const size_t paths = a->paths, rows = a->rows;
+    BR_TRY(check_out_stride(ctx, fn, "rownorm_stride", rownorm, paths, stride, "rows", rows));
+    size_t s_norm, s_grad, s_bits, s_scale, s_dsum, n_mat;
+    BR_TRY(span(ctx, fn, "rownorm_stride", rownorm, paths, stride, rows, &s_norm));
+    BR_TRY(br_check_buf(ctx, fn, "rownorm", rownorm, BR_F32, s_norm));
+    /* the spans the args were checked with (strides 0 with one path) */
+    BR_TRY(span(ctx, fn, "grad_stride", a->grad, paths, a->grad_stride, rows * a->r, &s_grad));
+    BR_TRY(span(ctx, fn, "bits_stride", a->bits, paths, a->bits_stride, rows * a->r / 32, &s_bits));
+    BR_TRY(span(ctx, fn, "scale_stride", a->rowscale, paths, a->scale_stride, rows, &s_scale));
+    BR_TRY(span(ctx, fn, "dsum_stride", a->dsum, paths, a->dsum_stride, rows, &s_dsum));
+    n_mat = rows * a->ldm;
+    BR_TRY(br_check_apart(ctx, fn, "rownorm", rownorm, s_norm, "mat", a->mat, n_mat));
+    BR_TRY(br_check_apart(ctx, fn, "rownorm", rownorm, s_norm, "rowscale", a->rowscale, s_scale));
+    BR_TRY(br_check_apart(ctx, fn, "rownorm", rownorm, s_norm, "bits", a->bits, s_bits));
+    BR_TRY(br_check_apart(ctx, fn, "rownorm", rownorm, s_norm, "grad", a->grad, s_grad));
+    BR_TRY(br_check_apart(ctx, fn, "rownorm", rownorm, s_norm, "dsum", a->dsum, s_dsum));
+    a->rownorm = rownorm;
+    a->rownorm_stride = paths > 1 ? stride : 0;
+    return BR_OK;
+}
+
 static br_status sign_rowdot(br_ctx *ctx, const char *fn, const br_buf *mat, size_t ldm,
                              size_t col0, const br_buf *bits, size_t bits_stride,
                              const br_buf *rowscale, size_t scale_stride, br_buf *grad,

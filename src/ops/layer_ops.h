@@ -180,15 +180,22 @@ br_status br_mm_tn2(br_ctx *ctx, const br_buf *act1, const br_buf *plane1, size_
 /* One side of br_mm_tn2_rowdot: the plain product mat = br_mm_tn(act, plane, ldp, g)
  * (no colscale, no c; g.n = paths·r), then br_sign_rowdot_paths(mat, g.ldo (0: g.n),
  * g.ocol, bits, bits_stride, rowscale, scale_stride, grad, grad_stride, dsum,
- * dsum_stride, g.m, r, paths, accumulate) on it. */
+ * dsum_stride, g.m, r, paths, accumulate) on it. And, where rownorm is not NULL
+ * (it needs grad), the norm of every gradient row as written (after accumulate):
+ *     rownorm[i] = sqrtf(q_i),  q_i = Σ_k grad[i][k]² in the order of total_i
+ *                  (lane l: fmaf(g, g, lane) over k = l, l+32, ... from +0; then
+ *                  the halving tree), sqrtf correctly rounded
+ * at p·rownorm_stride for path p (f32 [rows] each; stride ≥ rows where paths > 1),
+ * bit for bit the same on every backend. A gradient's squared norm is then Σ_i
+ * rownorm[i]², from rows floats instead of rows·r (the optimizer's step). */
 typedef struct br_tn_rowdot {
     const br_buf *act, *plane;
     size_t ldp;
     br_buf *mat;
     br_gemm g;
     const br_buf *bits, *rowscale;
-    br_buf *grad, *dsum;
-    size_t bits_stride, scale_stride, grad_stride, dsum_stride;
+    br_buf *grad, *dsum, *rownorm;
+    size_t bits_stride, scale_stride, grad_stride, dsum_stride, rownorm_stride;
     size_t r, paths;
     int accumulate;
 } br_tn_rowdot;

@@ -257,8 +257,9 @@ typedef struct br_sign_rowdot_args {
     const br_buf *rowscale; /* f32 [rows] per path; may be NULL without grad */
     br_buf *grad;           /* f32 [rows][r] per path or NULL */
     br_buf *dsum;           /* f32 [rows] per path or NULL */
+    br_buf *rownorm;        /* f32 [rows] per path or NULL: ‖grad[i]‖ as written */
     size_t rows, r, ldm, col0;
-    size_t paths, bits_stride, scale_stride, grad_stride, dsum_stride;
+    size_t paths, bits_stride, scale_stride, grad_stride, dsum_stride, rownorm_stride;
     int accumulate; /* grad += instead of = */
 } br_sign_rowdot_args;
 
@@ -340,6 +341,11 @@ br_status br_sign_rowdot_args_of(br_ctx *ctx, const char *fn, const br_buf *mat,
                                  const br_buf *rowscale, size_t scale_stride, br_buf *grad,
                                  size_t grad_stride, br_buf *dsum, size_t dsum_stride, size_t rows,
                                  size_t r, size_t paths, int accumulate, br_sign_rowdot_args *out);
+/* The row norms of a rowdot's gradient (br_tn_rowdot's rownorm) into args made by
+ * br_sign_rowdot_args_of: checked against them (grad present, rows floats per path
+ * at `stride`, apart from every other operand), then set. */
+br_status br_sign_rowdot_rownorm(br_ctx *ctx, const char *fn, br_buf *rownorm, size_t stride,
+                                 br_sign_rowdot_args *args);
 
 /* br_adam_cat's checks and its op's arguments (optim_ops.c), for the ops that
  * include an Adam over concatenated parameters. */

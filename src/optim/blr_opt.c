@@ -107,7 +107,7 @@ void br_blr_opt_free(br_blr_opt *o) {
         for (size_t i = 0; i < 2 * o->paths; i++)
             br_buf_free(o->adam_view[i]);
     br_buf *bufs[] = {o->adam_m1,    o->adam_m2,  o->mask,  o->floor, o->adam_mem,
-                      o->tab,        o->partials, o->hyper, o->state, o->sched,
+                      o->tab,        o->tab_norms, o->partials, o->hyper, o->state, o->sched,
                       o->sign_sched, o->norms,    o->ctrl,  o->flips, o->sign_mem};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
@@ -123,7 +123,7 @@ static br_status upload_tables(br_blr_opt *o) {
     br_blr *l = o->layer;
     size_t P = l->paths;
     float *mask = malloc(o->nscale * sizeof *mask), *fl = malloc(o->nscale * sizeof *fl);
-    uint32_t *tab = malloc(2 * o->np * sizeof *tab);
+    uint32_t *tab = malloc(4 * o->np * sizeof *tab), *tabn = tab + 2 * o->np;
     br_status st = BR_OK;
     if (!mask || !fl || !tab) {
         st = br_fail(o->ctx, BR_E_NOMEM, "br_blr_opt_new: out of host memory");
@@ -146,9 +146,19 @@ static br_status upload_tables(br_blr_opt *o) {
         tab[2 * (3 * P + 2 * p + 1)] = (uint32_t)(go + l->m * l->r);
         tab[2 * (3 * P + 2 * p + 1) + 1] = (uint32_t)(l->n * l->r);
     }
+    /* the same table on the row norms of G_U and G_V */
+    memcpy(tabn, tab, 6 * P * sizeof *tab);
+    for (size_t p = 0; p < P && o->np > 3 * P; p++) {
+        size_t no = br_blr_rownorm_off(l, p);
+        tabn[2 * (3 * P + 2 * p)] = (uint32_t)no;
+        tabn[2 * (3 * P + 2 * p) + 1] = (uint32_t)l->m;
+        tabn[2 * (3 * P + 2 * p + 1)] = (uint32_t)(no + l->m);
+        tabn[2 * (3 * P + 2 * p + 1) + 1] = (uint32_t)l->n;
+    }
     if ((st = br_buf_upload(o->mask, 0, mask, o->nscale)) == BR_OK &&
-        (st = br_buf_upload(o->floor, 0, fl, o->nscale)) == BR_OK)
-        st = br_buf_upload(o->tab, 0, tab, 2 * o->np);
+        (st = br_buf_upload(o->floor, 0, fl, o->nscale)) == BR_OK &&
+        (st = br_buf_upload(o->tab, 0, tab, 2 * o->np)) == BR_OK)
+        st = br_buf_upload(o->tab_norms, 0, tabn, 2 * o->np);
 done:
     free(mask);
     free(fl);
@@ -237,6 +247,7 @@ br_status br_blr_opt_new(br_blr *l, const br_opt_cfg *cfg, br_blr_opt **out) {
         (st = br_buf_view(o->adam_mem, 2 * o->nscale, o->nscale, &o->mask)) ||
         (st = br_buf_view(o->adam_mem, 3 * o->nscale, o->nscale, &o->floor)) ||
         (st = br_buf_new(ctx, BR_U32, 2 * o->np, &o->tab)) ||
+        (st = br_buf_new(ctx, BR_U32, 2 * o->np, &o->tab_norms)) ||
         (st = br_buf_new(ctx, BR_F32, o->np * BR_SUMSQ_PARTS, &o->partials)) ||
         (st = br_buf_new(ctx, BR_F32, nctrl, &o->ctrl)) ||
         (st = br_buf_view(o->ctrl, off, BR_CTRL_HYPER, &o->hyper)) ||
@@ -316,7 +327,13 @@ static br_sign_step_args sign_args(br_blr_opt *o, size_t i) {
 static br_status opt_step(br_blr_opt *o) {
     br_ctx *ctx = o->ctx;
     br_blr *l = o->layer;
-    BR_TRY(br_sumsq_cat(ctx, l->grads, o->tab, o->np, o->partials));
+    /* the sign gradients' norms from the row norms their backward wrote, unless
+     * br_blr_buf handed them out (then they may have been written since); A/B hook,
+     * read on every call: BITRANK_OPT_ROW_NORMS=0 reads G in full */
+    const char *e = getenv("BITRANK_OPT_ROW_NORMS");
+    const int rows = !l->sign_grads_out && !(e && !strcmp(e, "0"));
+    const br_buf *tab = rows ? o->tab_norms : o->tab;
+    BR_TRY(br_sumsq_cat(ctx, l->grads, tab, o->np, o->partials));
     br_step_ctrl_args c = {.partials = o->partials,
                            .np = o->np,
                            .nclip = o->nclip,

@@ -25,6 +25,9 @@ struct br_blr_opt {
     /* gradient norms: np parameters of the layer's grads, scale ones first */
     size_t np, nclip;
     br_buf *tab;      /* u32 [2·np] */
+    /* u32 [2·np]: tab with G_U's and G_V's entries on their row norms (the layer's,
+     * as its backward wrote them): Σ rownorm² = ‖G‖² from m + n floats, not (m + n)·r */
+    br_buf *tab_norms;
     br_buf *partials; /* f32 [np][BR_SUMSQ_PARTS] */
     br_buf *ctrl;     /* f32: hyper [4] | state [4] | sched [4] | sign_sched [8] | norms [np+1] */
     br_buf *hyper, *state, *sched, *sign_sched, *norms;

@@ -4,6 +4,7 @@
  * results are the same on any number of threads and bit-identical to the kernels.
  * An op of several paths runs them one after another, each exactly as alone; so
  * does an op of two expands. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,9 +98,25 @@ static float row_sign_dot(const float *m, const uint32_t *bits, size_t r) {
     return lane[0];
 }
 
+/* ‖g‖ of one gradient row of r (a multiple of 32), as layer_ops.h's rownorm: lane l
+ * sums fmaf(g, g, lane) over k ≡ l (mod 32) in increasing k from +0, then the
+ * halving tree, then sqrtf (correctly rounded, as the GPU's). */
+static float row_norm(const float *g, size_t r) {
+    float lane[32];
+    for (int l = 0; l < 32; l++)
+        lane[l] = 0.0f;
+    for (size_t w = 0; w < r / 32; w++)
+        for (unsigned l = 0; l < 32; l++)
+            lane[l] = fmaf(g[32 * w + l], g[32 * w + l], lane[l]);
+    for (int s = 16; s >= 1; s >>= 1)
+        for (int t = 0; t < s; t++)
+            lane[t] = lane[t] + lane[t + s];
+    return sqrtf(lane[0]);
+}
+
 /* One path: mat points at its first column of row 0 (row stride ldm). */
 static void sign_rowdot_path(const br_sign_rowdot_args *a, const float *mat, const uint32_t *bits,
-                             const float *rowscale, float *grad, float *dsum) {
+                             const float *rowscale, float *grad, float *dsum, float *rownorm) {
     size_t rows = a->rows, r = a->r, words = r / 32;
     OMP("omp parallel for schedule(static) if (rows * r >= PARALLEL_MIN_ELEMS)")
     for (size_t i = 0; i < rows; i++) {
@@ -112,6 +129,7 @@ static void sign_rowdot_path(const br_sign_rowdot_args *a, const float *mat, con
             else
                 for (size_t k = 0; k < r; k++)
                     g[k] = h * m[k];
+            if (rownorm) rownorm[i] = row_norm(g, r);
         }
         if (dsum) {
             float total = row_sign_dot(m, bits + i * words, r);
@@ -127,12 +145,14 @@ br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op) {
     const float *rowscale = a->rowscale ? br_ptr(a->rowscale) : NULL; /* [rows] per path */
     float *grad = a->grad ? br_ptr(a->grad) : NULL;                   /* [rows][r] per path */
     float *dsum = a->dsum ? br_ptr(a->dsum) : NULL;                   /* [rows] per path */
+    float *rownorm = a->rownorm ? br_ptr(a->rownorm) : NULL;          /* [rows] per path */
     ctx->stats.launches++;
     for (size_t p = 0; p < a->paths; p++) /* NULL stays NULL: no arithmetic on it */
         sign_rowdot_path(a, mat + a->col0 + p * a->r, bits ? bits + p * a->bits_stride : NULL,
                          rowscale ? rowscale + p * a->scale_stride : NULL,
                          grad ? grad + p * a->grad_stride : NULL,
-                         dsum ? dsum + p * a->dsum_stride : NULL);
+                         dsum ? dsum + p * a->dsum_stride : NULL,
+                         rownorm ? rownorm + p * a->rownorm_stride : NULL);
     return BR_OK;
 }
 

@@ -49,6 +49,7 @@ static __device__ __forceinline__ uint32_t flip2(uint32_t x0, uint32_t x1, unsig
 /* Where path p's operands are: element offsets p·stride from each base. */
 typedef struct path_strides {
     size_t bits, scale, out, dsum; /* out: the plane (expand) or grad (rowdot) */
+    size_t norm;                   /* rowdot: its gradient's row norms */
     unsigned paths;
 } path_strides;
 
@@ -247,7 +248,7 @@ static expand_job expand_job_of(br_ctx *ctx, const br_expand_scaled_args *a, uns
     e.ld = (unsigned)a->ld;
     e.by_rows = a->by_rows;
     /* path p's plane: columns p·r.. by rows, else rows p·r.. */
-    e.ps = {a->bits_stride, a->scale_stride, a->by_rows ? a->r : a->r * a->ld, 0,
+    e.ps = {a->bits_stride, a->scale_stride, a->by_rows ? a->r : a->r * a->ld, 0, 0,
             (unsigned)a->paths};
     /* ld % 8 == 0: every row is aligned with the base; so is every path's plane when
      * its stride is a multiple of 8 halves (r % 32 == 0: always) */
@@ -319,7 +320,7 @@ typedef struct rowdot_job {
     size_t ldm;
     const uint32_t *bits0;
     const float *rowscale0;
-    float *grad0, *dsum0;
+    float *grad0, *dsum0, *rownorm0;
     unsigned rows, r;
     int accumulate;
     path_strides ps;
@@ -333,18 +334,21 @@ static rowdot_job rowdot_job_of(const br_sign_rowdot_args *a) {
         (const float *)br_ptr(a->rowscale),
         (float *)br_ptr(a->grad),
         (float *)br_ptr(a->dsum),
+        (float *)br_ptr(a->rownorm),
         (unsigned)a->rows,
         (unsigned)a->r,
         a->accumulate,
-        {a->bits_stride, a->scale_stride, a->grad_stride, a->dsum_stride, (unsigned)a->paths}};
+        {a->bits_stride, a->scale_stride, a->grad_stride, a->dsum_stride, a->rownorm_stride,
+         (unsigned)a->paths}};
     return j;
 }
 
 /* One warp per row i: lane l takes columns k = l, l+32, ... (coalesced 128-byte
  * loads of M, stores of grad); grad[i][k] = fl(h·M) (+ grad); the signed sum runs
  * in the lane order of layer_ops.h, then the shuffle tree (lane t adds lane t + s
- * for s = 16..1) and dsum[i] (+)= lane 0's total. Paths y0, y0 + ny, ... of the
- * job; rows over blockIdx.x (strided over gridDim.x). */
+ * for s = 16..1) and dsum[i] (+)= lane 0's total. The squares of the grad values
+ * written go the same way into rownorm[i] = sqrt(lane 0's sum). Paths y0, y0 + ny,
+ * ... of the job; rows over blockIdx.x (strided over gridDim.x). */
 static __device__ void rowdot_rows(const rowdot_job &j, unsigned y0, unsigned ny) {
     unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32, words = j.r / 32;
     for (unsigned p = y0; p < j.ps.paths; p += ny) { /* warp-uniform */
@@ -353,10 +357,11 @@ static __device__ void rowdot_rows(const rowdot_job &j, unsigned y0, unsigned ny
         const float *rowscale = j.rowscale0 ? j.rowscale0 + p * j.ps.scale : NULL;
         float *grad = j.grad0 ? j.grad0 + p * j.ps.out : NULL;
         float *dsum = j.dsum0 ? j.dsum0 + p * j.ps.dsum : NULL;
+        float *rownorm = j.rownorm0 ? j.rownorm0 + p * j.ps.norm : NULL;
         for (unsigned i = blockIdx.x * warps + threadIdx.x / 32; i < j.rows;
              i += gridDim.x * warps) {
             const float *row = m + (size_t)i * j.ldm;
-            float h = grad ? rowscale[i] : 0.0f, acc = 0.0f;
+            float h = grad ? rowscale[i] : 0.0f, acc = 0.0f, sq = 0.0f;
             for (unsigned w0 = 0; w0 < words; w0 += RD_BATCH) {
                 float x[RD_BATCH];
                 uint32_t b[RD_BATCH];
@@ -373,7 +378,9 @@ static __device__ void rowdot_rows(const rowdot_job &j, unsigned y0, unsigned ny
                         if (grad) {
                             size_t e = (size_t)i * j.r + 32 * (w0 + u) + lane;
                             float pr = __fmul_rn(h, x[u]);
-                            grad[e] = j.accumulate ? __fadd_rn(grad[e], pr) : pr;
+                            const float gv = j.accumulate ? __fadd_rn(grad[e], pr) : pr;
+                            grad[e] = gv;
+                            sq = __fmaf_rn(gv, gv, sq); /* unused without rownorm */
                         }
                         if (dsum) acc = __fadd_rn(acc, b[u] >> lane & 1u ? x[u] : -x[u]);
                     }
@@ -383,6 +390,11 @@ static __device__ void rowdot_rows(const rowdot_job &j, unsigned y0, unsigned ny
                 for (unsigned s = 16; s >= 1; s >>= 1)
                     acc = __fadd_rn(acc, __shfl_down_sync(FULL_MASK, acc, s));
                 if (lane == 0) dsum[i] = j.accumulate ? __fadd_rn(dsum[i], acc) : acc;
+            }
+            if (rownorm) {
+                for (unsigned s = 16; s >= 1; s >>= 1)
+                    sq = __fadd_rn(sq, __shfl_down_sync(FULL_MASK, sq, s));
+                if (lane == 0) rownorm[i] = __fsqrt_rn(sq);
             }
         }
     }

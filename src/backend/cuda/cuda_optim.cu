@@ -86,9 +86,16 @@ __global__ void __launch_bounds__(SUMSQ_LANES, 2)
             x = a + (avail ? off : 0);
             n = len < avail ? len : avail;
         }
+        unsigned c0 = j * SUMSQ_LANES;
+        /* a partial past the parameter's elements: every lane +0, so the tree's sum is
+         * +0 (the same bits without the tree's ten block barriers; most partials of
+         * the small parameters, e.g. a layer's scale gradients and row norms) */
+        if (c0 >= n) {
+            if (t == 0) out[(size_t)p * BR_SUMSQ_PARTS + j] = 0.0f;
+            continue;
+        }
         float acc = 0.0f;
         const unsigned step = BR_SUMSQ_PARTS * SUMSQ_LANES;
-        unsigned c0 = j * SUMSQ_LANES;
         /* eight chunks at a time while they are whole, the next eight in flight
          * (few blocks carry the large parameters, so a lane's loads in flight set
          * the speed; 32 registers keep two blocks an SM) */
