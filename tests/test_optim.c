@@ -829,7 +829,82 @@ static void sign_norms_from_row_norms(void) {
     br_ctx_free(ctx);
 }
 
+/* Kernels launched as programmatic dependents (PDL, sm_90) start while the one
+ * before finishes and must wait for its results: a missing wait reads stale data.
+ * Three steps of forward, backward and optimizer step, once with BITRANK_PDL=0
+ * (each kernel after the last has finished), once with PDL eagerly and once as a
+ * graph replayed: every part, y and dx bit for bit alike. The shape keeps the GEMMs
+ * and reductions long enough for a stale read to show (smaller on the CPU, where
+ * the hook changes nothing). */
+static void pdl_on_off_agree(void) {
+    br_ctx *ctx = t_ctx();
+    const int gpu = strcmp(t_device(), "cpu") != 0;
+    const size_t m = gpu ? 1536 : 160, n = gpu ? 1024 : 96, r = gpu ? 256 : 64, P = 2;
+    const size_t ntok = gpu ? 2048 : 64;
+    const char *was = getenv("BITRANK_PDL");
+    char *saved = was ? t_xmalloc(strlen(was) + 1) : NULL;
+    if (was) strcpy(saved, was);
+    rig g[3];
+    br_blr_opt *o[3];
+    float *y[3], *dx[3];
+    snap sn[3];
+    br_opt_cfg c = br_opt_defaults();
+    c.sign_lr = 0.05f;
+    c.sign_tau = 0.02f;
+    for (int v = 0; v < 3; v++) {
+        if (v == 0)
+            setenv("BITRANK_PDL", "0", 1);
+        else
+            unsetenv("BITRANK_PDL");
+        g[v] = make_rig(ctx, 43, m, n, r, P, ntok, BR_BLR_SIGN_GRADS);
+        o[v] = NULL;
+        CHECK_OK(ctx, br_blr_opt_new(g[v].l, &c, &o[v]));
+        if (v < 2) {
+            for (int step = 0; step < 3; step++) {
+                rig_pass(&g[v], 0);
+                CHECK_OK(ctx, br_blr_opt_step(o[v]));
+            }
+        } else {
+            br_graph *gr = NULL;
+            CHECK_OK(ctx, br_graph_begin(ctx));
+            rig_pass(&g[v], 0);
+            CHECK_OK(ctx, br_blr_opt_step(o[v]));
+            CHECK_OK(ctx, br_graph_end(ctx, &gr));
+            for (int step = 0; step < 3; step++)
+                CHECK_OK(ctx, br_graph_launch(gr));
+            br_graph_free(gr);
+        }
+        y[v] = t_download_f32(ctx, g[v].by, ntok * m);
+        dx[v] = t_download_f32(ctx, g[v].bdx, ntok * n);
+        sn[v] = take_snap(ctx, g[v].l, o[v]);
+    }
+    if (saved) {
+        setenv("BITRANK_PDL", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("BITRANK_PDL");
+    }
+    static const char *const name[3] = {"no PDL", "PDL", "PDL in a graph"};
+    for (int v = 1; v < 3; v++) {
+        CHECK(snap_diff(&sn[0], &sn[v]) == 0, "%s: %zu parts differ from no PDL", name[v],
+              snap_diff(&sn[0], &sn[v]));
+        CHECK(t_bits_differ32(y[0], y[v], ntok * m) == 0, "%s: y differs from no PDL", name[v]);
+        CHECK(t_bits_differ32(dx[0], dx[v], ntok * n) == 0, "%s: dx differs from no PDL", name[v]);
+    }
+    br_step_info info;
+    CHECK_OK(ctx, br_blr_opt_info(o[0], &info));
+    CHECK(info.steps == 3 && !info.refused, "no PDL: %llu steps, refused %d",
+          (unsigned long long)info.steps, info.refused);
+    for (int v = 0; v < 3; v++) {
+        free(y[v]), free(dx[v]);
+        snap_free(&sn[v]);
+        br_blr_opt_free(o[v]);
+        free_rig(&g[v]);
+    }
+    br_ctx_free(ctx);
+}
+
 T_RUN("optim", T_CASE(latent_full_step), T_CASE(latent_factored_step), T_CASE(latent_budgeted_step),
       T_CASE(input_grad_before_flips), T_CASE(deferred_equals_summed), T_CASE(nonfinite_refused),
       T_CASE(exact_flip_picks_best), T_CASE(training_reduces_loss), T_CASE(latent_from_factor),
-      T_CASE(sign_norms_from_row_norms), T_CASE(bad_configurations))
+      T_CASE(sign_norms_from_row_norms), T_CASE(pdl_on_off_agree), T_CASE(bad_configurations))

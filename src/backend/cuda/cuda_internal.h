@@ -148,6 +148,9 @@ int br_cuda_built_wgmma(void);
  * Shared by the kernels of the bit-exact files (compiled with --fmad=false). */
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <stdlib.h>
+
+#include <utility>
 
 /* f32 → f16 bits exactly as br_half_from_float: the hardware's round-to-nearest-even
  * conversion (subnormals kept) for numbers, and br_half_from_float's NaN pattern
@@ -196,6 +199,75 @@ static __device__ __forceinline__ bool br_dev_last_arrival(uint32_t *ticket, uns
 #define BR_GRID_STRIDE(i, n)                                                                       \
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)(n);                    \
          i += gridDim.x * blockDim.x)
+
+/* ---------------------------------------------------------------- programmatic
+ * dependent launch. On sm_90 a kernel launched with BR_CUDA_LAUNCH_PDL may be
+ * placed on the SMs while the kernel before it in the stream is still finishing:
+ * its launch and its blocks' start overlap the other's tail (in graphs too, as a
+ * programmatic edge). Such a kernel must call br_dev_pdl_wait before it touches
+ * global memory (reads what the kernel before wrote, or writes what it reads): the
+ * wait returns once that kernel has completed and its writes are visible, and
+ * since every kernel waits so, every earlier kernel has too. Without the launch
+ * attribute both instructions do nothing, so any launch may run these kernels. */
+static __device__ __forceinline__ void br_dev_pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Lets the next kernel be launched once every block of this one has called it (or
+ * exited): its blocks then take SM room as ours leave, never before ours have all
+ * started, so blocks that wait for others of their grid cannot be starved. */
+static __device__ __forceinline__ void br_dev_pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Both, at a kernel's entry: the usual start of a kernel launched with PDL. */
+static __device__ __forceinline__ void br_dev_pdl_enter(void) {
+    br_dev_pdl_trigger();
+    br_dev_pdl_wait();
+}
+
+/* Whether launches ask for PDL: only where the sm_90a kernels run (their wait is
+ * compiled in; a PTX build for an older target has none). A/B hook, read on every
+ * call: BITRANK_PDL=0 launches every kernel after the one before has finished. */
+static inline bool br_cuda_pdl_on(const br_cuda *s) {
+    const char *e = getenv("BITRANK_PDL");
+    return s->has_wgmma && !(e && e[0] == '0' && e[1] == 0);
+}
+
+/* kernel<<<grid, block, smem, s->stream>>>(args...) with PDL where br_cuda_pdl_on. */
+template <typename... P, typename... A>
+static inline cudaError_t br_cuda_launch_pdl(const br_cuda *s, void (*kernel)(P...), dim3 grid,
+                                             dim3 block, size_t smem, A &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = br_cuda_pdl_on(s) ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+/* Launches a kernel that starts with br_dev_pdl_wait (br_dev_pdl_enter) and checks
+ * it as BR_CUDA_LAUNCHED does. A kernel name with template commas goes in
+ * parentheses. */
+#define BR_CUDA_LAUNCH_PDL(ctx, s, name, kernel, grid, block, smem, ...)                           \
+    do {                                                                                           \
+        (ctx)->stats.launches++;                                                                   \
+        cudaError_t br_cuda_e_ =                                                                   \
+            br_cuda_launch_pdl((s), (kernel), (grid), (block), (smem), __VA_ARGS__);               \
+        cudaError_t br_cuda_last_ = cudaGetLastError();                                            \
+        if (br_cuda_e_ == cudaSuccess) br_cuda_e_ = br_cuda_last_;                                 \
+        if (br_cuda_e_ != cudaSuccess)                                                             \
+            return br_cuda_check((ctx), br_cuda_e_, "launch of " name, __FILE__, __LINE__);        \
+    } while (0)
 
 /* Whether every given address is a multiple of `align` bytes (NULL counts as
  * aligned): views may start anywhere, so vector paths check at run time. */

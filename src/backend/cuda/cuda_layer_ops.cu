@@ -206,11 +206,13 @@ static __device__ __forceinline__ void expand_blocks(const expand_job &e, es_til
 template <bool VEC>
 __global__ void __launch_bounds__(THREADS, 8) expand_scaled_kernel(const expand_job e) {
     __shared__ es_tiles sm;
+    br_dev_pdl_enter();
     expand_t_blocks<VEC>(e, sm, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
 }
 
 template <bool VEC>
 __global__ void __launch_bounds__(THREADS, 8) expand_scaled_rows_kernel(const expand_job e) {
+    br_dev_pdl_enter();
     expand_rows_blocks<VEC>(e, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
 }
 
@@ -225,6 +227,7 @@ __global__ void __launch_bounds__(THREADS, 8)
     expand_scaled2_kernel(const expand_job e1, const expand_job e2, unsigned bx1, unsigned y1,
                           unsigned y2) {
     __shared__ es_tiles sm;
+    br_dev_pdl_enter();
     if (blockIdx.x < bx1)
         expand_blocks<VEC, ROWS1>(e1, sm, blockIdx.x, bx1, blockIdx.y, y1);
     else
@@ -277,12 +280,11 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
     const expand_job e = expand_job_of(ctx, &op->u.expand_scaled, &bx, &y, &vec);
     if (e.by_rows) {
         auto k = vec ? expand_scaled_rows_kernel<true> : expand_scaled_rows_kernel<false>;
-        k<<<dim3(bx, y), THREADS, 0, s->stream>>>(e);
+        BR_CUDA_LAUNCH_PDL(ctx, s, "expand_scaled_rows_kernel", k, dim3(bx, y), THREADS, 0, e);
     } else {
         auto k = vec ? expand_scaled_kernel<true> : expand_scaled_kernel<false>;
-        k<<<dim3(bx, y), THREADS, 0, s->stream>>>(e);
+        BR_CUDA_LAUNCH_PDL(ctx, s, "expand_scaled_kernel", k, dim3(bx, y), THREADS, 0, e);
     }
-    BR_CUDA_LAUNCHED(ctx, "expand_scaled_kernel");
     return BR_OK;
 }
 
@@ -300,9 +302,9 @@ extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *op) {
         {{expand_scaled2_kernel<true, false, false>, expand_scaled2_kernel<true, false, true>},
          {expand_scaled2_kernel<true, true, false>, expand_scaled2_kernel<true, true, true>}}};
     kernel2 k = ks[vec[0] && vec[1]][e1.by_rows != 0][e2.by_rows != 0];
-    k<<<dim3(bx[0] + bx[1], std::max(y[0], y[1])), THREADS, 0, s->stream>>>(e1, e2, bx[0], y[0],
-                                                                            y[1]);
-    BR_CUDA_LAUNCHED(ctx, "expand_scaled2_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "expand_scaled2_kernel", k,
+                       dim3(bx[0] + bx[1], std::max(y[0], y[1])), THREADS, 0, e1, e2, bx[0], y[0],
+                       y[1]);
     return BR_OK;
 }
 
@@ -400,12 +402,16 @@ static __device__ void rowdot_rows(const rowdot_job &j, unsigned y0, unsigned ny
     }
 }
 
-__global__ void sign_rowdot_kernel(const rowdot_job j) { rowdot_rows(j, blockIdx.y, gridDim.y); }
+__global__ void sign_rowdot_kernel(const rowdot_job j) {
+    br_dev_pdl_enter();
+    rowdot_rows(j, blockIdx.y, gridDim.y);
+}
 
 /* Two rowdots in one launch (br_mm_tn2_rowdot's sides): grid rows [0, y1) take the
  * first's paths, the rest the second's; each row of each path exactly as its own
  * launch computes it. */
 __global__ void sign_rowdot2_kernel(const rowdot_job j1, const rowdot_job j2, unsigned y1) {
+    br_dev_pdl_enter();
     if (blockIdx.y < y1)
         rowdot_rows(j1, blockIdx.y, y1);
     else
@@ -417,8 +423,8 @@ extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
     br_cuda *s = br_cuda_state(ctx);
     dim3 grid(br_cuda_blocks(ctx, a->rows * 32, THREADS),
               a->paths < MAX_GRID_Y ? (unsigned)a->paths : MAX_GRID_Y);
-    sign_rowdot_kernel<<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a));
-    BR_CUDA_LAUNCHED(ctx, "sign_rowdot_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "sign_rowdot_kernel", sign_rowdot_kernel, grid, THREADS, 0,
+                       rowdot_job_of(a));
     return BR_OK;
 }
 
@@ -431,8 +437,8 @@ extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_sign_rowdot_args
     const unsigned y2 = b->paths < half ? (unsigned)b->paths : half;
     const size_t rows = a->rows > b->rows ? a->rows : b->rows;
     dim3 grid(br_cuda_blocks(ctx, rows * 32, THREADS), y1 + y2);
-    sign_rowdot2_kernel<<<grid, THREADS, 0, s->stream>>>(rowdot_job_of(a), rowdot_job_of(b), y1);
-    BR_CUDA_LAUNCHED(ctx, "sign_rowdot2_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "sign_rowdot2_kernel", sign_rowdot2_kernel, grid, THREADS, 0,
+                       rowdot_job_of(a), rowdot_job_of(b), y1);
     return BR_OK;
 }
 
@@ -524,6 +530,7 @@ static __device__ __forceinline__ void load8h(float (&x)[8], const uint16_t *s, 
 template <bool VEC, int RES>
 __global__ void __launch_bounds__(THREADS, 4) cvt_both_kernel(cvt_both_job j) {
     __shared__ __align__(16) uint16_t tile[CB_TILE][CB_STRIDE]; /* [column][token] */
+    br_dev_pdl_enter();
     unsigned ctiles = (j.cext + CB_TILE - 1) / CB_TILE;
     unsigned tiles = ctiles * ((j.text + CB_TILE - 1) / CB_TILE);
     for (unsigned tl = blockIdx.x; tl < tiles; tl += gridDim.x) {
@@ -661,19 +668,10 @@ static br_status cvt_both_launch(br_ctx *ctx, const float *src, const float *col
     unsigned blocks = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
     int vec = j.k % 8 == 0 && j.ld % 8 == 0 && br_aligned(16, j.src, j.dst, j.dst_t) &&
               br_aligned(16, j.c, j.ch, j.res_out);
-    if (ch && vec)
-        cvt_both_kernel<true, RES_F16><<<blocks, THREADS, 0, s->stream>>>(j);
-    else if (ch)
-        cvt_both_kernel<false, RES_F16><<<blocks, THREADS, 0, s->stream>>>(j);
-    else if (c && vec)
-        cvt_both_kernel<true, RES_F32><<<blocks, THREADS, 0, s->stream>>>(j);
-    else if (c)
-        cvt_both_kernel<false, RES_F32><<<blocks, THREADS, 0, s->stream>>>(j);
-    else if (vec)
-        cvt_both_kernel<true, RES_NONE><<<blocks, THREADS, 0, s->stream>>>(j);
-    else
-        cvt_both_kernel<false, RES_NONE><<<blocks, THREADS, 0, s->stream>>>(j);
-    BR_CUDA_LAUNCHED(ctx, "cvt_both_kernel");
+    auto kern = ch  ? (vec ? cvt_both_kernel<true, RES_F16> : cvt_both_kernel<false, RES_F16>)
+                : c ? (vec ? cvt_both_kernel<true, RES_F32> : cvt_both_kernel<false, RES_F32>)
+                    : (vec ? cvt_both_kernel<true, RES_NONE> : cvt_both_kernel<false, RES_NONE>);
+    BR_CUDA_LAUNCH_PDL(ctx, s, "cvt_both_kernel", kern, blocks, THREADS, 0, j);
     return BR_OK;
 }
 

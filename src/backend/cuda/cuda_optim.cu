@@ -11,12 +11,15 @@
 /* ---------------------------------------------------------------- adam */
 
 /* The whole grid on one Adam job (cuda_adam.cuh). */
-__global__ void adam_kernel(adam_job j) { adam_entries(j, blockIdx.x, gridDim.x); }
+__global__ void adam_kernel(adam_job j) {
+    br_dev_pdl_enter();
+    adam_entries(j, blockIdx.x, gridDim.x);
+}
 
 extern "C" br_status br_cuda_adam_launch(br_ctx *ctx, const br_adam_args *a) {
     br_cuda *s = br_cuda_state(ctx);
-    adam_kernel<<<br_adam_blocks(ctx, a->n), ADAM_THREADS, 0, s->stream>>>(br_adam_job_of(a));
-    BR_CUDA_LAUNCHED(ctx, "adam_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "adam_kernel", adam_kernel, br_adam_blocks(ctx, a->n), ADAM_THREADS,
+                       0, br_adam_job_of(a));
     return BR_OK;
 }
 
@@ -76,6 +79,7 @@ static __device__ __forceinline__ float sumsq_batches(const float *x, unsigned n
 __global__ void __launch_bounds__(SUMSQ_LANES, 2)
     sumsq_kernel(const float *a, unsigned n_a, const uint32_t *tab, unsigned np, float *out) {
     __shared__ float lane[SUMSQ_LANES];
+    br_dev_pdl_enter();
     const unsigned j = blockIdx.x, t = threadIdx.x;
     for (unsigned p = blockIdx.y; p < np; p += gridDim.y) {
         const float *x = a;
@@ -118,10 +122,9 @@ static br_status sumsq_launch(br_ctx *ctx, const br_sumsq_args *a) {
     br_cuda *s = br_cuda_state(ctx);
     unsigned np = a->tab ? (unsigned)a->np : 1u;
     dim3 grid(BR_SUMSQ_PARTS, np < 65535u ? np : 65535u);
-    sumsq_kernel<<<grid, SUMSQ_LANES, 0, s->stream>>>((const float *)br_ptr(a->a), (unsigned)a->n,
-                                                      (const uint32_t *)br_ptr(a->tab), np,
-                                                      (float *)br_ptr(a->out));
-    BR_CUDA_LAUNCHED(ctx, "sumsq_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "sumsq_kernel", sumsq_kernel, grid, SUMSQ_LANES, 0,
+                       (const float *)br_ptr(a->a), (unsigned)a->n,
+                       (const uint32_t *)br_ptr(a->tab), np, (float *)br_ptr(a->out));
     return BR_OK;
 }
 

@@ -19,6 +19,7 @@
  * of 4096 tokens a chain of 64 round trips. */
 __global__ void colsum_fin_kernel(const float *part, float *out, unsigned k, unsigned nb,
                                   int accumulate, unsigned group, unsigned stride) {
+    br_dev_pdl_enter();
     unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= k) return;
     float total = 0.0f;
@@ -98,9 +99,9 @@ extern "C" br_status br_cuda_colsum(br_ctx *ctx, const br_op *op) {
     default: return br_fail(ctx, BR_E_ARG, "colsum: unknown term %d", (int)a->term);
     }
     if (nb == 1) return BR_OK;
-    colsum_fin_kernel<<<(k + THREADS - 1) / THREADS, THREADS, 0, s->stream>>>(
-        (const float *)part, (float *)br_ptr(a->out), k, nb, a->accumulate, 0u, 0u);
-    BR_CUDA_LAUNCHED(ctx, "colsum_fin_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "colsum_fin_kernel", colsum_fin_kernel, (k + THREADS - 1) / THREADS,
+                       THREADS, 0, (const float *)part, (float *)br_ptr(a->out), k, nb,
+                       a->accumulate, 0u, 0u);
     return BR_OK;
 }
 
@@ -191,6 +192,7 @@ static __device__ __forceinline__ void fused_rows(const fused_job &j, unsigned c
  * total to sum directly (no second pass). */
 template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j) {
     __shared__ uint16_t tile[WITH_T ? FUSED_THREADS : 1][34];
+    br_dev_pdl_enter();
     const bool cvt = KIND != BR_FUSE_SCALE_B;
     unsigned c = blockIdx.x * blockDim.x + threadIdx.x, blk = blockIdx.y;
     bool live = c < j.k;
@@ -240,11 +242,9 @@ template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j
  * sum (in groups) = or += the blocks' partials part [nb][k] added in block order. */
 extern "C" br_status br_cuda_colsum_fin(br_ctx *ctx, const float *part, float *sum, size_t k,
                                         size_t nb, int accumulate, size_t group, size_t stride) {
-    colsum_fin_kernel<<<(unsigned)((k + THREADS - 1) / THREADS), THREADS, 0,
-                        br_cuda_state(ctx)->stream>>>(part, sum, (unsigned)k, (unsigned)nb,
-                                                      accumulate, (unsigned)group,
-                                                      (unsigned)stride);
-    BR_CUDA_LAUNCHED(ctx, "colsum_fin_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, br_cuda_state(ctx), "colsum_fin_kernel", colsum_fin_kernel,
+                       (unsigned)((k + THREADS - 1) / THREADS), THREADS, 0, part, sum, (unsigned)k,
+                       (unsigned)nb, accumulate, (unsigned)group, (unsigned)stride);
     return BR_OK;
 }
 
@@ -252,11 +252,8 @@ template <int KIND> static br_status fused_launch(br_ctx *ctx, const fused_job &
     br_cuda *s = br_cuda_state(ctx);
     unsigned ncols = j.dst_t ? j.kpad : j.k;
     dim3 grid((ncols + FUSED_THREADS - 1) / FUSED_THREADS, j.nb);
-    if (j.dst_t)
-        colsum_fused_kernel<KIND, true><<<grid, FUSED_THREADS, 0, s->stream>>>(j);
-    else
-        colsum_fused_kernel<KIND, false><<<grid, FUSED_THREADS, 0, s->stream>>>(j);
-    BR_CUDA_LAUNCHED(ctx, "colsum_fused_kernel");
+    auto k = j.dst_t ? colsum_fused_kernel<KIND, true> : colsum_fused_kernel<KIND, false>;
+    BR_CUDA_LAUNCH_PDL(ctx, s, "colsum_fused_kernel", k, grid, FUSED_THREADS, 0, j);
     return BR_OK;
 }
 
@@ -303,8 +300,8 @@ extern "C" br_status br_cuda_colsum_fused(br_ctx *ctx, const br_op *op) {
     default: return br_fail(ctx, BR_E_ARG, "colsum_fused: unknown fuse kind %d", (int)a->fuse.kind);
     }
     if (j.nb == 1) return BR_OK;
-    colsum_fin_kernel<<<(j.k + THREADS - 1) / THREADS, THREADS, 0, s->stream>>>(
-        j.part, j.sum, j.k, j.nb, !j.overwrite, j.group, j.stride);
-    BR_CUDA_LAUNCHED(ctx, "colsum_fin_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "colsum_fin_kernel", colsum_fin_kernel,
+                       (j.k + THREADS - 1) / THREADS, THREADS, 0, j.part, j.sum, j.k, j.nb,
+                       !j.overwrite, j.group, j.stride);
     return BR_OK;
 }

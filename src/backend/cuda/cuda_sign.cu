@@ -70,6 +70,7 @@ __global__ void step_ctrl_kernel(const float *part, unsigned np, unsigned nclip,
                                  float *state, float *sched, float *ssched, float *norms,
                                  float beta1, float beta2) {
     __shared__ double sums[32];
+    br_dev_pdl_enter();
     if (blockIdx.x) return;
     int finite = 1;
     double clip = 0;
@@ -129,11 +130,11 @@ __global__ void step_ctrl_kernel(const float *part, unsigned np, unsigned nclip,
 extern "C" br_status br_cuda_step_ctrl(br_ctx *ctx, const br_op *op) {
     const br_step_ctrl_args *a = &op->u.step_ctrl;
     br_cuda *s = br_cuda_state(ctx);
-    step_ctrl_kernel<<<1, 32, 0, s->stream>>>(
-        (const float *)br_ptr(a->partials), (unsigned)a->np, (unsigned)a->nclip,
-        (const float *)br_ptr(a->hyper), (float *)br_ptr(a->state), (float *)br_ptr(a->sched),
-        (float *)br_ptr(a->sign_sched), (float *)br_ptr(a->norms), a->sign_beta1, a->sign_beta2);
-    BR_CUDA_LAUNCHED(ctx, "step_ctrl_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "step_ctrl_kernel", step_ctrl_kernel, 1, 32, 0,
+                       (const float *)br_ptr(a->partials), (unsigned)a->np, (unsigned)a->nclip,
+                       (const float *)br_ptr(a->hyper), (float *)br_ptr(a->state),
+                       (float *)br_ptr(a->sched), (float *)br_ptr(a->sign_sched),
+                       (float *)br_ptr(a->norms), a->sign_beta1, a->sign_beta2);
     return BR_OK;
 }
 
@@ -523,6 +524,7 @@ static_assert(BR_TICKET_SIGN_STEPS + BR_SIGN_STEPS_MAX <= BR_TICKETS,
 template <unsigned W, unsigned B>
 __global__ void update_n_kernel(const __grid_constant__ sign_jobs J,
                                 const __grid_constant__ adam_job A) {
+    br_dev_pdl_enter();
     if (blockIdx.x >= J.start[J.n]) { /* only with a ticket row: the Adam job */
         adam_entries(A, blockIdx.x - J.start[J.n], gridDim.x - J.start[J.n]);
         return;
@@ -543,6 +545,7 @@ __global__ void update_n_kernel(const __grid_constant__ sign_jobs J,
  * blocks would run it (a launch saved; the update, which it must follow, is done). */
 __global__ void finish_n_kernel(const __grid_constant__ sign_jobs J,
                                 const __grid_constant__ adam_job A) {
+    br_dev_pdl_enter();
     if (blockIdx.x >= J.n) {
         adam_entries(A, blockIdx.x - J.n, gridDim.x - J.n);
         return;
@@ -864,10 +867,9 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     }
     if (one) J.ticket = s->tickets + BR_TICKET_SIGN_STEPS;
     const unsigned grid = J.start[J.n] + (one ? adam_blocks : 0);
-    kernel<<<grid, THREADS, 0, s->stream>>>(J, A);
-    BR_CUDA_LAUNCHED(ctx, "update_n_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "update_n_kernel", kernel, grid, THREADS, 0, J, A);
     if (one) return BR_OK;
-    finish_n_kernel<<<J.n + adam_blocks, THREADS, 0, s->stream>>>(J, A);
-    BR_CUDA_LAUNCHED(ctx, "finish_n_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "finish_n_kernel", finish_n_kernel, J.n + adam_blocks, THREADS, 0, J,
+                       A);
     return BR_OK;
 }

@@ -518,6 +518,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
     const int nkb = kFullEpi ? a.nkb_unit : (a.k + Cfg::kBK - 1) / Cfg::kBK;
     const int units = kFullEpi ? a.tiles * a.splits : a.tiles;
 
+    br_dev_pdl_trigger(); /* the next kernel may take the SMs our CTAs leave */
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(full + 8 * s, Cfg::kFullArrivals);
@@ -536,6 +537,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
         mbar_init_fence();
     }
     __syncthreads();
+    br_dev_pdl_wait(); /* the barriers are set up while the kernel before finishes */
 
     if (wg == 0) {
         /* ------------------------------------------------ producer */
@@ -1524,9 +1526,8 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
 #ifdef BR_WGMMA_TRACE
     a.trace = trace_flag(kEpi, p.n, kMN);
 #endif
-    kernel<<<grid, 384, Cfg::kSmem, s->stream>>>(tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t,
-                                                 tm_act2, tm_plane2, tm_out2, a);
-    BR_CUDA_LAUNCHED(ctx, "wgmma_gemm_kernel");
+    BR_CUDA_LAUNCH_PDL(ctx, s, "wgmma_gemm_kernel", kernel, grid, 384, Cfg::kSmem, tm_act, tm_plane,
+                       tm_out, tm_c, tm_16, tm_16t, tm_act2, tm_plane2, tm_out2, a);
     if (a.splits > 1) return launch_reduce_splits(ctx, p, a.splits, a.mpad);
     return BR_OK;
 }
