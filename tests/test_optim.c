@@ -831,9 +831,10 @@ static void sign_norms_from_row_norms(void) {
 
 /* Kernels launched as programmatic dependents (PDL, sm_90) start while the one
  * before finishes and must wait for its results: a missing wait reads stale data.
- * Three steps of forward, backward and optimizer step, once with BITRANK_PDL=0
- * (each kernel after the last has finished), once with PDL eagerly and once as a
- * graph replayed: every part, y and dx bit for bit alike. The shape keeps the GEMMs
+ * Three steps of forward, backward and optimizer step, with BITRANK_PDL=0 (each
+ * kernel after the last has finished), with the default (the GEMMs as dependents),
+ * with BITRANK_PDL=all (every kernel that can be), eagerly, and with the default as
+ * a graph replayed: every part, y and dx bit for bit alike. The shape keeps the GEMMs
  * and reductions long enough for a stale read to show (smaller on the CPU, where
  * the hook changes nothing). */
 static void pdl_on_off_agree(void) {
@@ -844,22 +845,26 @@ static void pdl_on_off_agree(void) {
     const char *was = getenv("BITRANK_PDL");
     char *saved = was ? t_xmalloc(strlen(was) + 1) : NULL;
     if (was) strcpy(saved, was);
-    rig g[3];
-    br_blr_opt *o[3];
-    float *y[3], *dx[3];
-    snap sn[3];
+    enum { V = 4 };
+    static const char *const pdl[V] = {"0", NULL, "all", NULL};
+    static const char *const name[V] = {"no PDL", "PDL on GEMMs", "PDL everywhere",
+                                        "PDL on GEMMs in a graph"};
+    rig g[V];
+    br_blr_opt *o[V];
+    float *y[V], *dx[V];
+    snap sn[V];
     br_opt_cfg c = br_opt_defaults();
     c.sign_lr = 0.05f;
     c.sign_tau = 0.02f;
-    for (int v = 0; v < 3; v++) {
-        if (v == 0)
-            setenv("BITRANK_PDL", "0", 1);
+    for (int v = 0; v < V; v++) {
+        if (pdl[v])
+            setenv("BITRANK_PDL", pdl[v], 1);
         else
             unsetenv("BITRANK_PDL");
         g[v] = make_rig(ctx, 43, m, n, r, P, ntok, BR_BLR_SIGN_GRADS);
         o[v] = NULL;
         CHECK_OK(ctx, br_blr_opt_new(g[v].l, &c, &o[v]));
-        if (v < 2) {
+        if (v < V - 1) {
             for (int step = 0; step < 3; step++) {
                 rig_pass(&g[v], 0);
                 CHECK_OK(ctx, br_blr_opt_step(o[v]));
@@ -884,8 +889,7 @@ static void pdl_on_off_agree(void) {
     } else {
         unsetenv("BITRANK_PDL");
     }
-    static const char *const name[3] = {"no PDL", "PDL", "PDL in a graph"};
-    for (int v = 1; v < 3; v++) {
+    for (int v = 1; v < V; v++) {
         CHECK(snap_diff(&sn[0], &sn[v]) == 0, "%s: %zu parts differ from no PDL", name[v],
               snap_diff(&sn[0], &sn[v]));
         CHECK(t_bits_differ32(y[0], y[v], ntok * m) == 0, "%s: y differs from no PDL", name[v]);
@@ -895,7 +899,7 @@ static void pdl_on_off_agree(void) {
     CHECK_OK(ctx, br_blr_opt_info(o[0], &info));
     CHECK(info.steps == 3 && !info.refused, "no PDL: %llu steps, refused %d",
           (unsigned long long)info.steps, info.refused);
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < V; v++) {
         free(y[v]), free(dx[v]);
         snap_free(&sn[v]);
         br_blr_opt_free(o[v]);

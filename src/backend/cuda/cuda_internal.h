@@ -149,6 +149,7 @@ int br_cuda_built_wgmma(void);
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <utility>
 
@@ -230,18 +231,26 @@ static __device__ __forceinline__ void br_dev_pdl_enter(void) {
     br_dev_pdl_wait();
 }
 
-/* Whether launches ask for PDL: only where the sm_90a kernels run (their wait is
- * compiled in; a PTX build for an older target has none). A/B hook, read on every
- * call: BITRANK_PDL=0 launches every kernel after the one before has finished. */
-static inline bool br_cuda_pdl_on(const br_cuda *s) {
+/* Whether a launch asks for PDL: only where the sm_90a kernels run (their wait is
+ * compiled in; a PTX build for an older target has none), and by default only for
+ * kernels of at most one block per SM (the persistent GEMMs, `one_per_sm`). A
+ * grid-stride kernel sized to fill the GPU would have its blocks placed early on
+ * the SMs the kernel before frees first, unevenly: colsum and cvt_both lost about
+ * 4 µs each that way (H200, 2026-11-30), while the GEMMs gained 3 µs of the step.
+ * A/B hook, read on every call: BITRANK_PDL=0 none, BITRANK_PDL=all every kernel
+ * launched through here. */
+static inline bool br_cuda_pdl_on(const br_cuda *s, bool one_per_sm) {
     const char *e = getenv("BITRANK_PDL");
-    return s->has_wgmma && !(e && e[0] == '0' && e[1] == 0);
+    if (!s->has_wgmma || (e && !strcmp(e, "0"))) return false;
+    return one_per_sm || (e && !strcmp(e, "all"));
 }
 
-/* kernel<<<grid, block, smem, s->stream>>>(args...) with PDL where br_cuda_pdl_on. */
+/* kernel<<<grid, block, smem, s->stream>>>(args...), as a programmatic dependent
+ * where br_cuda_pdl_on. */
 template <typename... P, typename... A>
-static inline cudaError_t br_cuda_launch_pdl(const br_cuda *s, void (*kernel)(P...), dim3 grid,
-                                             dim3 block, size_t smem, A &&...args) {
+static inline cudaError_t br_cuda_launch_pdl(const br_cuda *s, bool one_per_sm,
+                                             void (*kernel)(P...), dim3 grid, dim3 block,
+                                             size_t smem, A &&...args) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -251,23 +260,27 @@ static inline cudaError_t br_cuda_launch_pdl(const br_cuda *s, void (*kernel)(P.
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s->stream;
     cfg.attrs = attr;
-    cfg.numAttrs = br_cuda_pdl_on(s) ? 1 : 0;
+    cfg.numAttrs = br_cuda_pdl_on(s, one_per_sm) ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
 /* Launches a kernel that starts with br_dev_pdl_wait (br_dev_pdl_enter) and checks
- * it as BR_CUDA_LAUNCHED does. A kernel name with template commas goes in
- * parentheses. */
-#define BR_CUDA_LAUNCH_PDL(ctx, s, name, kernel, grid, block, smem, ...)                           \
+ * it as BR_CUDA_LAUNCHED does: BR_CUDA_LAUNCH_PDL for grids of at most one block
+ * per SM, BR_CUDA_LAUNCH_WAITING for the rest. A kernel name with template commas
+ * goes in parentheses. */
+#define BR_CUDA_LAUNCH_AS(ctx, s, one_per_sm, name, kernel, grid, block, smem, ...)                \
     do {                                                                                           \
         (ctx)->stats.launches++;                                                                   \
         cudaError_t br_cuda_e_ =                                                                   \
-            br_cuda_launch_pdl((s), (kernel), (grid), (block), (smem), __VA_ARGS__);               \
+            br_cuda_launch_pdl((s), (one_per_sm), (kernel), (grid), (block), (smem), __VA_ARGS__); \
         cudaError_t br_cuda_last_ = cudaGetLastError();                                            \
         if (br_cuda_e_ == cudaSuccess) br_cuda_e_ = br_cuda_last_;                                 \
         if (br_cuda_e_ != cudaSuccess)                                                             \
             return br_cuda_check((ctx), br_cuda_e_, "launch of " name, __FILE__, __LINE__);        \
     } while (0)
+#define BR_CUDA_LAUNCH_PDL(ctx, s, name, ...) BR_CUDA_LAUNCH_AS(ctx, s, true, name, __VA_ARGS__)
+#define BR_CUDA_LAUNCH_WAITING(ctx, s, name, ...)                                                  \
+    BR_CUDA_LAUNCH_AS(ctx, s, false, name, __VA_ARGS__)
 
 /* Whether every given address is a multiple of `align` bytes (NULL counts as
  * aligned): views may start anywhere, so vector paths check at run time. */

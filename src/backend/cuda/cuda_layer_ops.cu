@@ -280,10 +280,10 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
     const expand_job e = expand_job_of(ctx, &op->u.expand_scaled, &bx, &y, &vec);
     if (e.by_rows) {
         auto k = vec ? expand_scaled_rows_kernel<true> : expand_scaled_rows_kernel<false>;
-        BR_CUDA_LAUNCH_PDL(ctx, s, "expand_scaled_rows_kernel", k, dim3(bx, y), THREADS, 0, e);
+        BR_CUDA_LAUNCH_WAITING(ctx, s, "expand_scaled_rows_kernel", k, dim3(bx, y), THREADS, 0, e);
     } else {
         auto k = vec ? expand_scaled_kernel<true> : expand_scaled_kernel<false>;
-        BR_CUDA_LAUNCH_PDL(ctx, s, "expand_scaled_kernel", k, dim3(bx, y), THREADS, 0, e);
+        BR_CUDA_LAUNCH_WAITING(ctx, s, "expand_scaled_kernel", k, dim3(bx, y), THREADS, 0, e);
     }
     return BR_OK;
 }
@@ -302,9 +302,9 @@ extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *op) {
         {{expand_scaled2_kernel<true, false, false>, expand_scaled2_kernel<true, false, true>},
          {expand_scaled2_kernel<true, true, false>, expand_scaled2_kernel<true, true, true>}}};
     kernel2 k = ks[vec[0] && vec[1]][e1.by_rows != 0][e2.by_rows != 0];
-    BR_CUDA_LAUNCH_PDL(ctx, s, "expand_scaled2_kernel", k,
-                       dim3(bx[0] + bx[1], std::max(y[0], y[1])), THREADS, 0, e1, e2, bx[0], y[0],
-                       y[1]);
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "expand_scaled2_kernel", k,
+                           dim3(bx[0] + bx[1], std::max(y[0], y[1])), THREADS, 0, e1, e2, bx[0],
+                           y[0], y[1]);
     return BR_OK;
 }
 
@@ -423,8 +423,8 @@ extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
     br_cuda *s = br_cuda_state(ctx);
     dim3 grid(br_cuda_blocks(ctx, a->rows * 32, THREADS),
               a->paths < MAX_GRID_Y ? (unsigned)a->paths : MAX_GRID_Y);
-    BR_CUDA_LAUNCH_PDL(ctx, s, "sign_rowdot_kernel", sign_rowdot_kernel, grid, THREADS, 0,
-                       rowdot_job_of(a));
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "sign_rowdot_kernel", sign_rowdot_kernel, grid, THREADS, 0,
+                           rowdot_job_of(a));
     return BR_OK;
 }
 
@@ -437,8 +437,8 @@ extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_sign_rowdot_args
     const unsigned y2 = b->paths < half ? (unsigned)b->paths : half;
     const size_t rows = a->rows > b->rows ? a->rows : b->rows;
     dim3 grid(br_cuda_blocks(ctx, rows * 32, THREADS), y1 + y2);
-    BR_CUDA_LAUNCH_PDL(ctx, s, "sign_rowdot2_kernel", sign_rowdot2_kernel, grid, THREADS, 0,
-                       rowdot_job_of(a), rowdot_job_of(b), y1);
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "sign_rowdot2_kernel", sign_rowdot2_kernel, grid, THREADS, 0,
+                           rowdot_job_of(a), rowdot_job_of(b), y1);
     return BR_OK;
 }
 
@@ -671,7 +671,7 @@ static br_status cvt_both_launch(br_ctx *ctx, const float *src, const float *col
     auto kern = ch  ? (vec ? cvt_both_kernel<true, RES_F16> : cvt_both_kernel<false, RES_F16>)
                 : c ? (vec ? cvt_both_kernel<true, RES_F32> : cvt_both_kernel<false, RES_F32>)
                     : (vec ? cvt_both_kernel<true, RES_NONE> : cvt_both_kernel<false, RES_NONE>);
-    BR_CUDA_LAUNCH_PDL(ctx, s, "cvt_both_kernel", kern, blocks, THREADS, 0, j);
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "cvt_both_kernel", kern, blocks, THREADS, 0, j);
     return BR_OK;
 }
 

@@ -18,8 +18,8 @@ __global__ void adam_kernel(adam_job j) {
 
 extern "C" br_status br_cuda_adam_launch(br_ctx *ctx, const br_adam_args *a) {
     br_cuda *s = br_cuda_state(ctx);
-    BR_CUDA_LAUNCH_PDL(ctx, s, "adam_kernel", adam_kernel, br_adam_blocks(ctx, a->n), ADAM_THREADS,
-                       0, br_adam_job_of(a));
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "adam_kernel", adam_kernel, br_adam_blocks(ctx, a->n),
+                           ADAM_THREADS, 0, br_adam_job_of(a));
     return BR_OK;
 }
 
@@ -122,9 +122,9 @@ static br_status sumsq_launch(br_ctx *ctx, const br_sumsq_args *a) {
     br_cuda *s = br_cuda_state(ctx);
     unsigned np = a->tab ? (unsigned)a->np : 1u;
     dim3 grid(BR_SUMSQ_PARTS, np < 65535u ? np : 65535u);
-    BR_CUDA_LAUNCH_PDL(ctx, s, "sumsq_kernel", sumsq_kernel, grid, SUMSQ_LANES, 0,
-                       (const float *)br_ptr(a->a), (unsigned)a->n,
-                       (const uint32_t *)br_ptr(a->tab), np, (float *)br_ptr(a->out));
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "sumsq_kernel", sumsq_kernel, grid, SUMSQ_LANES, 0,
+                           (const float *)br_ptr(a->a), (unsigned)a->n,
+                           (const uint32_t *)br_ptr(a->tab), np, (float *)br_ptr(a->out));
     return BR_OK;
 }
 

@@ -99,9 +99,9 @@ extern "C" br_status br_cuda_colsum(br_ctx *ctx, const br_op *op) {
     default: return br_fail(ctx, BR_E_ARG, "colsum: unknown term %d", (int)a->term);
     }
     if (nb == 1) return BR_OK;
-    BR_CUDA_LAUNCH_PDL(ctx, s, "colsum_fin_kernel", colsum_fin_kernel, (k + THREADS - 1) / THREADS,
-                       THREADS, 0, (const float *)part, (float *)br_ptr(a->out), k, nb,
-                       a->accumulate, 0u, 0u);
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "colsum_fin_kernel", colsum_fin_kernel,
+                           (k + THREADS - 1) / THREADS, THREADS, 0, (const float *)part,
+                           (float *)br_ptr(a->out), k, nb, a->accumulate, 0u, 0u);
     return BR_OK;
 }
 
@@ -242,9 +242,10 @@ template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j
  * sum (in groups) = or += the blocks' partials part [nb][k] added in block order. */
 extern "C" br_status br_cuda_colsum_fin(br_ctx *ctx, const float *part, float *sum, size_t k,
                                         size_t nb, int accumulate, size_t group, size_t stride) {
-    BR_CUDA_LAUNCH_PDL(ctx, br_cuda_state(ctx), "colsum_fin_kernel", colsum_fin_kernel,
-                       (unsigned)((k + THREADS - 1) / THREADS), THREADS, 0, part, sum, (unsigned)k,
-                       (unsigned)nb, accumulate, (unsigned)group, (unsigned)stride);
+    BR_CUDA_LAUNCH_WAITING(ctx, br_cuda_state(ctx), "colsum_fin_kernel", colsum_fin_kernel,
+                           (unsigned)((k + THREADS - 1) / THREADS), THREADS, 0, part, sum,
+                           (unsigned)k, (unsigned)nb, accumulate, (unsigned)group,
+                           (unsigned)stride);
     return BR_OK;
 }
 
@@ -253,7 +254,7 @@ template <int KIND> static br_status fused_launch(br_ctx *ctx, const fused_job &
     unsigned ncols = j.dst_t ? j.kpad : j.k;
     dim3 grid((ncols + FUSED_THREADS - 1) / FUSED_THREADS, j.nb);
     auto k = j.dst_t ? colsum_fused_kernel<KIND, true> : colsum_fused_kernel<KIND, false>;
-    BR_CUDA_LAUNCH_PDL(ctx, s, "colsum_fused_kernel", k, grid, FUSED_THREADS, 0, j);
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "colsum_fused_kernel", k, grid, FUSED_THREADS, 0, j);
     return BR_OK;
 }
 
@@ -300,8 +301,8 @@ extern "C" br_status br_cuda_colsum_fused(br_ctx *ctx, const br_op *op) {
     default: return br_fail(ctx, BR_E_ARG, "colsum_fused: unknown fuse kind %d", (int)a->fuse.kind);
     }
     if (j.nb == 1) return BR_OK;
-    BR_CUDA_LAUNCH_PDL(ctx, s, "colsum_fin_kernel", colsum_fin_kernel,
-                       (j.k + THREADS - 1) / THREADS, THREADS, 0, j.part, j.sum, j.k, j.nb,
-                       !j.overwrite, j.group, j.stride);
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "colsum_fin_kernel", colsum_fin_kernel,
+                           (j.k + THREADS - 1) / THREADS, THREADS, 0, j.part, j.sum, j.k, j.nb,
+                           !j.overwrite, j.group, j.stride);
     return BR_OK;
 }

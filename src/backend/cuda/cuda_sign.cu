@@ -867,9 +867,9 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     }
     if (one) J.ticket = s->tickets + BR_TICKET_SIGN_STEPS;
     const unsigned grid = J.start[J.n] + (one ? adam_blocks : 0);
-    BR_CUDA_LAUNCH_PDL(ctx, s, "update_n_kernel", kernel, grid, THREADS, 0, J, A);
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "update_n_kernel", kernel, grid, THREADS, 0, J, A);
     if (one) return BR_OK;
-    BR_CUDA_LAUNCH_PDL(ctx, s, "finish_n_kernel", finish_n_kernel, J.n + adam_blocks, THREADS, 0, J,
-                       A);
+    BR_CUDA_LAUNCH_WAITING(ctx, s, "finish_n_kernel", finish_n_kernel, J.n + adam_blocks, THREADS,
+                           0, J, A);
     return BR_OK;
 }
