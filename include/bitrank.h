@@ -830,11 +830,11 @@ br_buf *br_blr_opt_buf(br_blr_opt *opt, size_t path, int which, br_opt_part part
 /* ---- compression ---- */
 
 /* The rank the compression gives a layer [m][n] for `bpw` bits per weight: the
- * largest multiple of 32 whose br_blr_bpw (section "files") is ≤ bpw, capped at
- * min(m, n) rounded up to a multiple of 32 (more rank cannot be initialized from
- * an SVD). At least 32: when even rank 32 exceeds the budget, fails with
- * BR_E_SHAPE and a message naming the layer (`name`, may be NULL), its shape and
- * the bpw rank 32 needs. */
+ * largest rank whose br_blr_bpw (section "files") is ≤ bpw, capped at min(m, n)
+ * (more rank is a larger layer, not a better one). Any rank ≥ 1: the layer pads it
+ * internally to the multiple of 32 its kernels work in, so the budget is used
+ * whole. When even rank 1 exceeds the budget, fails with BR_E_SHAPE and a message
+ * naming the layer (`name`, may be NULL), its shape and the bpw rank 1 needs. */
 br_status br_compress_rank(br_ctx *ctx, const char *name, size_t m, size_t n, size_t paths,
                            double bpw, size_t *rank);
 
@@ -851,10 +851,19 @@ typedef enum br_synthetic {
     BR_SYNTH_HEAVY = 1,
 } br_synthetic;
 
+/* How the training objective counts the calibration tokens (recorded inputs). */
+typedef enum br_token_weighting {
+    /* each token's output error relative to its own output ‖y_t‖ (floored at a
+     * tenth of the mean): a few tokens with massive activations, which can carry
+     * most of a layer's output energy, do not decide the fit for the rest */
+    BR_TOKENS_RELATIVE = 0,
+    BR_TOKENS_AGGREGATE = 1, /* ‖Ŷ − Y‖²/‖Y‖² over all tokens together */
+} br_token_weighting;
+
 /* Options of a compression; br_compress_opts_default fills the defaults noted. */
 typedef struct br_compress_opts {
     double bpw;   /* target bits per weight per layer (1.0); unused when rank > 0 */
-    size_t rank;  /* fixed rank, a multiple of 32 (0: from bpw) */
+    size_t rank;  /* fixed rank (0: the largest within bpw); at most min(m, n) of a layer */
     size_t paths; /* 1 or 2 (2: the second path fits the first one's residual) */
     /* Tensors compressed: by default the 2-D ones whose name ends in ".weight",
      * except embeddings and heads (names containing "embed", "wte", "wpe",
@@ -877,19 +886,30 @@ typedef struct br_compress_opts {
     const char *activations;
     const char *gram;
     int synthetic; /* a br_synthetic (BR_SYNTH_ISOTROPIC) */
+    /* A layer that a given activations or Gram file has no tensor for is refused
+     * before any work (a file whose names do not match is a mistake, not a reason
+     * to train on synthetic inputs); with allow_uncalibrated (0) such layers train
+     * on `synthetic` inputs instead, each with a note in the report. A file that
+     * matches no layer at all is refused either way. */
+    int allow_uncalibrated;
     /* Training per layer: Adam on h, ℓ, g and the sign optimizer on S_U, S_V, to
-     * reproduce the original layer's outputs y = W·x (loss ½‖ŷ − y‖², batches of
-     * `tokens` from a pool of 8 batches, or from the recorded activations). */
-    int steps;          /* steps per layer (300); 0: initialization only */
-    size_t tokens;      /* tokens per step (512) */
-    float lr;           /* peak Adam step for the scales, relative to |w| (2e-2) */
-    float sign_lr;      /* peak step of the sign latents (1e-2; 0: signs frozen) */
-    int warmup;         /* linear warm-up steps (-1: steps/20), then cosine decay to 0 */
-    int patience;       /* early stop after this many evaluations without a 0.1% gain (5) */
-    int eval_every;     /* steps between held-out evaluations (25) */
-    size_t eval_tokens; /* held-out tokens for the relative output error (1024) */
-    uint64_t seed;      /* every random choice; per layer derived from seed and name (1) */
-    int init_on_device; /* 1 (default): the SVD runs on a CUDA context's GPU */
+     * minimize J = J_data + weight_term·‖W − Ŵ‖²/‖W‖², J_data the relative output
+     * error² on the calibration inputs (weighted as token_weighting says). J is a
+     * quadratic form in W − Ŵ, so the layer trains on a pool of tokens that is J
+     * exactly (a factor of the inputs' Gram), in batches of `tokens`; with recorded
+     * inputs early stopping and the report judge on held-out tokens. */
+    float weight_term;   /* λ (0.03); it holds Ŵ near W where the inputs say little */
+    int token_weighting; /* a br_token_weighting (BR_TOKENS_RELATIVE) */
+    int steps;           /* steps per layer (300); 0: initialization only */
+    size_t tokens;       /* tokens per step (512) */
+    float lr;            /* peak Adam step for the scales, relative to |w| (2e-2) */
+    float sign_lr;       /* peak step of the sign latents (1e-2; 0: signs frozen) */
+    int warmup;          /* linear warm-up steps (-1: steps/20), then cosine decay to 0 */
+    int patience;        /* early stop after this many evaluations without a 0.1% gain (5) */
+    int eval_every;      /* steps between held-out evaluations (25) */
+    size_t eval_tokens;  /* held-out tokens for the relative output error (1024) */
+    uint64_t seed;       /* every random choice; per layer derived from seed and name (1) */
+    int init_on_device;  /* 1 (default): the SVD runs on a CUDA context's GPU */
 } br_compress_opts;
 void br_compress_opts_default(br_compress_opts *opts);
 
@@ -897,23 +917,63 @@ void br_compress_opts_default(br_compress_opts *opts);
  * br_compress_opts: the default rule, include, exclude). */
 int br_compress_selects(const br_compress_opts *opts, const char *name, size_t ndim);
 
-/* What the job did to one compressed layer. */
+/* Why a layer's training ended. */
+typedef enum br_stop_reason {
+    BR_STOP_NONE = 0,    /* no training (steps = 0, or nothing to fit: y = 0) */
+    BR_STOP_STEPS = 1,   /* every step ran */
+    BR_STOP_PLATEAU = 2, /* `patience` evaluations without a 0.1% gain on held-out inputs */
+} br_stop_reason;
+
+/* What happened to a selected layer. */
+typedef enum br_layer_outcome {
+    BR_LAYER_COMPRESSED = 0, /* written as a BLR layer */
+    /* written unchanged (its original tensor copied), the reason in `note`: the
+     * budget cannot hold its shape, or compression failed (a trained weight error
+     * above 1: Ŵ further from W than 0 is) */
+    BR_LAYER_SKIPPED = 1,
+} br_layer_outcome;
+
+/* Quantiles of the per-token relative output error ‖ŷ_t − y_t‖/‖y_t‖ over the
+ * held-out tokens (a few tokens with massive outputs dominate the aggregate error;
+ * these show what the typical token keeps). */
+typedef struct br_token_err {
+    double p50, p90, p99;
+} br_token_err;
+
+/* What the job did to one selected layer. */
 typedef struct br_layer_report {
     char name[256];
     size_t m, n, rank, paths;
     double bpw; /* br_blr_bpw of the shapes */
+    br_layer_outcome outcome;
+    char note[256]; /* BR_LAYER_SKIPPED: why; else empty or a remark */
     /* Relative output error ‖ŷ − y‖/‖y‖ on held-out calibration inputs (never
      * trained on), y = W·x the original layer's outputs: after the Dual-SVID
      * initialization, and after training (scales rounded to f16, as written). */
     double err_init, err_trained;
-    double weight_err; /* ‖Ŵ − W‖/‖W‖ after training */
-    int steps;         /* training steps run (fewer than asked: early stop) */
-    int loss_every;    /* steps between two points of the loss curve */
+    br_token_err tok_init, tok_trained; /* per-token errors on the same inputs */
+    double weight_err_init;             /* ‖Ŵ − W‖/‖W‖ after the initialization */
+    double weight_err;                  /* ‖Ŵ − W‖/‖W‖ after training */
+    int steps;                          /* training steps run (fewer than asked: early stop) */
+    br_stop_reason stop;
+    int best_step;  /* the step whose state was kept (0: the initialization) */
+    int loss_every; /* steps between two points of the loss curve */
     size_t n_loss;
-    float *loss;          /* [n_loss] training loss of the batch, as ‖ŷ − y‖²/‖y‖² */
+    float *loss;    /* [n_loss] training loss of the batch, as ‖ŷ − y‖²/‖y‖² */
+    int eval_every; /* steps between two held-out evaluations */
+    size_t n_eval;
+    float *eval;          /* [n_eval] the held-out criterion (the training objective's data
+                           * term) at steps 0, eval_every, 2·eval_every, … (the last: the
+                           * last step run) */
     double seconds;       /* initialization + training */
+    double init_seconds;  /* of which the objective, the original's outputs, the initialization */
     int resumed;          /* 1: taken from the checkpoint of an interrupted run */
     char init_device[16]; /* where the SVD ran: "cpu" or "cuda" */
+    char init_kind[16];   /* which initialization was kept: "plain", "scaled" (channel-
+                           * scaled by the inputs' RMS) or "whitened" (by the inputs' Gram) */
+    char calibration[32]; /* this layer's inputs: "activations", "gram", "synthetic
+                           * isotropic", "synthetic heavy-tailed" */
+    size_t calib_tokens;  /* recorded tokens it trained on (activations), else 0 */
 } br_layer_report;
 
 /* Where the job is, for a progress display. */
@@ -931,6 +991,11 @@ typedef struct br_compress_progress {
     int step, steps;               /* BR_PHASE_TRAIN: steps done, steps planned */
     double loss;                   /* BR_PHASE_TRAIN: the last logged batch loss */
     double elapsed;                /* seconds since the job began */
+    /* The job's work in units of estimated cost (a layer's steps × tokens × the
+     * FLOPs of one token through it, plus its initialization), for an ETA that
+     * weighs each layer by its size: the work of the layers finished or resumed
+     * before this one, of this layer, and of all the selected layers. */
+    double work_before, work_layer, work_total;
 } br_compress_progress;
 /* Called from the job's thread; returning non-zero cancels the job (it then fails
  * with BR_E_STATE and writes no output; finished layers stay in the checkpoint). */
@@ -945,10 +1010,13 @@ typedef struct br_compress_report {
     uint64_t bytes_before;      /* data bytes of the compressed layers in the input */
     uint64_t bytes_after;       /* data bytes of their BLR tensors in the output */
     uint64_t file_in, file_out; /* sizes of the input and output files */
+    size_t n_skipped;           /* selected layers written unchanged (BR_LAYER_SKIPPED) */
     double seconds;
-    char device[160];     /* br_ctx_device of the context */
-    char calibration[32]; /* "activations", "gram", "synthetic isotropic" or
-                           * "synthetic heavy-tailed" (the options') */
+    char device[160];      /* br_ctx_device of the context */
+    char calibration[32];  /* "activations", "gram", "synthetic isotropic" or
+                            * "synthetic heavy-tailed" (the options') */
+    char calib_file[1024]; /* the activations or Gram file given, else empty */
+    char options[512];     /* the options that decide the result, as "key=value …" */
 } br_compress_report;
 void br_compress_report_free(br_compress_report *report);
 
@@ -977,7 +1045,7 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
  * none; given, the initialization is activation-aware). The last
  * min(opts->eval_tokens, ntok/4) tokens of x are held out for the report's errors.
  * *out receives the layer (allocated; free with br_blr_host_free), report (may be
- * NULL) its report (free its loss with free()). */
+ * NULL) its report (free its loss and eval curves with free()). */
 br_status br_compress_matrix(br_ctx *ctx, const char *name, const float *w, size_t m, size_t n,
                              const float *x, size_t ntok, const double *gram,
                              const br_compress_opts *opts, br_blr_host *out,

@@ -98,7 +98,7 @@ mkst norms.safetensors "{\"l.0.norm.weight\":{\"dtype\":\"F32\",\"shape\":[96],\
 expect_fail "nothing to compress" out.safetensors "norms\.safetensors.*nothing to compress" -- \
     norms.safetensors -o out.safetensors --device cpu
 expect_fail "budget too small for the shape" out.safetensors "good\.safetensors.*l\.0\.q\.weight.*too small" -- \
-    good.safetensors -o out.safetensors --bpw 1.0 --device cpu
+    good.safetensors -o out.safetensors --bpw 0.1 --device cpu
 mkst nan.safetensors "{\"l.0.q.weight\":{$W}}" nan 24576
 expect_fail "NaN in a weight" out.safetensors "nan\.safetensors.*l\.0\.q\.weight.*NaN" -- \
     nan.safetensors -o out.safetensors --bpw 4 --device cpu

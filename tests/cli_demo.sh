@@ -18,8 +18,8 @@ failures=0
 passed=0
 
 # model.safetensors: layers a (256×256, fast) then b (768×768, slow enough to be
-# interrupted in); good.gram / bad.gram: a Gram for b, the bad one with a negative
-# diagonal element, which fails b only when the job reaches it (after a is done).
+# interrupted in); good.gram / bad.gram: Grams for a and b, the bad one with a
+# negative diagonal element in b's, which the job refuses before any layer trains.
 BR_TESTS="$TESTS" python3 - <<'EOF'
 import os, sys
 sys.path.insert(0, os.environ["BR_TESTS"])
@@ -37,8 +37,11 @@ for i in range(n):
     good[i * n + i] = diag[i]
 bad = list(good)
 bad[5 * n + 5] = -0.5
-st("good.gram", [("blk.0.b.weight", [n, n], good)])
-st("bad.gram", [("blk.0.b.weight", [n, n], bad)])
+ga = [0.0] * (256 * 256)
+for i in range(256):
+    ga[i * 256 + i] = 1.0 + rnd.random()
+st("good.gram", [("blk.0.a.weight", [256, 256], ga), ("blk.0.b.weight", [n, n], good)])
+st("bad.gram", [("blk.0.a.weight", [256, 256], ga), ("blk.0.b.weight", [n, n], bad)])
 EOF
 export BITRANK_DATA=$DIR/model.safetensors
 use_gram() { cp "$1" model.gram.safetensors; }
@@ -81,7 +84,7 @@ check() {
     rm -rf tmp/* "$out" "$out.partial"
 }
 
-# a failure in layer b, after a was checkpointed: default output, then -o
+# a bad Gram for layer b: refused before any layer, default output, then -o
 use_gram bad.gram
 "$BITRANK" demo --device cpu --steps 3 --quiet >stdout.txt 2>stderr.txt
 rc=$?

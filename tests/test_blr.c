@@ -127,9 +127,11 @@ static void awkward_shapes(void) {
 }
 
 /* A two-path layer equals the sum of its paths as one-path layers: the per-path
- * gradients bit for bit (every GEMM keeps the paths' columns apart), y and dx
- * within f32 rounding of fl(part0 + part1) (one GEMM sums both paths' K range, so
- * the order of the f32 sums differs): ‖got − sum‖ ≤ 1e-5·‖|part0| + |part1|‖. */
+ * gradients within f32 rounding of the one-path layers' (every GEMM keeps the
+ * paths' columns apart; a BLAS may still sum a column in another order where it
+ * sits at another offset of a wider product, as OpenBLAS's AVX2 kernels do), y and
+ * dx within f32 rounding of fl(part0 + part1) (one GEMM sums both paths' K range,
+ * so the order of the f32 sums differs): ‖got − sum‖ ≤ 1e-5·‖|part0| + |part1|‖. */
 static void two_paths_are_two_halves(void) {
     br_ctx *ctx = t_ctx();
     br_rng rng = t_rng_for(7);
@@ -174,8 +176,15 @@ static void two_paths_are_two_halves(void) {
     }
     for (int p = 0; p < 2; p++)
         for (int i = 0; i < 5; i++) {
-            size_t bad = t_bits_differ32(grads[p][0][i], grads[2][p][i], len[i]);
-            CHECK(bad == 0, "path %d gradient %d: %zu of %zu differ", p, i, bad, len[i]);
+            double d2 = 0, s2 = 0;
+            for (size_t k = 0; k < len[i]; k++) {
+                double a = grads[p][0][i][k], b = grads[2][p][i][k];
+                d2 += (a - b) * (a - b);
+                s2 += a * a;
+            }
+            CHECK(s2 > 0 && sqrt(d2) <= 1e-5 * sqrt(s2),
+                  "path %d gradient %d: ‖two-path − one-path‖ = %.3g of %.3g", p, i, sqrt(d2),
+                  sqrt(s2));
         }
     for (int v = 0; v < 3; v++) {
         free(y[v]), free(dx[v]);

@@ -10,6 +10,8 @@
 #include "bitrank.h"
 #include "cli/commands.h"
 #include "cli/compress_report.h"
+#include "cli/term_escape.h"
+#include "compress/paths.h"
 
 static const char usage_text[] =
     "usage: bitrank compress IN -o OUT [options]\n"
@@ -20,11 +22,17 @@ static const char usage_text[] =
     "\n"
     "  -o, --output FILE   the output file (written to a temporary name, then renamed)\n"
     "  --bpw X             bits per weight per layer (1.0); the rank is the largest\n"
-    "                      multiple of 32 within it\n"
-    "  --rank R            a fixed rank instead (a multiple of 32)\n"
+    "                      within it; a layer it cannot hold is copied unchanged\n"
+    "  --rank R            a fixed rank instead (capped at a layer's min(m, n))\n"
     "  --paths P           1 or 2 binary paths per layer (2)\n"
     "  --calib FILE        recorded inputs: safetensors, tensor NAME [tokens][n] per layer\n"
     "  --gram FILE         input Grams: safetensors, tensor NAME [n][n] per layer\n"
+    "  --allow-uncalibrated  train layers that --calib/--gram has no tensor for on\n"
+    "                      synthetic inputs (else such layers are refused)\n"
+    "  --weight-term X     weight of ‖W − Ŵ‖²/‖W‖² beside the output error (0.03):\n"
+    "                      holds Ŵ near W where the calibration inputs say little\n"
+    "  --token-weighting K relative (default: each token's error relative to its\n"
+    "                      own output) or aggregate (all tokens' error together)\n"
     "  --synthetic KIND    inputs of layers without recorded ones: iso (default:\n"
     "                      N(0, I), which fits the weights themselves) or heavy\n"
     "                      (log-normal channel scales: a stand-in for activations)\n"
@@ -68,7 +76,7 @@ static int parse_double(const char *s, double *out) {
 static int parse_size(const char *s, unsigned long long *out) {
     char *end = NULL;
     errno = 0;
-    if (*s < '0' || *s > '9') return -1;
+    if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] != '\0')) return -1; /* "010": octal? */
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || *end) return -1;
     *out = v;
@@ -94,12 +102,70 @@ static int has_checkpoint(const char *dir) {
     return found;
 }
 
+/* "WHO: MESSAGE" on stderr, the message's control characters escaped: it names
+ * tensors and fields of untrusted files, whose bytes must not reach the terminal
+ * as escape sequences. */
+static void print_error(const char *who, const char *msg) {
+    size_t cap = 4 * strlen(msg) + 1;
+    char fallback[1024], *safe = malloc(cap);
+    if (!safe) {
+        safe = fallback;
+        cap = sizeof fallback;
+    }
+    br_cli_escape(safe, cap, msg);
+    fprintf(stderr, "%s: %s\n", who, safe);
+    if (safe != fallback) free(safe);
+}
+
+/* The run's paths against its inputs, before anything is written or created: the
+ * output renamed over the input (or a shard, or the index; or a calibration file)
+ * would destroy it, as would the checkpoint directory's cleaning or the report
+ * renamed over it; the report renamed over the output would replace the result.
+ * Compared by identity (compress/paths.h). An input that cannot be opened is left
+ * to the job, which reports it. 0, or 1 with the message printed. */
+static int check_paths(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *o,
+                       const char *checkpoint_dir, const char *report, const char *who) {
+    char partial[4200];
+    snprintf(partial, sizeof partial, "%s.partial", out);
+    const char *ckpt = checkpoint_dir ? checkpoint_dir : partial;
+    char msg[4600];
+    msg[0] = '\0';
+    if (report && br_path_same_file(report, out))
+        snprintf(msg, sizeof msg,
+                 "%s: the report is the output file %s: writing it would replace the output; "
+                 "choose another path",
+                 report, out);
+    else if (report && br_path_same_file(report, ckpt))
+        snprintf(msg, sizeof msg, "%s: the report is the checkpoint directory; choose another path",
+                 report);
+    if (msg[0]) {
+        print_error(who, msg);
+        return 1;
+    }
+    const char *inputs[3] = {in, o->activations, o->gram};
+    for (int i = 0; i < 3; i++) {
+        br_st_file *f = NULL;
+        if (!inputs[i] || br_st_open(ctx, inputs[i], &f) != BR_OK) continue;
+        br_status st = i == 0 ? br_compress_check_paths(ctx, f, out, checkpoint_dir)
+                              : br_compress_check_not_input(ctx, f, out, "output");
+        if (!st && report) st = br_compress_check_not_input(ctx, f, report, "report");
+        br_st_close(f);
+        if (st) {
+            print_error(who, br_ctx_error(ctx));
+            return 1;
+        }
+    }
+    br_ctx_clear_error(ctx);
+    return 0;
+}
+
 int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *o,
                         const char *checkpoint_dir, int resume, int quiet, const char *report_path,
                         const char *who) {
     char err[512];
+    if (check_paths(ctx, in, out, o, checkpoint_dir, report_path, who)) return 1;
     if (report_path && br_cli_html_writable(report_path, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", who, err);
+        print_error(who, err);
         return 1;
     }
     br_cli_progress prog;
@@ -126,7 +192,7 @@ int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_c
         else if (cancel_requested)
             fprintf(stderr, "%s: interrupted; no output written\n", who);
         else
-            fprintf(stderr, "%s: %s\n", who, br_ctx_error(ctx));
+            print_error(who, br_ctx_error(ctx));
         br_compress_report_free(rep);
         return 1;
     }
@@ -134,7 +200,7 @@ int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_c
     int rc = 0;
     if (report_path) {
         if (br_cli_write_html(report_path, rep, in, out, err, sizeof err) != 0) {
-            fprintf(stderr, "%s: %s\n", who, err);
+            print_error(who, err);
             rc = 1;
         } else if (!quiet) {
             printf("report: %s\n", report_path);
@@ -168,6 +234,8 @@ int br_cmd_compress(int argc, char **argv) {
             rc = 0;
         } else if (!strcmp(a, "--resume")) {
             resume = 1;
+        } else if (!strcmp(a, "--allow-uncalibrated")) {
+            o.allow_uncalibrated = 1;
         } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
             quiet = 1;
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -183,8 +251,8 @@ int br_cmd_compress(int argc, char **argv) {
                     rc = bad_usage("--bpw: '%s' is not a positive number", v);
                 o.bpw = d;
             } else if (!strcmp(a, "--rank")) {
-                if (parse_size(v, &u) || !u || u % 32 || u > (1u << 20))
-                    rc = bad_usage("--rank: '%s' is not a positive multiple of 32", v);
+                if (parse_size(v, &u) || !u || u > (1u << 20))
+                    rc = bad_usage("--rank: '%s' is not a rank of 1..1048576", v);
                 o.rank = (size_t)u;
             } else if (!strcmp(a, "--paths")) {
                 if (parse_size(v, &u) || u < 1 || u > 2)
@@ -213,6 +281,16 @@ int br_cmd_compress(int argc, char **argv) {
                 o.tokens = (size_t)u;
             } else if (!strcmp(a, "--lr")) {
                 if (parse_rate(v, &o.lr)) rc = bad_usage("--lr: '%s' is not a number ≥ 0", v);
+            } else if (!strcmp(a, "--weight-term")) {
+                if (parse_rate(v, &o.weight_term))
+                    rc = bad_usage("--weight-term: '%s' is not a number ≥ 0", v);
+            } else if (!strcmp(a, "--token-weighting")) {
+                if (!strcmp(v, "relative"))
+                    o.token_weighting = BR_TOKENS_RELATIVE;
+                else if (!strcmp(v, "aggregate"))
+                    o.token_weighting = BR_TOKENS_AGGREGATE;
+                else
+                    rc = bad_usage("--token-weighting: '%s' is not relative or aggregate", v);
             } else if (!strcmp(a, "--sign-lr")) {
                 if (parse_rate(v, &o.sign_lr))
                     rc = bad_usage("--sign-lr: '%s' is not a number ≥ 0", v);

@@ -1,5 +1,5 @@
 /* What `bitrank compress` and `bitrank demo` show: the progress display, the
- * per-layer table with totals, and the HTML report. */
+ * per-layer table with totals, and the HTML report (report_html.c). */
 #ifndef BR_CLI_COMPRESS_REPORT_H
 #define BR_CLI_COMPRESS_REPORT_H
 
@@ -17,6 +17,7 @@ typedef struct br_cli_progress {
     double layer_start;            /* elapsed seconds when the current layer began */
     double done_seconds;           /* seconds of the layers finished in this run */
     size_t done_layers;            /* layers finished in this run (not resumed) */
+    double done_work;              /* their work (br_compress_progress.work_layer) */
     volatile sig_atomic_t *cancel; /* set by a signal handler: cancel the job */
 } br_cli_progress;
 
@@ -26,13 +27,29 @@ int br_cli_progress_cb(const br_compress_progress *progress, void *user);
 /* Clears a half-drawn bar (before an error message). */
 void br_cli_progress_end(br_cli_progress *p);
 
-/* The table of layers and the totals. */
+/* Seconds left in the job at a BR_PHASE_TRAIN report, or -1 when nothing
+ * measured yet allows a guess. With the job's work estimate (work_total > 0):
+ * the seconds per unit of work of what this run has done (the layers finished in
+ * it and this layer's steps so far; resumed layers took no time and are left
+ * out) times the work left. Without it: this layer's steps left at its rate plus
+ * the layers left at the mean time of those finished (or this one's, projected). */
+double br_cli_eta(const br_cli_progress *p, const br_compress_progress *pr);
+
+/* How a layer's training ended, for the table and the report: "plateau at 175
+ * (best 150)", "300 steps", "300 steps (best 275)", "init only". */
+void br_cli_stop_text(char *buf, size_t cap, const br_layer_report *l);
+
+/* The relative change of the output error from init to trained, in percent. */
+double br_cli_gain_percent(const br_layer_report *l);
+
+/* The table of layers in natural order of their names, and the totals. */
 void br_cli_print_table(FILE *out, const br_compress_report *rep, const char *in_path,
                         const char *out_path);
 
-/* A self-contained HTML page: summary, table, a loss curve per layer (inline SVG).
- * Written to a temporary file and renamed. 0 on success; else -1 with a message
- * in err. */
+/* A self-contained HTML page: summary (options and calibration), the table with
+ * every field, each layer's training loss and held-out error (inline SVG), and
+ * the trained error by layer type and depth. Written to a temporary file and
+ * renamed. 0 on success; else -1 with a message in err. */
 int br_cli_write_html(const char *path, const br_compress_report *rep, const char *in_path,
                       const char *out_path, char *err, size_t err_len);
 /* Whether the report can be written at `path` (its temporary file is made and

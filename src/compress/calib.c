@@ -6,8 +6,10 @@
 
 #include "compress/calib.h"
 #include "compress/host_blas.h"
+#include "compress/host_chol.h"
 #include "core/blas_threads.h"
 #include "core/rng.h"
+#include "io/io_internal.h"
 
 #ifdef BR_HAVE_LAPACK
 #include <lapacke.h>
@@ -70,12 +72,13 @@ static const br_st_tensor *find_for_layer(const br_st_file *file, const char *na
 void br_calib_memo_free(br_calib_memo *memo) {
     free(memo->tensor);
     free(memo->hash);
+    free(memo->checked);
     memset(memo, 0, sizeof *memo);
 }
 
 /* The hash of tensor t's description and bytes, from the memo or computed. */
-static br_status tensor_hash(br_ctx *ctx, br_calib_memo *memo, const br_st_tensor *t,
-                             uint64_t *out) {
+static br_status tensor_hash(br_ctx *ctx, br_calib_memo *memo, const br_st_file *file,
+                             const br_st_tensor *t, uint64_t *out) {
     for (size_t i = 0; i < memo->n; i++)
         if (memo->tensor[i] == t) {
             *out = memo->hash[i];
@@ -84,7 +87,21 @@ static br_status tensor_hash(br_ctx *ctx, br_calib_memo *memo, const br_st_tenso
     uint64_t h = br_name_hash(t->name) ^ (uint64_t)t->dtype * 0x100000001b3ull;
     for (size_t d = 0; d < t->ndim; d++)
         h = h * 17 + t->shape[d];
-    h = br_bytes_hash(h, t->data, (size_t)t->nbytes);
+    /* read with pread in chunks, not from the mapping: a file truncated while the
+     * job runs is an error, not a SIGBUS (chunks of 8-byte multiples hash as one) */
+    const size_t chunk = (size_t)1 << 22;
+    unsigned char *buf = malloc(chunk);
+    if (!buf) return br_fail(ctx, BR_E_NOMEM, "calibration hash: out of host memory");
+    for (uint64_t off = 0; off < t->nbytes; off += chunk) {
+        size_t len = t->nbytes - off < chunk ? (size_t)(t->nbytes - off) : chunk;
+        br_status st = br_st_read_bytes(ctx, file, t, off, len, buf);
+        if (st) {
+            free(buf);
+            return st;
+        }
+        h = br_bytes_hash(h, buf, len);
+    }
+    free(buf);
     if (memo->n == memo->cap) {
         size_t cap = memo->cap ? 2 * memo->cap : 16;
         const br_st_tensor **tt = realloc(memo->tensor, cap * sizeof *tt);
@@ -106,7 +123,7 @@ br_status br_calib_hash(br_ctx *ctx, const br_calib_src *src, const char *name, 
     for (int i = 0; i < 2; i++) {
         const br_st_tensor *t = files[i] ? find_for_layer(files[i], name, n, i == 1) : NULL;
         uint64_t th = 0x5eed + (uint64_t)i; /* no file, or nothing for this layer */
-        if (t) BR_TRY(tensor_hash(ctx, memo, t, &th));
+        if (t) BR_TRY(tensor_hash(ctx, memo, files[i], t, &th));
         *h = (*h ^ th) * 0x100000001b3ull + (uint64_t)i;
     }
     return BR_OK;
@@ -295,27 +312,43 @@ br_status br_calib_gram(br_ctx *ctx, const br_st_file *file, const char *name, s
     return BR_OK;
 }
 
+/* Recorded inputs of a layer: [tokens][n] of at least 2 tokens (some are held out). */
+static br_status check_acts_shape(br_ctx *ctx, const br_st_file *file, const br_st_tensor *t,
+                                  const char *name, size_t n) {
+    const char *path = br_st_path(file);
+    if (t->ndim < 2 || t->shape[t->ndim - 1] != n)
+        return br_fail(ctx, BR_E_SHAPE,
+                       "%s: tensor '%s': activations of layer '%s' must be [tokens][%zu], its "
+                       "last dimension is %llu",
+                       path, t->name, name, n,
+                       (unsigned long long)(t->ndim ? t->shape[t->ndim - 1] : 0));
+    if (t->numel / n < 2)
+        return br_fail(ctx, BR_E_SHAPE,
+                       "%s: tensor '%s': %zu token(s) of activations of layer '%s'; at least 2 "
+                       "are needed (some are held out)",
+                       path, t->name, (size_t)(t->numel / n), name);
+    return BR_OK;
+}
+
+const br_st_tensor *br_calib_find_acts(const br_calib_src *src, const char *name, size_t n) {
+    return src && src->acts ? find_for_layer(src->acts, name, n, 0) : NULL;
+}
+
+const br_st_tensor *br_calib_find_gram(const br_calib_src *src, const char *name, size_t n) {
+    return src && src->gram ? find_for_layer(src->gram, name, n, 1) : NULL;
+}
+
 br_status br_calib_inputs(br_ctx *ctx, const br_calib_src *src, const char *name, size_t n,
-                          size_t ntrain_want, size_t neval_want, uint64_t seed, const double *gram,
-                          int synthetic, br_calib_set *out) {
+                          size_t neval_want, uint64_t seed, const double *gram, int synthetic,
+                          br_calib_set *out) {
     memset(out, 0, sizeof *out);
     br_rng rng;
     br_rng_seed(&rng, seed ^ br_name_hash(name));
-    const br_st_tensor *t = src && src->acts ? find_for_layer(src->acts, name, n, 0) : NULL;
+    const br_st_tensor *t = br_calib_find_acts(src, name, n);
     if (t) {
         const char *path = br_st_path(src->acts);
-        if (t->ndim < 2 || t->shape[t->ndim - 1] != n)
-            return br_fail(ctx, BR_E_SHAPE,
-                           "%s: tensor '%s': activations of layer '%s' must be [tokens][%zu], "
-                           "its last dimension is %llu",
-                           path, t->name, name, n,
-                           (unsigned long long)(t->ndim ? t->shape[t->ndim - 1] : 0));
+        BR_TRY(check_acts_shape(ctx, src->acts, t, name, n));
         size_t ntok = (size_t)(t->numel / n);
-        if (ntok < 2)
-            return br_fail(ctx, BR_E_SHAPE,
-                           "%s: tensor '%s': %zu token(s) of activations; at least 2 are needed "
-                           "(some are held out)",
-                           path, t->name, ntok);
         size_t neval = neval_want < ntok / 4 ? neval_want : ntok / 4;
         if (!neval) neval = 1;
         float *x = malloc(ntok * n * sizeof *x);
@@ -332,17 +365,14 @@ br_status br_calib_inputs(br_ctx *ctx, const br_calib_src *src, const char *name
         out->x_eval = x + out->ntrain * n;
         out->neval = neval;
         out->owns_eval = 0;
+        out->recorded = 1;
         out->kind = "activations";
         return BR_OK;
     }
-    out->x_train = malloc(ntrain_want * n * sizeof(float));
     out->x_eval = malloc(neval_want * n * sizeof(float));
-    out->ntrain = ntrain_want;
     out->neval = neval_want;
     out->owns_eval = 1;
-    double *chan = malloc(n * sizeof *chan);
-    if (!out->x_train || !out->x_eval || !chan) {
-        free(chan);
+    if (!out->x_eval) {
         br_calib_free(out);
         return br_fail(ctx, BR_E_NOMEM, "calibration inputs of '%s': out of host memory", name);
     }
@@ -352,17 +382,24 @@ br_status br_calib_inputs(br_ctx *ctx, const br_calib_src *src, const char *name
         double *chol = NULL;
         int full = 0;
         st = gram_sampler(ctx, gram, n, &chol, &full);
-        if (!st) st = from_gram(ctx, &rng, chol, full, n, out->x_train, ntrain_want);
         if (!st) st = from_gram(ctx, &rng, chol, full, n, out->x_eval, neval_want);
         free(chol);
     } else {
         out->kind = synthetic == BR_SYNTH_HEAVY ? "synthetic heavy-tailed" : "synthetic isotropic";
-        for (size_t j = 0; j < n; j++)
+        double *chan = malloc(n * sizeof *chan);
+        out->var = malloc(n * sizeof *out->var);
+        if (!chan || !out->var) {
+            free(chan);
+            br_calib_free(out);
+            return br_fail(ctx, BR_E_NOMEM, "calibration inputs of '%s': out of host memory", name);
+        }
+        for (size_t j = 0; j < n; j++) {
             chan[j] = synthetic == BR_SYNTH_HEAVY ? exp(br_rng_normal(&rng)) : 1.0;
-        gaussian_inputs(&rng, chan, out->x_train, ntrain_want, n);
+            out->var[j] = chan[j] * chan[j];
+        }
         gaussian_inputs(&rng, chan, out->x_eval, neval_want, n);
+        free(chan);
     }
-    free(chan);
     if (st) br_calib_free(out);
     return st;
 }
@@ -370,6 +407,97 @@ br_status br_calib_inputs(br_ctx *ctx, const br_calib_src *src, const char *name
 void br_calib_free(br_calib_set *set) {
     if (!set) return;
     free(set->x_train);
+    free(set->var);
     if (set->owns_eval) free(set->x_eval);
     memset(set, 0, sizeof *set);
+}
+
+static int was_checked(const br_calib_memo *memo, const br_st_tensor *t) {
+    for (size_t i = 0; i < memo->n_checked; i++)
+        if (memo->checked[i] == t) return 1;
+    return 0;
+}
+
+static br_status mark_checked(br_ctx *ctx, br_calib_memo *memo, const br_st_tensor *t) {
+    if (memo->n_checked == memo->cap_checked) {
+        size_t cap = memo->cap_checked ? 2 * memo->cap_checked : 16;
+        const br_st_tensor **c = realloc(memo->checked, cap * sizeof *c);
+        if (!c) return br_fail(ctx, BR_E_NOMEM, "calibration check: out of host memory");
+        memo->checked = c;
+        memo->cap_checked = cap;
+    }
+    memo->checked[memo->n_checked++] = t;
+    return BR_OK;
+}
+
+/* Recorded inputs of a layer: shape, dtype and finite values, in chunks. */
+static br_status check_acts(br_ctx *ctx, const br_st_file *file, const br_st_tensor *t,
+                            const char *name, size_t n) {
+    const char *path = br_st_path(file);
+    if (t->dtype != BR_ST_F32 && t->dtype != BR_ST_F16 && t->dtype != BR_ST_BF16)
+        return br_fail(ctx, BR_E_UNSUPPORTED,
+                       "%s: tensor '%s': activations of layer '%s' must be F32, F16 or BF16, "
+                       "not %s",
+                       path, t->name, name, t->dtype_name);
+    BR_TRY(check_acts_shape(ctx, file, t, name, n));
+    size_t ntok = (size_t)(t->numel / n);
+    const size_t chunk = (size_t)1 << 20;
+    float *buf = malloc((ntok * n < chunk ? ntok * n : chunk) * sizeof *buf);
+    if (!buf) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", path);
+    br_status st = BR_OK;
+    for (size_t e0 = 0; !st && e0 < ntok * n; e0 += chunk) {
+        size_t cnt = ntok * n - e0 < chunk ? ntok * n - e0 : chunk;
+        st = br_st_read_f32(ctx, file, t, e0, cnt, buf);
+        for (size_t i = 0; !st && i < cnt; i++)
+            if (!isfinite(buf[i]))
+                st = br_fail(ctx, BR_E_NONFINITE,
+                             "%s: tensor '%s': activations of layer '%s': element [%zu][%zu] is "
+                             "%s",
+                             path, t->name, name, (e0 + i) / n, (e0 + i) % n,
+                             isnan(buf[i]) ? "NaN" : "infinite");
+    }
+    free(buf);
+    return st;
+}
+
+/* A Gram of a layer: br_calib_gram's checks, then positive semi-definiteness. */
+static br_status check_gram(br_ctx *ctx, const br_st_file *file, const br_st_tensor *t,
+                            const char *name, size_t n) {
+    double *g = NULL;
+    BR_TRY(br_calib_gram(ctx, file, name, n, &g));
+    if (!g) return BR_OK;
+    double tr = 0;
+    for (size_t j = 0; j < n; j++)
+        tr += g[j * n + j];
+    for (size_t j = 0; j < n; j++)
+        g[j * n + j] += 0.01 * tr / (double)n;
+    int info = br_dchol_lower(n, g);
+    free(g);
+    if (info > 0)
+        return br_fail(ctx, BR_E_FORMAT,
+                       "%s: tensor '%s': not an input Gram of layer '%s': it is not positive "
+                       "semi-definite (with 1%% of its mean diagonal added, its Cholesky "
+                       "factorization fails at column %d)",
+                       br_st_path(file), t->name, name, info - 1);
+    if (info < 0)
+        return br_fail(ctx, BR_E_SHAPE, "%s: tensor '%s': a [%zu][%zu] Gram is too large",
+                       br_st_path(file), t->name, n, n);
+    return BR_OK;
+}
+
+br_status br_calib_check(br_ctx *ctx, const br_calib_src *src, const char *name, size_t n,
+                         br_calib_memo *memo, int *acts, int *gram) {
+    const br_st_tensor *ta = br_calib_find_acts(src, name, n);
+    const br_st_tensor *tg = br_calib_find_gram(src, name, n);
+    *acts = ta != NULL;
+    *gram = tg != NULL;
+    if (ta && !was_checked(memo, ta)) {
+        BR_TRY(check_acts(ctx, src->acts, ta, name, n));
+        BR_TRY(mark_checked(ctx, memo, ta));
+    }
+    if (tg && !was_checked(memo, tg)) {
+        BR_TRY(check_gram(ctx, src->gram, tg, name, n));
+        BR_TRY(mark_checked(ctx, memo, tg));
+    }
+    return BR_OK;
 }

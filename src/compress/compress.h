@@ -14,13 +14,16 @@
 extern "C" {
 #endif
 
+/* Whether one of opts' --include patterns matches `name` (the user asked for it). */
+int br_compress_included(const br_compress_opts *opts, const char *name);
+
 /* Every option of a compression in range (BR_E_ARG naming the first that is not):
  * br_compress_file and br_compress_matrix check the same way. */
 br_status br_compress_check_opts(br_ctx *ctx, const br_compress_opts *opts);
 
 /* Layers on the host are the io layout's br_blr_host (f32 scales while training;
- * r a multiple of 32 here, so a row of signs is r/32 words). These helpers are
- * the job's own, independent of the io implementation. */
+ * a row of signs is ceil(r/32) words, the bits past r 0). These helpers are the
+ * job's own, independent of the io implementation. */
 br_status br_layer_host_alloc(br_ctx *ctx, br_blr_host *L, size_t m, size_t n, size_t r,
                               size_t paths);
 void br_layer_host_free(br_blr_host *L);
@@ -75,6 +78,23 @@ typedef br_status (*br_svd_topk_fn)(br_ctx *ctx, const float *a, size_t m, size_
 br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, br_gram_cache *gc,
                             uint64_t seed, br_blr_host *L, br_svid_factors *factors,
                             br_svd_topk_fn svd, void *user);
+/* How the activation-aware Dual-SVID weighs the input directions: it factors W·F
+ * instead of W and maps the V side back, F·Fᵀ = Σ (the inputs' second moments):
+ * full, F the Cholesky factor L of Σ (mapped back by L⁻¹), or diagonal, F =
+ * diag(scale) (the channels' RMS; mapped back exactly into g). */
+typedef struct br_whitening {
+    size_t n;
+    const float *factor, *factor_inv; /* full: L and L⁻¹ f32 [n][n] (else NULL) */
+    const double *scale;              /* diagonal: [n], each > 0 (when factor is NULL) */
+} br_whitening;
+/* The Dual-SVID of W [m][n] into L under whitening wh (NULL: plain), the SVD by
+ * `svd`; the host's (LAPACK) or dev's. */
+br_status br_svid_whitened_with(br_ctx *ctx, const float *w, const br_whitening *wh, uint64_t seed,
+                                br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd,
+                                void *user);
+br_status br_svid_whitened_host(br_ctx *ctx, const float *w, const br_whitening *wh, uint64_t seed,
+                                br_blr_host *L, br_svid_factors *factors);
+
 /* Extra columns of a randomized range finder for k singular vectors. */
 size_t br_svid_oversample(size_t k);
 
@@ -93,6 +113,9 @@ void br_svid_device_free(br_svid_device *dev); /* NULL: nothing */
 br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram,
                           br_gram_cache *gc, uint64_t seed, br_blr_host *L,
                           br_svid_factors *factors);
+/* br_svid_whitened_with with the SVD on dev's device. */
+br_status br_svid_whitened_on(br_svid_device *dev, const float *w, const br_whitening *wh,
+                              uint64_t seed, br_blr_host *L, br_svid_factors *factors);
 /* The same with a br_svid_device made and freed for this one call. */
 br_status br_svid_init_device(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
                               br_blr_host *L, br_svid_factors *factors);

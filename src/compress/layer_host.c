@@ -9,16 +9,15 @@
 br_status br_layer_host_alloc(br_ctx *ctx, br_blr_host *L, size_t m, size_t n, size_t r,
                               size_t paths) {
     memset(L, 0, sizeof *L);
-    if (!m || !n || !r || r % 32 || paths < 1 || paths > 2)
+    if (!m || !n || !r || paths < 1 || paths > 2)
         return br_fail(ctx, BR_E_SHAPE,
-                       "layer factors: bad shape m=%zu n=%zu r=%zu paths=%zu (r a multiple of 32, "
-                       "1 or 2 paths)",
-                       m, n, r, paths);
+                       "layer factors: bad shape m=%zu n=%zu r=%zu paths=%zu (1 or 2 paths)", m, n,
+                       r, paths);
     L->m = m;
     L->n = n;
     L->r = r;
     L->paths = paths;
-    size_t words = r / 32;
+    size_t words = (r + 31) / 32;
     for (size_t p = 0; p < paths; p++) {
         br_blr_path_host *P = &L->path[p];
         P->bits_u = calloc(m * words, sizeof *P->bits_u);
@@ -48,7 +47,7 @@ void br_layer_host_free(br_blr_host *L) {
 }
 
 br_status br_layer_host_reconstruct(br_ctx *ctx, const br_blr_host *L, size_t paths, float *w_hat) {
-    size_t m = L->m, n = L->n, r = L->r, words = r / 32;
+    size_t m = L->m, n = L->n, r = L->r, words = (r + 31) / 32;
     if (!paths || paths > L->paths) paths = L->paths;
     /* Ŵ = Σ_p A_p·B_pᵀ with A = diag(h)·S_U·diag(ℓ) [m][r] and B = diag(g)·S_V [n][r] */
     float *a = malloc(m * r * sizeof *a), *b = malloc(n * r * sizeof *b);

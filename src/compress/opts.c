@@ -20,12 +20,21 @@ void br_compress_opts_default(br_compress_opts *o) {
     o->eval_tokens = 1024;
     o->seed = 1;
     o->init_on_device = 1;
+    o->weight_term = 0.03f;
+    o->token_weighting = BR_TOKENS_RELATIVE;
 }
 
 br_status br_compress_check_opts(br_ctx *ctx, const br_compress_opts *o) {
     if (o->paths < 1 || o->paths > 2)
         return br_fail(ctx, BR_E_ARG, "paths must be 1 or 2 (got %zu)", o->paths);
-    if (o->rank % 32) return br_fail(ctx, BR_E_ARG, "rank %zu is not a multiple of 32", o->rank);
+    if (o->rank > (1u << 20))
+        return br_fail(ctx, BR_E_ARG, "rank %zu is above the 1048576 this build takes", o->rank);
+    if (!(o->weight_term >= 0) || !isfinite(o->weight_term))
+        return br_fail(ctx, BR_E_ARG, "weight_term must be finite and ≥ 0 (got %g)",
+                       (double)o->weight_term);
+    if (o->token_weighting != BR_TOKENS_RELATIVE && o->token_weighting != BR_TOKENS_AGGREGATE)
+        return br_fail(ctx, BR_E_ARG, "token_weighting = %d is not a br_token_weighting",
+                       o->token_weighting);
     if (!o->rank && (!(o->bpw > 0) || !isfinite(o->bpw)))
         return br_fail(ctx, BR_E_ARG, "bits per weight must be positive (got %g)", o->bpw);
     if (o->steps < 0) return br_fail(ctx, BR_E_ARG, "steps must be ≥ 0 (got %d)", o->steps);

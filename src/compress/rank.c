@@ -20,25 +20,23 @@ br_status br_compress_rank(br_ctx *ctx, const char *name, size_t m, size_t n, si
     if (!(bpw > 0.0) || !isfinite(bpw))
         return br_fail(ctx, BR_E_ARG, "%s: bits per weight must be a positive number (got %g)", nm,
                        bpw);
-    double need32 = bpw_of(m, n, 32, paths);
-    if (need32 > bpw)
+    double need1 = bpw_of(m, n, 1, paths);
+    if (need1 > bpw)
         return br_fail(ctx, BR_E_SHAPE,
-                       "%s: %g bits per weight is too small for shape [%zu][%zu]: rank 32 with %zu "
+                       "%s: %g bits per weight is too small for shape [%zu][%zu]: rank 1 with %zu "
                        "path%s needs %.4g",
-                       nm, bpw, m, n, paths, paths > 1 ? "s" : "", need32);
-    /* bpw(r) is increasing in r: solve for the real bound, then step down to a
-     * multiple of 32 that the exact count accepts. */
+                       nm, bpw, m, n, paths, paths > 1 ? "s" : "", need1);
+    /* bpw(r) is increasing in r: solve for the real bound, then step to the
+     * largest rank the exact count accepts, at most min(m, n) (a higher rank is
+     * not a better approximation, only a larger one) */
     double md = (double)m, nd = (double)n;
     double bound = (bpw * md * nd / (double)paths - 16.0 * (md + nd)) / (md + nd + 16.0);
-    size_t mn = m < n ? m : n;
-    size_t cap = (mn + 31) / 32 * 32;
-    double capd = (double)cap;
-    size_t r = bound >= capd ? cap : (size_t)(bound / 32.0) * 32;
-    while (r > 32 && bpw_of(m, n, r, paths) > bpw)
-        r -= 32;
-    while (r + 32 <= cap && bpw_of(m, n, r + 32, paths) <= bpw)
-        r += 32;
-    if (r < 32) r = 32;
+    size_t cap = m < n ? m : n;
+    size_t r = bound >= (double)cap ? cap : bound >= 1.0 ? (size_t)bound : 1;
+    while (r > 1 && bpw_of(m, n, r, paths) > bpw)
+        r--;
+    while (r + 1 <= cap && bpw_of(m, n, r + 1, paths) <= bpw)
+        r++;
     *rank = r;
     return BR_OK;
 }

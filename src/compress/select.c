@@ -44,3 +44,7 @@ int br_compress_selects(const br_compress_opts *opts, const char *name, size_t n
     if (default_selects(name)) return 1;
     return opts && matches_any(opts->include, opts->n_include, name);
 }
+
+int br_compress_included(const br_compress_opts *opts, const char *name) {
+    return opts && name && matches_any(opts->include, opts->n_include, name);
+}

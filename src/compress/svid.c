@@ -200,42 +200,78 @@ done:
 /* |M| ≈ a·bᵀ for M [rows][k]: the Perron vectors of diag(wt)·|M| by power
  * iteration (a ≥ 0, b ≥ 0, balanced), then a ← a/wt. Row weights wt (NULL: all 1)
  * make the fit count each row by its importance: √Σ_jj, the input channel's RMS,
- * for the V side of an activation-aware initialization. */
+ * for the V side of an activation-aware initialization. Each pass is a set of
+ * independent dot products (rows of |M| for a, rows of |M|ᵀ for b), spread over
+ * the cores, each summed in one order: the same bits for any thread count. */
 static void rank1_abs(const float *M, const double *wt, size_t rows, size_t k, double *a,
                       double *b) {
+    float *am = malloc(rows * k * sizeof *am), *at = malloc(rows * k * sizeof *at);
+    if (!am || !at) { /* out of memory: the scales of a flat fit */
+        free(am);
+        free(at);
+        for (size_t i = 0; i < rows; i++)
+            a[i] = 1.0;
+        for (size_t c = 0; c < k; c++)
+            b[c] = 0;
+        return;
+    }
+    /* |M|, row-weighted (diag(wt)·|M|), and its transpose */
+#ifdef BR_HAVE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (size_t i = 0; i < rows; i++)
+        for (size_t c = 0; c < k; c++) {
+            float v = (float)(fabs((double)M[i * k + c]) * (wt ? wt[i] : 1.0));
+            am[i * k + c] = v;
+            at[c * rows + i] = v;
+        }
     for (size_t c = 0; c < k; c++)
         b[c] = 1.0;
     double sigma = 0;
     for (int it = 0; it < 60; it++) {
-        double na = 0;
+#ifdef BR_HAVE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
         for (size_t i = 0; i < rows; i++) {
             double acc = 0;
             for (size_t c = 0; c < k; c++)
-                acc += fabs((double)M[i * k + c]) * b[c];
-            a[i] = wt ? acc * wt[i] : acc;
-            na += a[i] * a[i];
+                acc += (double)am[i * k + c] * b[c];
+            a[i] = acc;
         }
+        double na = 0;
+        for (size_t i = 0; i < rows; i++)
+            na += a[i] * a[i];
         na = sqrt(na);
         if (!(na > 0)) {
             memset(a, 0, rows * sizeof *a);
             memset(b, 0, k * sizeof *b);
+            free(am);
+            free(at);
             return;
         }
         for (size_t i = 0; i < rows; i++)
             a[i] /= na;
+#ifdef BR_HAVE_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (size_t c = 0; c < k; c++) {
+            double acc = 0;
+            for (size_t i = 0; i < rows; i++)
+                acc += (double)at[c * rows + i] * a[i];
+            b[c] = acc;
+        }
         double nb = 0;
-        for (size_t c = 0; c < k; c++)
-            b[c] = 0;
-        for (size_t i = 0; i < rows; i++)
-            for (size_t c = 0; c < k; c++)
-                b[c] += fabs((double)M[i * k + c]) * (wt ? a[i] * wt[i] : a[i]);
         for (size_t c = 0; c < k; c++)
             nb += b[c] * b[c];
         nb = sqrt(nb);
-        int done = fabs(nb - sigma) <= 1e-9 * nb;
+        /* converged far past what the f16 scales keep */
+        int done = fabs(nb - sigma) <= 1e-7 * nb;
         sigma = nb;
         if (done) break;
     }
+    free(am);
+    free(at);
+    /* a and b from the weighted |M|: a's rows back to M's (a ← a/wt) */
     double root = sqrt(sigma);
     for (size_t i = 0; i < rows; i++)
         a[i] = wt ? a[i] * root / wt[i] : a[i] * root;
@@ -255,7 +291,7 @@ static double rms(const float *v, size_t n) {
 static void binarize_path(const float *up, const float *vp, const double *v_weight, size_t m,
                           size_t n, size_t k, size_t r, br_rng *rng, double *tmp_rows, double *lu,
                           double *lv, br_blr_path_host *P) {
-    size_t words = r / 32;
+    size_t words = (r + 31) / 32;
     memset(P->bits_u, 0, m * words * sizeof *P->bits_u);
     memset(P->bits_v, 0, n * words * sizeof *P->bits_v);
     for (size_t i = 0; i < m; i++)
@@ -303,7 +339,7 @@ static void keep_factor(const float *xp, const uint32_t *bits, size_t rows, size
     float tiny = (float)(1e-3 * mean);
     for (size_t i = 0; i < rows; i++)
         for (size_t c = 0; c < r; c++)
-            out[i * r + c] = c < k ? xp[i * k + c] : tiny * br_bit_sign(bits, r / 32, i, c);
+            out[i * r + c] = c < k ? xp[i * k + c] : tiny * br_bit_sign(bits, (r + 31) / 32, i, c);
 }
 
 void br_gram_cache_free(br_gram_cache *c) {
@@ -342,50 +378,41 @@ static br_status cached_factor(br_ctx *ctx, const double *gram, size_t n, br_gra
 }
 #endif
 
-br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, br_gram_cache *gc,
-                            uint64_t seed, br_blr_host *L, br_svid_factors *factors,
-                            br_svd_topk_fn svd, void *user) {
-#ifndef BR_HAVE_LAPACK
-    (void)gc;
-    if (gram)
-        return br_fail(ctx, BR_E_UNSUPPORTED,
-                       "Dual-SVID: the activation-aware initialization (an input Gram) needs "
-                       "LAPACK, which this build lacks");
-#endif
+br_status br_svid_whitened_with(br_ctx *ctx, const float *w, const br_whitening *wh, uint64_t seed,
+                                br_blr_host *L, br_svid_factors *factors, br_svd_topk_fn svd,
+                                void *user) {
     size_t m = L->m, n = L->n, r = L->r, mn = m < n ? m : n;
     size_t k = r < mn ? r : mn;
+    if (wh && wh->n != n)
+        return br_fail(ctx, BR_E_SHAPE, "Dual-SVID: a whitening of %zu inputs for a [%zu][%zu] W",
+                       wh->n, m, n);
+    const int full = wh && wh->factor, diag = wh && !full && wh->scale;
     float *target = malloc(m * n * sizeof *target), *work = malloc(m * n * sizeof *work),
           *u = malloc(m * k * sizeof *u), *v = malloc(n * k * sizeof *v),
           *s = malloc(k * sizeof *s);
     double *tmp = malloc((m > n ? m : n) * sizeof *tmp), *lu = malloc(k * sizeof *lu),
            *lv = malloc(k * sizeof *lv);
-    br_gram_cache own = {0}; /* the Gram's factor when the caller keeps none */
-    const float *factor = NULL, *factor_inv = NULL; /* L and L⁻¹ of the damped Gram [n][n] */
-    double *v_weight = NULL;
+    double *v_weight = full || diag ? malloc(n * sizeof *v_weight) : NULL;
     br_status st = BR_OK;
-    if (!target || !work || !u || !v || !s || !tmp || !lu || !lv) {
+    if (!target || !work || !u || !v || !s || !tmp || !lu || !lv || ((full || diag) && !v_weight)) {
         st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID of [%zu][%zu]: out of host memory", m, n);
         goto done;
     }
-    if (gram) {
-#ifdef BR_HAVE_LAPACK
-        int keep = gc != NULL;
-        if (!gc) gc = &own;
-        if ((st = cached_factor(ctx, gram, n, gc, keep))) goto done;
-        factor = gc->factor;
-        factor_inv = gc->factor_inv;
-#endif
-        v_weight = malloc(n * sizeof *v_weight);
-        if (!v_weight) {
-            st = br_fail(ctx, BR_E_NOMEM, "Dual-SVID of [%zu][%zu]: out of host memory", m, n);
+    /* the V side's rank-1 fit counts each input by its RMS under the whitening:
+     * the row norm of the factor (√Σ_jj), or the channel scale */
+    for (size_t j = 0; full && j < n; j++) {
+        double acc = 0;
+        for (size_t c = 0; c <= j; c++)
+            acc += (double)wh->factor[j * n + c] * wh->factor[j * n + c];
+        v_weight[j] = sqrt(acc);
+    }
+    for (size_t j = 0; diag && j < n; j++) {
+        if (!(wh->scale[j] > 0) || !isfinite(wh->scale[j])) {
+            st = br_fail(ctx, BR_E_ARG, "Dual-SVID: channel scale %zu is %g, not positive", j,
+                         wh->scale[j]);
             goto done;
         }
-        double mean = 0;
-        for (size_t j = 0; j < n; j++)
-            mean += gram[j * n + j] > 0 ? gram[j * n + j] : 0;
-        mean /= (double)n;
-        for (size_t j = 0; j < n; j++)
-            v_weight[j] = sqrt((gram[j * n + j] > 0 ? gram[j * n + j] : 0) + 0.01 * mean);
+        v_weight[j] = wh->scale[j];
     }
     br_rng rng;
     br_rng_seed(&rng, seed);
@@ -398,8 +425,13 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, br_
                 target[i] = w[i] - work[i];
         }
         const float *a = target;
-        if (gram) {
-            br_sgemm(0, 0, m, n, n, 1.0f, target, n, factor, n, 0.0f, work, n); /* W·L */
+        if (full) {
+            br_sgemm(0, 0, m, n, n, 1.0f, target, n, wh->factor, n, 0.0f, work, n); /* W·L */
+            a = work;
+        } else if (diag) {
+            for (size_t i = 0; i < m; i++)
+                for (size_t j = 0; j < n; j++)
+                    work[i * n + j] = (float)(target[i * n + j] * wh->scale[j]); /* W·D */
             a = work;
         }
         if ((st = svd(ctx, a, m, n, k, seed + 7919 * p, u, s, v, user))) goto done;
@@ -410,10 +442,14 @@ br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, br_
             for (size_t j = 0; j < n; j++)
                 v[j * k + c] *= root;
         }
-        if (gram) {
+        if (full) {
             /* V' = L⁻ᵀ·Ṽ·diag(√s) */
-            br_sgemm(1, 0, n, k, n, 1.0f, factor_inv, n, v, k, 0.0f, work, k);
+            br_sgemm(1, 0, n, k, n, 1.0f, wh->factor_inv, n, v, k, 0.0f, work, k);
             memcpy(v, work, n * k * sizeof *v);
+        } else if (diag) {
+            for (size_t j = 0; j < n; j++)
+                for (size_t c = 0; c < k; c++)
+                    v[j * k + c] = (float)(v[j * k + c] / wh->scale[j]); /* V' = D⁻¹·Ṽ·diag(√s) */
         }
         binarize_path(u, v, v_weight, m, n, k, r, &rng, tmp, lu, lv, &L->path[p]);
         if (factors && factors->u[p] && factors->v[p]) {
@@ -430,9 +466,51 @@ done:
     free(tmp);
     free(lu);
     free(lv);
-    br_gram_cache_free(&own);
     free(v_weight);
     return st;
+}
+
+br_status br_svid_init_with(br_ctx *ctx, const float *w, const double *gram, br_gram_cache *gc,
+                            uint64_t seed, br_blr_host *L, br_svid_factors *factors,
+                            br_svd_topk_fn svd, void *user) {
+    if (!gram) return br_svid_whitened_with(ctx, w, NULL, seed, L, factors, svd, user);
+#ifdef BR_HAVE_LAPACK
+    br_gram_cache own = {0}; /* the Gram's factor when the caller keeps none */
+    int keep = gc != NULL;
+    if (!gc) gc = &own;
+    br_status st = cached_factor(ctx, gram, L->n, gc, keep);
+    br_whitening wh = {.n = L->n, .factor = gc->factor, .factor_inv = gc->factor_inv};
+    if (!st) st = br_svid_whitened_with(ctx, w, &wh, seed, L, factors, svd, user);
+    br_gram_cache_free(&own);
+    return st;
+#else
+    (void)gc;
+    (void)seed;
+    (void)L;
+    (void)factors;
+    (void)svd;
+    (void)user;
+    (void)w;
+    return br_fail(ctx, BR_E_UNSUPPORTED,
+                   "Dual-SVID: the activation-aware initialization (an input Gram) needs "
+                   "LAPACK, which this build lacks");
+#endif
+}
+
+br_status br_svid_whitened_host(br_ctx *ctx, const float *w, const br_whitening *wh, uint64_t seed,
+                                br_blr_host *L, br_svid_factors *factors) {
+#ifdef BR_HAVE_LAPACK
+    return br_svid_whitened_with(ctx, w, wh, seed, L, factors, svd_topk, NULL);
+#else
+    (void)w;
+    (void)wh;
+    (void)seed;
+    (void)L;
+    (void)factors;
+    return br_fail(ctx, BR_E_UNSUPPORTED,
+                   "Dual-SVID initialization on the CPU needs LAPACK: this build has none "
+                   "(install liblapacke-dev and reconfigure, or use a CUDA device)");
+#endif
 }
 
 br_status br_svid_init_host(br_ctx *ctx, const float *w, const double *gram, br_gram_cache *gc,

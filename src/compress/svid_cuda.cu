@@ -282,16 +282,28 @@ extern "C" void br_svid_device_free(br_svid_device *dev) {
     free(dev);
 }
 
-extern "C" br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram,
-                                     br_gram_cache *gc, uint64_t seed, br_blr_host *L,
-                                     br_svid_factors *factors) {
-    br_ctx *ctx = dev->ctx;
+/* The device SVD's index arithmetic is 32-bit: larger layers initialize on the host. */
+static br_status device_fits(br_ctx *ctx, const br_blr_host *L) {
     size_t mn = L->m < L->n ? L->m : L->n;
     if (L->m > (size_t)INT32_MAX / 4 || L->n > (size_t)INT32_MAX / 4 ||
         L->m * L->n > (size_t)INT32_MAX || mn < 1)
         return br_fail(ctx, BR_E_UNSUPPORTED, "Dual-SVID on the GPU: [%zu][%zu] is too large", L->m,
                        L->n);
-    return br_svid_init_with(ctx, w, gram, gc, seed, L, factors, cuda_svd_topk, dev);
+    return BR_OK;
+}
+
+extern "C" br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gram,
+                                     br_gram_cache *gc, uint64_t seed, br_blr_host *L,
+                                     br_svid_factors *factors) {
+    BR_TRY(device_fits(dev->ctx, L));
+    return br_svid_init_with(dev->ctx, w, gram, gc, seed, L, factors, cuda_svd_topk, dev);
+}
+
+extern "C" br_status br_svid_whitened_on(br_svid_device *dev, const float *w,
+                                         const br_whitening *wh, uint64_t seed, br_blr_host *L,
+                                         br_svid_factors *factors) {
+    BR_TRY(device_fits(dev->ctx, L));
+    return br_svid_whitened_with(dev->ctx, w, wh, seed, L, factors, cuda_svd_topk, dev);
 }
 
 extern "C" br_status br_svid_init_device(br_ctx *ctx, const float *w, const double *gram,

@@ -22,6 +22,17 @@ br_status br_svid_init_on(br_svid_device *dev, const float *w, const double *gra
     return BR_E_UNSUPPORTED; /* no device can exist: br_svid_device_new always fails */
 }
 
+br_status br_svid_whitened_on(br_svid_device *dev, const float *w, const br_whitening *wh,
+                              uint64_t seed, br_blr_host *L, br_svid_factors *factors) {
+    (void)dev;
+    (void)w;
+    (void)wh;
+    (void)seed;
+    (void)L;
+    (void)factors;
+    return BR_E_UNSUPPORTED; /* no device can exist: br_svid_device_new always fails */
+}
+
 br_status br_svid_init_device(br_ctx *ctx, const float *w, const double *gram, uint64_t seed,
                               br_blr_host *L, br_svid_factors *factors) {
     (void)w;

@@ -22,17 +22,25 @@
 #define BR_BLR_FORMAT "bitrank-blr"
 #define BR_BLR_FORMAT_VERSION "1"
 
-/* One mapped file of a checkpoint. */
+/* One mapped file of a checkpoint. A mapping faults with SIGBUS where its file
+ * has shrunk since it was made (another process truncated or rewrote it in place),
+ * so tensor bytes are read with pread() from `fd`, which returns short instead;
+ * only the header (parsed at open) is read from the mapping. */
 typedef struct br_st_shard {
     char *path;
     const uint8_t *bytes; /* the whole file */
-    size_t size;
-    int mapped;     /* 1: bytes is an mmap to unmap on close */
+    size_t size;          /* its size when opened */
+    int mapped;           /* 1: bytes is an mmap of fd: unmapped and closed on close */
+    int fd;               /* with mapped: the file, open for reading */
+    /* with mapped: the process's list of live mappings (st_read.c), which the
+     * writer consults to copy a tensor of an open file with pread */
+    struct br_st_shard *live_prev, *live_next;
     br_json header; /* the parsed header; names point into it */
 } br_st_shard;
 
 struct br_st_file {
     char *path;
+    char *index_path; /* the sharded checkpoint's index read (NULL: a single file) */
     br_st_shard *shards;
     size_t nshards;
     br_st_tensor *tensors; /* in header order, shard after shard */
@@ -44,6 +52,12 @@ struct br_st_file {
     size_t nblr;
     char *blr_names; /* storage of blr[i].name */
 };
+
+/* The files an open checkpoint was read from: its index (when sharded), then
+ * every shard, as opened (the index's directory joined to the shard's name).
+ * NULL when i is out of range. */
+size_t br_st_file_count(const br_st_file *f);
+const char *br_st_file_at(const br_st_file *f, size_t i);
 
 /* The dtype a file names ("BF16"), or BR_ST_UNKNOWN. */
 br_st_dtype br_st_dtype_from_name(const char *name);
@@ -73,6 +87,53 @@ void br_st_index_free(br_st_index *idx);
 
 /* Find the BLR layers of an opened file and check their tensors (st_blr.c). */
 br_status br_st_scan_blr(br_ctx *ctx, br_st_file *f);
+
+/* Bytes [offset, offset + n) of tensor t of f into dst, read with pread (a
+ * memory image: copied). BR_E_ARG if the range is outside the tensor; BR_E_IO
+ * naming the file if it cannot be read or has shrunk since it was opened. */
+br_status br_st_read_bytes(br_ctx *ctx, const br_st_file *f, const br_st_tensor *t, uint64_t offset,
+                           size_t n, void *dst);
+/* BR_OK if the file holding tensor t still has the size it had when opened, else
+ * BR_E_IO naming it (br_st_shrank's message): for code that reads t->data from
+ * the mapping. It narrows the window, not closes it: a file truncated between
+ * this check and the read still faults (SIGBUS); br_st_read_bytes has no window. */
+br_status br_st_check_size(br_ctx *ctx, const br_st_file *f, const br_st_tensor *t);
+/* The failure for a file at `path` (open as fd) that had `size_was` bytes and
+ * now has fewer: "PATH: the file shrank from X to Y bytes while being read". */
+br_status br_st_shrank(br_ctx *ctx, const char *path, int fd, uint64_t size_was);
+
+/* Where `nbytes` bytes at `data` lie in the mapping of an open file: its
+ * descriptor, the offset in it, its path and its size when opened. 1 if found,
+ * 0 if the bytes are not (wholly) inside one. Thread-safe; the answer stays valid
+ * while that file is open. */
+typedef struct br_st_source {
+    int fd;
+    uint64_t offset;
+    const char *path;
+    uint64_t size;
+} br_st_source;
+int br_st_find_source(const void *data, uint64_t nbytes, br_st_source *out);
+
+/* Remove directory entry `entry` of `dir` if it is a temporary file that a writer
+ * of the output named `base` (any base if NULL) left behind when its process
+ * died: a name ".BASE.tmp-PID-XXXXXX" whose process PID is gone (kill(PID, 0)
+ * fails with ESRCH) and which no writer holds locked. Never a live process's
+ * file. Returns 1 if it was removed. */
+int br_st_remove_stale_temporary(const char *dir, const char *entry, const char *base);
+
+/* A writer's metadata as the header will hold it: br_st_writer_final_meta sets
+ * now the entries finish would add (the format keys of a BLR file; finish sets
+ * them again, to the same values), then br_st_writer_meta_at lists every entry
+ * (in the order set; BR_E_ARG when i is out of range). For a checksum of a file's
+ * contents stored in its own header. */
+br_status br_st_writer_final_meta(br_st_writer *w);
+size_t br_st_writer_meta_count(const br_st_writer *w);
+br_status br_st_writer_meta_at(const br_st_writer *w, size_t i, const char **key,
+                               const char **value);
+/* The bytes of tensor `name` added to a writer so far (BR_E_ARG if none was):
+ * for a checksum over a file's tensors stored in its own header. */
+br_status br_st_writer_tensor_bytes(const br_st_writer *w, const char *name, const void **data,
+                                    uint64_t *nbytes);
 
 /* The writer's tensor adder with an ownership flag: owned data are freed by the
  * writer (st_write.c). */

@@ -459,14 +459,17 @@ br_status br_st_read_blr(br_ctx *ctx, const br_st_file *f, const char *name, br_
         if (!tname) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
         const br_st_tensor *t = br_st_find(f, tname); /* found by br_st_open */
         free(tname);
+        BR_TRY(br_st_check_size(ctx, f, t)); /* a shrunk file would fault (SIGBUS) below */
         return br_blr_cortiq_decode(ctx, t->data, (size_t)t->nbytes, out);
     }
     const uint8_t *data[5];
     for (int i = 0; i < 5; i++) {
         char *tname = suffixed(name, blr_suffix[i]);
         if (!tname) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
-        data[i] = br_st_find(f, tname)->data; /* checked by br_st_open */
+        const br_st_tensor *t = br_st_find(f, tname); /* checked by br_st_open */
         free(tname);
+        BR_TRY(br_st_check_size(ctx, f, t)); /* a shrunk file would fault (SIGBUS) below */
+        data[i] = t->data;
     }
     size_t P = info->paths, m = info->m, n = info->n, r = info->r, rb = bytes_of(r);
     BR_TRY(br_blr_host_alloc(ctx, out, m, n, r, P));

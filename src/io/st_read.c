@@ -7,6 +7,7 @@
  * relative to the data section, plus an optional "__metadata__" of strings. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,46 @@ static br_status index_names(builder *b) {
     return st;
 }
 
+/* The mappings of every open file of the process, so that the writer can find the
+ * file a passed-through tensor's bytes come from (br_st_find_source) and copy them
+ * with pread instead of touching a mapping that faults if the file shrinks. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static br_st_shard *live_head;
+
+static void live_add(br_st_shard *sh) {
+    pthread_mutex_lock(&live_lock);
+    sh->live_prev = NULL;
+    sh->live_next = live_head;
+    if (live_head) live_head->live_prev = sh;
+    live_head = sh;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_remove(br_st_shard *sh) {
+    pthread_mutex_lock(&live_lock);
+    if (sh->live_prev)
+        sh->live_prev->live_next = sh->live_next;
+    else
+        live_head = sh->live_next;
+    if (sh->live_next) sh->live_next->live_prev = sh->live_prev;
+    sh->live_prev = sh->live_next = NULL;
+    pthread_mutex_unlock(&live_lock);
+}
+
+int br_st_find_source(const void *data, uint64_t nbytes, br_st_source *out) {
+    uintptr_t p = (uintptr_t)data;
+    int found = 0;
+    pthread_mutex_lock(&live_lock);
+    for (const br_st_shard *sh = live_head; sh && !found; sh = sh->live_next) {
+        uintptr_t base = (uintptr_t)sh->bytes;
+        if (p < base || p - base > sh->size || nbytes > sh->size - (p - base)) continue;
+        *out = (br_st_source){sh->fd, (uint64_t)(p - base), sh->path, sh->size};
+        found = 1;
+    }
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
 static br_status map_file(br_ctx *ctx, br_st_shard *sh) {
     int fd = open(sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
     if (fd < 0) return br_fail(ctx, BR_E_IO, "%s: cannot open: %s", sh->path, strerror(errno));
@@ -378,12 +419,17 @@ static br_status map_file(br_ctx *ctx, br_st_shard *sh) {
     }
     size_t size = (size_t)stt.st_size;
     void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (p == MAP_FAILED) return br_fail(ctx, BR_E_IO, "%s: cannot map: %s", sh->path, strerror(e));
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return br_fail(ctx, BR_E_IO, "%s: cannot map: %s", sh->path, strerror(e));
+    }
+    /* the descriptor stays open: tensor bytes are read with pread (see br_st_shard) */
     sh->bytes = p;
     sh->size = size;
+    sh->fd = fd;
     sh->mapped = 1;
+    live_add(sh);
     return BR_OK;
 }
 
@@ -454,6 +500,7 @@ static br_status open_single(builder *b, const char *path) {
 
 static br_status open_index(builder *b, const char *path) {
     br_st_file *f = b->f;
+    if (!(f->index_path = strdup(path))) return nomem(b->ctx, path);
     char *text = NULL;
     size_t len = 0;
     BR_TRY(read_all(b->ctx, path, BR_ST_MAX_INDEX, &text, &len));
@@ -573,7 +620,11 @@ void br_st_close(br_st_file *f) {
     if (!f) return;
     for (size_t i = 0; f->shards && i < f->nshards; i++) {
         br_st_shard *sh = &f->shards[i];
-        if (sh->mapped) munmap((void *)sh->bytes, sh->size);
+        if (sh->mapped) {
+            live_remove(sh);
+            munmap((void *)sh->bytes, sh->size);
+            close(sh->fd);
+        }
         br_json_free(&sh->header);
         free(sh->path);
     }
@@ -584,11 +635,23 @@ void br_st_close(br_st_file *f) {
     free(f->meta_vals);
     free(f->blr);
     free(f->blr_names);
+    free(f->index_path);
     free(f->path);
     free(f);
 }
 
 const char *br_st_path(const br_st_file *f) { return f ? f->path : ""; }
+
+size_t br_st_file_count(const br_st_file *f) {
+    return f ? (f->index_path != NULL) + f->nshards : 0;
+}
+
+const char *br_st_file_at(const br_st_file *f, size_t i) {
+    if (!f) return NULL;
+    if (f->index_path && i == 0) return f->index_path;
+    i -= f->index_path != NULL;
+    return i < f->nshards ? f->shards[i].path : NULL;
+}
 size_t br_st_count(const br_st_file *f) { return f ? f->ntensors : 0; }
 
 const br_st_tensor *br_st_tensor_at(const br_st_file *f, size_t i) {
@@ -635,6 +698,68 @@ br_status br_st_meta_at(const br_st_file *f, size_t i, const char **key, const c
     return BR_OK;
 }
 
+/* The shard holding tensor t (t->file is its path). */
+static const br_st_shard *shard_of(const br_st_file *f, const br_st_tensor *t) {
+    for (size_t i = 0; i < f->nshards; i++)
+        if (f->shards[i].path == t->file) return &f->shards[i];
+    return NULL;
+}
+
+br_status br_st_shrank(br_ctx *ctx, const char *path, int fd, uint64_t size_was) {
+    struct stat stt;
+    if (fstat(fd, &stt) == 0 && (uint64_t)stt.st_size < size_was)
+        return br_fail(ctx, BR_E_IO,
+                       "%s: the file shrank from %llu to %llu bytes while being read (another "
+                       "program truncated or rewrote it)",
+                       path, (unsigned long long)size_was, (unsigned long long)stt.st_size);
+    return br_fail(ctx, BR_E_IO, "%s: read failed: the file ended early (it had %llu bytes)", path,
+                   (unsigned long long)size_was);
+}
+
+br_status br_st_check_size(br_ctx *ctx, const br_st_file *f, const br_st_tensor *t) {
+    const br_st_shard *sh = f && t ? shard_of(f, t) : NULL;
+    if (!sh) return br_fail(ctx, BR_E_ARG, "br_st_check_size: tensor is not one of the file's");
+    struct stat stt;
+    if (!sh->mapped) return BR_OK; /* a memory image cannot shrink */
+    if (fstat(sh->fd, &stt) != 0)
+        return br_fail(ctx, BR_E_IO, "%s: cannot stat: %s", sh->path, strerror(errno));
+    if ((uint64_t)stt.st_size < (uint64_t)sh->size)
+        return br_st_shrank(ctx, sh->path, sh->fd, sh->size);
+    return BR_OK;
+}
+
+br_status br_st_read_bytes(br_ctx *ctx, const br_st_file *f, const br_st_tensor *t, uint64_t offset,
+                           size_t n, void *dst) {
+    static const char *fn = "br_st_read_bytes";
+    const br_st_shard *sh = f && t ? shard_of(f, t) : NULL;
+    if (!sh) return br_fail(ctx, BR_E_ARG, "%s: tensor is not one of the file's", fn);
+    if (offset > t->nbytes || n > t->nbytes - offset)
+        return br_fail(ctx, BR_E_ARG,
+                       "%s: bytes [%llu, %llu+%zu) are outside tensor '%.200s' of %llu", fn,
+                       (unsigned long long)offset, (unsigned long long)offset, n, t->name,
+                       (unsigned long long)t->nbytes);
+    if (n && !dst) return br_fail(ctx, BR_E_ARG, "%s: dst is NULL", fn);
+    uint64_t at = (uint64_t)((const uint8_t *)t->data - sh->bytes) + offset;
+    if (!sh->mapped) {
+        if (n) memcpy(dst, sh->bytes + at, n);
+        return BR_OK;
+    }
+    uint8_t *out = dst;
+    while (n) {
+        size_t chunk = n > ((size_t)1 << 30) ? (size_t)1 << 30 : n;
+        ssize_t got = pread(sh->fd, out, chunk, (off_t)at);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0)
+            return br_fail(ctx, BR_E_IO, "%s: read failed at byte %llu: %s", sh->path,
+                           (unsigned long long)at, strerror(errno));
+        if (got == 0) return br_st_shrank(ctx, sh->path, sh->fd, sh->size);
+        out += got;
+        at += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return BR_OK;
+}
+
 br_status br_st_read_f32(br_ctx *ctx, const br_st_file *f, const br_st_tensor *t, size_t first,
                          size_t count, float *dst) {
     static const char *fn = "br_st_read_f32";
@@ -646,19 +771,25 @@ br_status br_st_read_f32(br_ctx *ctx, const br_st_file *f, const br_st_tensor *t
         return br_fail(ctx, BR_E_ARG,
                        "%s: elements [%zu, %zu+%zu) are outside tensor '%.200s' of %llu", fn, first,
                        first, count, t->name, (unsigned long long)t->numel);
-    const uint8_t *src = t->data;
+    /* read with pread in chunks (br_st_shard says why), widened in place */
+    uint8_t chunk[16384];
     switch (t->dtype) {
-    case BR_ST_F32:
-        if (count) memcpy(dst, src + first * 4, count * 4);
-        return BR_OK;
+    case BR_ST_F32: return br_st_read_bytes(ctx, f, t, (uint64_t)first * 4, count * 4, dst);
     case BR_ST_F16:
-        for (size_t i = 0; i < count; i++)
-            dst[i] = br_half_to_float(br_le16(src + 2 * (first + i)));
-        return BR_OK;
     case BR_ST_BF16:
-        for (size_t i = 0; i < count; i++) {
-            uint32_t u = (uint32_t)br_le16(src + 2 * (first + i)) << 16;
-            memcpy(&dst[i], &u, 4);
+        for (size_t done = 0; done < count;) {
+            size_t k = count - done < sizeof chunk / 2 ? count - done : sizeof chunk / 2;
+            BR_TRY(br_st_read_bytes(ctx, f, t, (uint64_t)(first + done) * 2, k * 2, chunk));
+            if (t->dtype == BR_ST_F16) {
+                for (size_t i = 0; i < k; i++)
+                    dst[done + i] = br_half_to_float(br_le16(chunk + 2 * i));
+            } else {
+                for (size_t i = 0; i < k; i++) {
+                    uint32_t u = (uint32_t)br_le16(chunk + 2 * i) << 16;
+                    memcpy(&dst[done + i], &u, 4);
+                }
+            }
+            done += k;
         }
         return BR_OK;
     case BR_ST_UNKNOWN:

@@ -2,12 +2,17 @@
  * written at finish: header, then data in the order added, into a temporary file
  * beside the output that is fsync'ed and renamed over it — so the output is either
  * the old file or the complete new one, never a partial one. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,10 +55,12 @@ static void discard(br_st_writer *w) {
     w->done = 1;
 }
 
-/* Create the temporary file "DIR/.BASE.tmp-XXXXXX" (name written into `tmp`) with
- * mode 0666 less the umask, as any tool's new file (mkstemp would make it 0600, and
- * a fixed fchmod would ignore the umask): open(O_EXCL) on fresh random names until
- * one is free. Returns the descriptor, or −1 with errno set. */
+/* Create the temporary file "DIR/.BASE.tmp-PID-XXXXXX" (name written into `tmp`)
+ * with mode 0666 less the umask, as any tool's new file (mkstemp would make it
+ * 0600, and a fixed fchmod would ignore the umask): open(O_EXCL) on fresh random
+ * names until one is free. The PID in the name and a lock held on the file while
+ * it is written tell a later writer whether the file is a dead process's leftover
+ * (br_st_remove_stale_temporary). Returns the descriptor, or −1 with errno set. */
 static int create_temporary(char *tmp, const char *dir, const char *base, const void *salt) {
     static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     struct timespec ts;
@@ -67,12 +74,67 @@ static int create_temporary(char *tmp, const char *dir, const char *base, const 
             suffix[i] = alphabet[(x >> 33) % (sizeof alphabet - 1)];
         }
         suffix[6] = '\0';
-        sprintf(tmp, "%s/.%s.tmp-%s", dir, base, suffix);
+        sprintf(tmp, "%s/.%s.tmp-%ld-%s", dir, base, (long)getpid(), suffix);
         int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST) return fd;
+        if (fd >= 0) {
+            /* a file system without flock still gets the PID test */
+            (void)flock(fd, LOCK_EX | LOCK_NB);
+            return fd;
+        }
+        if (errno != EEXIST) return fd;
     }
     errno = EEXIST;
     return -1;
+}
+
+/* The PID of a temporary file's name ".BASE.tmp-PID-XXXXXX" (BASE == base unless
+ * base is NULL), or 0 if the name is not one. */
+static long temporary_pid(const char *entry, const char *base) {
+    size_t len = strlen(entry);
+    /* at least ".", ".tmp-", a digit, "-" and the six letters */
+    if (len < 1 + 5 + 1 + 1 + 6 || entry[0] != '.' || entry[len - 7] != '-') return 0;
+    for (size_t i = len - 6; i < len; i++)
+        if (!((entry[i] >= 'A' && entry[i] <= 'Z') || (entry[i] >= 'a' && entry[i] <= 'z') ||
+              (entry[i] >= '0' && entry[i] <= '9')))
+            return 0;
+    size_t digits_end = len - 7, digits = digits_end;
+    while (digits > 0 && entry[digits - 1] >= '0' && entry[digits - 1] <= '9')
+        digits--;
+    if (digits == digits_end || digits_end - digits > 10 || entry[digits] == '0') return 0;
+    if (digits < 1 + 5 || strncmp(entry + digits - 5, ".tmp-", 5) != 0) return 0;
+    size_t base_len = digits - 5 - 1;
+    if (base && (strlen(base) != base_len || strncmp(entry + 1, base, base_len) != 0)) return 0;
+    long pid = strtol(entry + digits, NULL, 10);
+    return pid <= INT_MAX ? pid : 0;
+}
+
+int br_st_remove_stale_temporary(const char *dir, const char *entry, const char *base) {
+    long pid = temporary_pid(entry, base);
+    if (pid <= 0) return 0;
+    /* alive (or another user's: EPERM) is never stale; a reused PID keeps the
+     * file, which is only a leftover kept longer */
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) return 0;
+    char path[8192];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, entry) >= sizeof path) return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return 0;
+    struct stat stt;
+    int removable = fstat(fd, &stt) == 0 && S_ISREG(stt.st_mode);
+    /* a writer of another PID namespace or host sharing the directory holds its
+     * lock: the PID test alone would take its file for a dead one */
+    if (removable && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) removable = 0;
+    if (removable) removable = unlink(path) == 0;
+    close(fd);
+    return removable;
+}
+
+/* Remove the temporary files that dead writers of `base` left in `dir`. */
+static void remove_stale_temporaries(const char *dir, const char *base) {
+    DIR *d = opendir(dir);
+    if (!d) return; /* then creating the temporary file reports the directory */
+    for (struct dirent *e; (e = readdir(d));)
+        br_st_remove_stale_temporary(dir, e->d_name, base);
+    closedir(d);
 }
 
 br_status br_st_writer_new(br_ctx *ctx, const char *path, br_st_writer **out) {
@@ -95,13 +157,14 @@ br_status br_st_writer_new(br_ctx *ctx, const char *path, br_st_writer **out) {
     if (slash && dir_len == 0) dir_len = 1;
     w->path = strdup(path);
     w->dir = malloc(dir_len + 1);
-    w->tmp = malloc(dir_len + strlen(base) + 16);
+    w->tmp = malloc(dir_len + strlen(base) + 40); /* "/." ".tmp-" PID "-XXXXXX" */
     if (!w->path || !w->dir || !w->tmp) {
         br_st_writer_free(w);
         return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", W_NEW);
     }
     memcpy(w->dir, slash ? path : ".", dir_len);
     w->dir[dir_len] = '\0';
+    remove_stale_temporaries(w->dir, base);
     w->fd = create_temporary(w->tmp, w->dir, base, w);
     if (w->fd < 0) {
         br_fail(ctx, BR_E_IO, "%s: %s: cannot create a file in '%s': %s", W_NEW, path, w->dir,
@@ -289,12 +352,18 @@ static br_status build_header(br_st_writer *w, char **out, size_t *out_len) {
     return BR_OK;
 }
 
-static br_status write_all(br_st_writer *w, const void *buf, uint64_t n) {
+/* Write n bytes of memory; `tensor` names the tensor they are (NULL: the header). */
+static br_status write_all(br_st_writer *w, const void *buf, uint64_t n, const char *tensor) {
     const uint8_t *p = buf;
     while (n) {
         size_t chunk = n > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
         ssize_t r = write(w->fd, p, chunk);
         if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EFAULT && tensor)
+            return br_fail(w->ctx, BR_E_IO,
+                           "br_st_writer_finish: %s: tensor '%.200s': its data can no longer be "
+                           "read (the file it was mapped from shrank?)",
+                           w->path, tensor);
         if (r <= 0)
             return br_fail(w->ctx, BR_E_IO, "br_st_writer_finish: %s: write failed: %s", w->path,
                            r < 0 ? strerror(errno) : "no space written");
@@ -304,18 +373,74 @@ static br_status write_all(br_st_writer *w, const void *buf, uint64_t n) {
     return BR_OK;
 }
 
+/* A tensor's data: from the file it lies in when it is a tensor of an open file
+ * (read with pread, so a file that shrank since it was opened is an error naming
+ * it, not a SIGBUS on its mapping), else from memory. */
+static br_status write_tensor(br_st_writer *w, const wtensor *t) {
+    br_st_source src;
+    if (t->owned || !t->nbytes || !br_st_find_source(t->data, t->nbytes, &src))
+        return write_all(w, t->data, t->nbytes, t->name);
+    size_t cap = t->nbytes < ((uint64_t)4 << 20) ? (size_t)t->nbytes : (size_t)4 << 20;
+    uint8_t *buf = malloc(cap);
+    if (!buf)
+        return br_fail(w->ctx, BR_E_NOMEM, "br_st_writer_finish: %s: out of host memory", w->path);
+    br_status st = BR_OK;
+    for (uint64_t done = 0; st == BR_OK && done < t->nbytes;) {
+        size_t want = t->nbytes - done < cap ? (size_t)(t->nbytes - done) : cap;
+        ssize_t got = pread(src.fd, buf, want, (off_t)(src.offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0)
+            st = br_fail(w->ctx, BR_E_IO, "%s: read failed while copying tensor '%.200s': %s",
+                         src.path, t->name, strerror(errno));
+        else if (got == 0)
+            st = br_st_shrank(w->ctx, src.path, src.fd, src.size);
+        else
+            st = write_all(w, buf, (uint64_t)got, t->name);
+        if (got > 0) done += (uint64_t)got;
+    }
+    free(buf);
+    return st;
+}
+
+br_status br_st_writer_tensor_bytes(const br_st_writer *w, const char *name, const void **data,
+                                    uint64_t *nbytes) {
+    if (!w || !name || !data || !nbytes) return BR_E_ARG;
+    for (size_t i = 0; i < w->n; i++)
+        if (strcmp(w->t[i].name, name) == 0) {
+            *data = w->t[i].data;
+            *nbytes = w->t[i].nbytes;
+            return BR_OK;
+        }
+    return br_fail(w->ctx, BR_E_ARG, "br_st_writer_tensor_bytes: %s: no tensor '%.200s'", w->path,
+                   name);
+}
+
+br_status br_st_writer_final_meta(br_st_writer *w) {
+    BR_TRY(check_open(w, "br_st_writer_final_meta"));
+    if (!w->blr) return BR_OK;
+    BR_TRY(br_st_writer_meta(w, "format", BR_BLR_FORMAT));
+    BR_TRY(br_st_writer_meta(w, "format_version", BR_BLR_FORMAT_VERSION));
+    return br_st_writer_meta(w, "writer", "bitrank " BITRANK_VERSION);
+}
+
+size_t br_st_writer_meta_count(const br_st_writer *w) { return w ? w->nmeta : 0; }
+
+br_status br_st_writer_meta_at(const br_st_writer *w, size_t i, const char **key,
+                               const char **value) {
+    if (!w || i >= w->nmeta) return BR_E_ARG;
+    if (key) *key = w->mkeys[i];
+    if (value) *value = w->mvals[i];
+    return BR_OK;
+}
+
 br_status br_st_writer_finish(br_st_writer *w) {
     static const char *fn = "br_st_writer_finish";
     BR_TRY(check_open(w, fn));
     br_ctx *ctx = w->ctx;
-    br_status st = BR_OK;
-    if (w->blr) {
-        if ((st = br_st_writer_meta(w, "format", BR_BLR_FORMAT)) != BR_OK ||
-            (st = br_st_writer_meta(w, "format_version", BR_BLR_FORMAT_VERSION)) != BR_OK ||
-            (st = br_st_writer_meta(w, "writer", "bitrank " BITRANK_VERSION)) != BR_OK) {
-            discard(w);
-            return st;
-        }
+    br_status st = br_st_writer_final_meta(w);
+    if (st != BR_OK) {
+        discard(w);
+        return st;
     }
     /* names must be unique */
     const wtensor **sorted = malloc((w->n ? w->n : 1) * sizeof *sorted);
@@ -335,12 +460,12 @@ br_status br_st_writer_finish(br_st_writer *w) {
     if (st == BR_OK) {
         uint8_t len8[8];
         br_put_le64(len8, hlen);
-        st = write_all(w, len8, 8);
+        st = write_all(w, len8, 8, NULL);
     }
-    if (st == BR_OK) st = write_all(w, header, hlen);
+    if (st == BR_OK) st = write_all(w, header, hlen, NULL);
     free(header);
     for (size_t i = 0; st == BR_OK && i < w->n; i++)
-        st = write_all(w, w->t[i].data, w->t[i].nbytes);
+        st = write_tensor(w, &w->t[i]);
     if (st == BR_OK && fsync(w->fd) != 0)
         st = br_fail(ctx, BR_E_IO, "%s: %s: fsync failed: %s", fn, w->path, strerror(errno));
     if (st == BR_OK) {
