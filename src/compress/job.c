@@ -103,11 +103,11 @@ static void options_hash(job *j, const br_st_file *in) {
     snprintf(buf, sizeof buf,
              "bpw=%.17g rank=%zu paths=%zu steps=%d tokens=%zu lr=%.9g sign_lr=%.9g warmup=%d "
              "patience=%d eval_every=%d eval_tokens=%zu seed=%llu act=%d gram=%d synth=%d "
-             "weight_term=%.9g token_weighting=%d uncalibrated=%d",
+             "weight_term=%.9g token_weighting=%d",
              o->bpw, o->rank, o->paths, o->steps, o->tokens, (double)o->lr, (double)o->sign_lr,
              o->warmup, o->patience, o->eval_every, o->eval_tokens, (unsigned long long)o->seed,
              o->activations != NULL, o->gram != NULL, o->synthetic, (double)o->weight_term,
-             o->token_weighting, o->allow_uncalibrated);
+             o->token_weighting);
     h ^= br_name_hash(buf) * 3;
     for (size_t i = 0; i < o->n_include; i++)
         h = h * 31 + br_name_hash(o->include[i]);
