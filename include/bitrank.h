@@ -26,6 +26,12 @@
 extern "C" {
 #endif
 
+/* Every declaration of this header is the library's exported API: libbitrank.so is
+ * built with hidden visibility, so only what is declared here leaves it. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define BITRANK_VERSION "0.1.0"
 
 /* ---------------------------------------------------------------- status */
@@ -129,6 +135,51 @@ br_status br_buf_download(const br_buf *buf, size_t offset, void *dst, size_t co
 br_status br_buf_fill(br_buf *buf, size_t offset, size_t count, uint32_t bits);
 /* dst[dst_off + i] = src[src_off + i], same dtype. An op. */
 br_status br_buf_copy(br_buf *dst, size_t dst_off, const br_buf *src, size_t src_off, size_t count);
+
+/* ---------------------------------------------------------------- interop */
+
+/* For hosts that bring their own memory and stream (e.g. PyTorch through ctypes). */
+
+/* Alignment (bytes) br_buf_wrap requires of its pointer: what br_buf_new gives and
+ * what the fast kernels need (16-byte vector loads and stores, TMA bases). */
+#define BR_WRAP_ALIGN 16
+
+/* A buffer of `count` elements of `dtype` at `ptr`, memory the caller owns: host
+ * memory for a CPU context; device memory (or managed memory) of the context's GPU
+ * for a CUDA context (checked with cudaPointerGetAttributes: host memory, pinned or
+ * not, and another GPU's memory are BR_E_ARG). Nothing is copied and the buffer does
+ * not own the memory: br_buf_free frees the handle only. The memory must hold count
+ * elements and stay valid while the buffer, its views or a graph naming them are in
+ * use, and until the ops issued on it have run (br_ctx_sync). Constraints: ptr not
+ * NULL and a multiple of BR_WRAP_ALIGN bytes (BR_E_ARG otherwise); 1 ≤ count ≤ 2^40.
+ * Views of it work and every op takes it as it takes a buffer of br_buf_new; overlap
+ * checks compare addresses, so wrapped buffers over shared memory (two views of one
+ * tensor) are checked against each other as views of one buffer are. */
+br_status br_buf_wrap(br_ctx *ctx, br_dtype dtype, void *ptr, size_t count, br_buf **out);
+
+/* Run the context on the caller's CUDA stream `cuda_stream` (a cudaStream_t; NULL is
+ * CUDA's legacy default stream, PyTorch's default stream; torch gives the handle as
+ * torch.cuda.current_stream().cuda_stream): from now on every op, transfer, graph
+ * launch and br_ctx_sync of ctx is issued on it, in order after the work the caller
+ * enqueued on it before, and after every op the context issued before the call (the
+ * stream waits on an event of the previous stream). The caller keeps the stream
+ * alive until the context is back on its own stream, on another one, or freed. The
+ * stream must belong to the context's GPU (BR_E_ARG). Graphs are still captured on
+ * the context's own stream (a capture on the legacy stream is not allowed by CUDA)
+ * and launched on this one, so br_graph_begin/end/launch work on any stream. A CPU
+ * context has no streams: BR_E_UNSUPPORTED. BR_E_STATE while recording a graph. */
+br_status br_ctx_set_stream(br_ctx *ctx, void *cuda_stream);
+/* Back to the context's own stream (ordered after the work issued so far, as
+ * br_ctx_set_stream). No-op success on a CPU context; BR_E_STATE while recording. */
+br_status br_ctx_use_own_stream(br_ctx *ctx);
+/* The cudaStream_t the context's ops run on now (NULL for a CPU context, and for a
+ * CUDA context set to the legacy default stream). */
+void *br_ctx_stream(const br_ctx *ctx);
+
+/* sizeof of a public struct an FFI mirrors, by its name: "br_compress_opts",
+ * "br_layer_report", "br_blr_host", "br_blr_path_host", "br_token_err",
+ * "br_step_info", "br_opt_cfg"; 0 for any other name (and NULL). */
+size_t br_struct_size(const char *type_name);
 
 /* ---------------------------------------------------------------- f16 */
 
@@ -1075,6 +1126,10 @@ void br_ctx_set_tag(br_ctx *ctx, const char *tag);
  * uploads) to `out`. Waits for the device. */
 br_status br_profile_report(br_ctx *ctx, FILE *out);
 void br_profile_reset(br_ctx *ctx);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

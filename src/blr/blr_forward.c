@@ -114,7 +114,7 @@ static br_status check_out(br_blr *l, const char *fn, const br_buf *target, cons
     if (!target) return BR_OK;
     int t16 = loss && br_buf_dtype(target) == BR_F16;
     BR_TRY(br_check_buf(l->ctx, fn, "target", target, t16 ? BR_F16 : BR_F32, need));
-    if (out && !(!t16 && target->mem == out->mem && target->offset == out->offset))
+    if (out && !(!t16 && br_ptr(target) == br_ptr(out)))
         BR_TRY(br_check_apart(l->ctx, fn, "out", out, need, "target", target, need));
     return BR_OK;
 }

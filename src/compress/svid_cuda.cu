@@ -146,6 +146,10 @@ br_status cuda_svd_topk(br_ctx *ctx, const float *w, size_t m, size_t n, size_t 
         *views[i] = dev->arena + total;
         total += aligned_floats(sizes[i]);
     }
+    // the handles follow the context's stream as it is now (br_ctx_set_stream may
+    // have changed it since they were made)
+    SVD_CUBLAS(cublasSetStream(blas, stream));
+    SVD_CUSOLVER(cusolverDnSetStream(sol, stream));
     // workspace: the largest of the QRs (R × l and C × l) and the SVD of Bᵀ (C × l)
     SVD_CUSOLVER(cusolverDnSgeqrf_bufferSize(sol, R > C ? R : C, L, d.y, R > C ? R : C, &lw));
     lwork = lw;

@@ -36,6 +36,16 @@ typedef struct br_backend {
      * room for transposed copies of the operands where the backend has no kernel for
      * them as they are (the split-K reservation stays its ws_bytes). NULL: none. */
     size_t (*mm_tn_ws)(br_ctx *ctx, const br_mm_args *a);
+    /* Whether `bytes` at ptr are memory this device's ops can use (br_buf_wrap):
+     * BR_OK, or BR_E_ARG with a message saying what the memory is. NULL: any
+     * pointer is taken (the caller vouches for host memory). */
+    br_status (*check_wrap)(br_ctx *ctx, const void *ptr, size_t bytes);
+    /* Issue ctx's work on `stream` from now on (own != 0: the context's own stream,
+     * `stream` unused), ordered after everything issued before. NULL: the backend
+     * has no streams. */
+    br_status (*set_stream)(br_ctx *ctx, void *stream, int own);
+    /* The stream ctx's work is issued on now (NULL: none, or the legacy stream). */
+    void *(*stream)(const br_ctx *ctx);
     br_op_fn ops[BR_OP_COUNT];
 } br_backend;
 

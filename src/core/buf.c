@@ -1,5 +1,6 @@
 /* Buffers: allocation, views, host transfers. Fill and copy are ops (ops/buf_ops.c)
  * so that graphs can record them. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "core/backend.h"
@@ -43,6 +44,35 @@ br_status br_buf_new(br_ctx *ctx, br_dtype dtype, size_t count, br_buf **out) {
     return BR_OK;
 }
 
+br_status br_buf_wrap(br_ctx *ctx, br_dtype dtype, void *ptr, size_t count, br_buf **out) {
+    BR_TRY(br_check_ctx(ctx));
+    if (!out) return br_fail(ctx, BR_E_ARG, "br_buf_wrap: out is NULL");
+    *out = NULL;
+    if (dtype != BR_F32 && dtype != BR_F16 && dtype != BR_U32)
+        return br_fail(ctx, BR_E_DTYPE, "br_buf_wrap: unknown dtype %d", (int)dtype);
+    if (!ptr) return br_fail(ctx, BR_E_ARG, "br_buf_wrap: ptr is NULL");
+    if (count == 0) return br_fail(ctx, BR_E_ARG, "br_buf_wrap: count is 0");
+    if (count > ((size_t)1 << 40))
+        return br_fail(ctx, BR_E_OVERFLOW, "br_buf_wrap: %zu elements is more than 2^40", count);
+    /* what br_buf_new's memory gives the kernels (their vector paths check again per
+     * op, but an unaligned base would send every op to the slow ones) */
+    if ((uintptr_t)ptr % BR_WRAP_ALIGN)
+        return br_fail(ctx, BR_E_ARG,
+                       "br_buf_wrap: ptr %p is not aligned to %d bytes (it is %zu bytes past a "
+                       "multiple of %d)",
+                       ptr, BR_WRAP_ALIGN, (size_t)((uintptr_t)ptr % BR_WRAP_ALIGN), BR_WRAP_ALIGN);
+    if (ctx->be->check_wrap) BR_TRY(ctx->be->check_wrap(ctx, ptr, count * br_dtype_size(dtype)));
+    br_buf *b = calloc(1, sizeof *b);
+    if (!b) return br_fail(ctx, BR_E_NOMEM, "br_buf_wrap: out of host memory");
+    b->ctx = ctx;
+    b->dtype = dtype;
+    b->count = count;
+    b->mem = ptr;
+    b->borrowed = 1;
+    *out = b;
+    return BR_OK;
+}
+
 br_status br_buf_view(br_buf *parent, size_t offset, size_t count, br_buf **out) {
     if (!parent) return BR_E_ARG;
     br_ctx *ctx = parent->ctx;
@@ -66,7 +96,7 @@ br_status br_buf_view(br_buf *parent, size_t offset, size_t count, br_buf **out)
 
 void br_buf_free(br_buf *b) {
     if (!b) return;
-    if (!b->parent) b->ctx->be->release(b->ctx, b->mem);
+    if (!b->parent && !b->borrowed) b->ctx->be->release(b->ctx, b->mem);
     free(b);
 }
 

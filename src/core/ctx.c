@@ -138,3 +138,30 @@ void br_ctx_set_tag(br_ctx *ctx, const char *tag) {
     if (!ctx) return;
     snprintf(ctx->tag, sizeof ctx->tag, "%s", tag ? tag : "");
 }
+
+br_status br_ctx_set_stream(br_ctx *ctx, void *cuda_stream) {
+    if (!ctx) return BR_E_ARG;
+    if (!ctx->be->set_stream)
+        return br_fail(ctx, BR_E_UNSUPPORTED,
+                       "br_ctx_set_stream: the %s backend has no streams (a CUDA context has)",
+                       ctx->be->name);
+    if (ctx->rec)
+        return br_fail(ctx, BR_E_STATE,
+                       "br_ctx_set_stream: a graph is being recorded (set the stream before "
+                       "br_graph_begin or after br_graph_end)");
+    return ctx->be->set_stream(ctx, cuda_stream, 0);
+}
+
+br_status br_ctx_use_own_stream(br_ctx *ctx) {
+    if (!ctx) return BR_E_ARG;
+    if (!ctx->be->set_stream) return BR_OK;
+    if (ctx->rec)
+        return br_fail(ctx, BR_E_STATE,
+                       "br_ctx_use_own_stream: a graph is being recorded (change the stream "
+                       "before br_graph_begin or after br_graph_end)");
+    return ctx->be->set_stream(ctx, NULL, 1);
+}
+
+void *br_ctx_stream(const br_ctx *ctx) {
+    return ctx && ctx->be->stream ? ctx->be->stream(ctx) : NULL;
+}

@@ -54,6 +54,7 @@ struct br_buf {
     size_t offset;  /* elements from the start of the allocation */
     void *mem;      /* start of the allocation (device or host memory) */
     br_buf *parent; /* NULL for an allocation, the root for a view */
+    int borrowed;   /* mem is the caller's (br_buf_wrap): freeing the root keeps it */
 };
 
 struct br_graph {

@@ -1,5 +1,6 @@
 /* Argument checks shared by every op front-end. */
 #include <math.h>
+#include <stdint.h>
 
 #include "ops/check.h"
 
@@ -46,9 +47,11 @@ br_status br_check_finite(br_ctx *ctx, const char *fn, const char *name, float x
 }
 
 int br_bufs_overlap(const br_buf *x, size_t nx, const br_buf *y, size_t ny) {
-    if (!x || !y || x->mem != y->mem) return 0;
-    size_t bx = x->offset * br_dtype_size(x->dtype), by = y->offset * br_dtype_size(y->dtype);
-    size_t ex = bx + nx * br_dtype_size(x->dtype), ey = by + ny * br_dtype_size(y->dtype);
+    if (!x || !y) return 0;
+    if (nx > x->count) nx = x->count;
+    if (ny > y->count) ny = y->count;
+    uintptr_t bx = (uintptr_t)br_ptr(x), by = (uintptr_t)br_ptr(y);
+    uintptr_t ex = bx + nx * br_dtype_size(x->dtype), ey = by + ny * br_dtype_size(y->dtype);
     return bx < ey && by < ex;
 }
 

@@ -25,8 +25,10 @@ br_status br_check_mul(br_ctx *ctx, const char *fn, const char *what, size_t a, 
                        size_t *out);
 /* x ≥ 1 and x ≤ BR_MAX_ELEMS. */
 br_status br_check_dim(br_ctx *ctx, const char *fn, const char *name, size_t x);
-/* Whether elements [0, nx) of x and [0, ny) of y share memory (views of one
- * allocation share `mem`; separate allocations never overlap). NULL overlaps nothing. */
+/* Whether elements [0, nx) of x and [0, ny) of y share memory, by address (wrapped
+ * buffers over one tensor's memory are separate roots that may overlap; each span
+ * is clamped to its buffer's elements, so separate allocations never do). NULL
+ * overlaps nothing. */
 int br_bufs_overlap(const br_buf *x, size_t nx, const br_buf *y, size_t ny);
 /* *out = (count − 1)·stride + need: the elements of count pieces of need elements,
  * stride apart (BR_E_OVERFLOW past BR_MAX_ELEMS, naming stride_name). count ≥ 1. */

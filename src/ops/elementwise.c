@@ -8,7 +8,7 @@
  * elements. */
 static br_status check_alias(br_ctx *ctx, const char *fn, const char *out_name, const br_buf *out,
                              const char *in_name, const br_buf *in, size_t n) {
-    if (br_bufs_overlap(out, n, in, n) && out->offset != in->offset)
+    if (br_bufs_overlap(out, n, in, n) && br_ptr(out) != br_ptr(in))
         return br_fail(ctx, BR_E_ARG, "%s: %s overlaps %s at a different offset", fn, out_name,
                        in_name);
     return BR_OK;

@@ -3,6 +3,7 @@
  * shapes once here; br_mm_bits either submits the bitmap GEMM or, when
  * BR_OPT_BITS_GEMM is 0 (or the backend has no bitmap GEMM), expands the bitmap
  * into a context-owned f16 plane and submits br_mm's op on it. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "core/backend.h"
@@ -73,7 +74,7 @@ static br_status check_gemm(br_ctx *ctx, const char *fn, const br_buf *act, int 
         BR_TRY(br_check_finite(ctx, fn, "beta", g->beta));
         /* in place (c is out, element for element) or apart: a shifted overlap would
          * read elements another tile has already written (an f16 c is never out) */
-        if (out && !(!c16 && g->c->mem == out->mem && g->c->offset == out->offset) &&
+        if (out && !(!c16 && br_ptr(g->c) == br_ptr(out)) &&
             br_bufs_overlap(g->c, out_need, out, out_need))
             return br_fail(ctx, BR_E_ARG,
                            "%s: c overlaps out without being out itself (offsets %zu and %zu)", fn,
@@ -162,15 +163,17 @@ typedef struct pieces {
 /* Whether two sets of pieces share an element: piece by piece (a layer interleaves
  * its paths' dh and dg, G_U and G_V), or on the whole spans past 4096 pairs. */
 static int pieces_overlap(const pieces *x, const pieces *y) {
-    if (!x->buf || !y->buf || x->buf->mem != y->buf->mem) return 0;
-    if (x->paths * y->paths > 4096)
-        return br_bufs_overlap(x->buf, (x->paths - 1) * x->stride + x->one, y->buf,
-                               (y->paths - 1) * y->stride + y->one);
+    if (!x->buf || !y->buf) return 0;
+    /* spans apart (separate memory): no piece can meet */
+    if (!br_bufs_overlap(x->buf, (x->paths - 1) * x->stride + x->one, y->buf,
+                         (y->paths - 1) * y->stride + y->one))
+        return 0;
+    if (x->paths * y->paths > 4096) return 1;
     const size_t ex = br_dtype_size(x->buf->dtype), ey = br_dtype_size(y->buf->dtype);
+    const uintptr_t x0 = (uintptr_t)br_ptr(x->buf), y0 = (uintptr_t)br_ptr(y->buf);
     for (size_t p = 0; p < x->paths; p++)
         for (size_t q = 0; q < y->paths; q++) {
-            size_t bx = (x->buf->offset + p * x->stride) * ex,
-                   by = (y->buf->offset + q * y->stride) * ey;
+            uintptr_t bx = x0 + p * x->stride * ex, by = y0 + q * y->stride * ey;
             if (bx < by + y->one * ey && by < bx + x->one * ex) return 1;
         }
     return 0;

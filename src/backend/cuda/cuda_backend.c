@@ -1,5 +1,6 @@
-/* The CUDA backend: one device, one stream, device memory, events for the
- * profiler, stream-captured graphs, and the op table. */
+/* The CUDA backend: one device, its own stream or a caller's, device memory (its
+ * own or wrapped), events for the profiler, stream-captured graphs, and the op
+ * table. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,9 +76,17 @@ static br_status cuda_open(br_ctx *ctx, int index, char *err, size_t n) {
         return BR_E_UNSUPPORTED;
     }
     if ((e = cudaSetDevice(index)) != cudaSuccess ||
-        (e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        (e = cudaStreamCreateWithFlags(&s->own_stream, cudaStreamNonBlocking)) != cudaSuccess) {
         cudaGetLastError();
         if (err && n) snprintf(err, n, "cuda:%d: %s", index, cudaGetErrorString(e));
+        free(s);
+        return BR_E_DEVICE;
+    }
+    s->stream = s->own_stream;
+    if ((e = cudaEventCreateWithFlags(&s->order_event, cudaEventDisableTiming)) != cudaSuccess) {
+        cudaGetLastError();
+        if (err && n) snprintf(err, n, "cuda:%d: event: %s", index, cudaGetErrorString(e));
+        cudaStreamDestroy(s->own_stream);
         free(s);
         return BR_E_DEVICE;
     }
@@ -86,7 +95,8 @@ static br_status cuda_open(br_ctx *ctx, int index, char *err, size_t n) {
         cudaGetLastError();
         if (err && n) snprintf(err, n, "cuda:%d: tickets: %s", index, cudaGetErrorString(e));
         if (s->tickets) cudaFree(s->tickets);
-        cudaStreamDestroy(s->stream);
+        cudaEventDestroy(s->order_event);
+        cudaStreamDestroy(s->own_stream);
         free(s);
         return BR_E_DEVICE;
     }
@@ -102,7 +112,9 @@ static void cuda_close(br_ctx *ctx) {
     br_cuda *s = ctx->be_state;
     if (!s) return;
     cudaSetDevice(s->device);
+    /* the caller's stream may carry work of ours the own stream does not wait for */
     cudaStreamSynchronize(s->stream);
+    cudaStreamSynchronize(s->own_stream);
     for (size_t i = 0; i < s->nevents; i++)
         if (s->events[i]) cudaEventDestroy(s->events[i]);
     free(s->events);
@@ -111,7 +123,9 @@ static void cuda_close(br_ctx *ctx) {
     free(s->retired);
     cudaFree(s->ws);
     cudaFree(s->tickets);
-    cudaStreamDestroy(s->stream);
+    cudaEventDestroy(s->order_event);
+    cudaStreamDestroy(s->own_stream);
+    cudaGetLastError(); /* nothing of the teardown is a later context's error */
     free(s);
     ctx->be_state = NULL;
 }
@@ -201,7 +215,20 @@ static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
     if (!g->be_graph) {
         void *ws = NULL;
         if (g->ws_need) BR_TRY(br_cuda_workspace(ctx, g->ws_need, &ws));
-        BR_CUDA_TRY(ctx, cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+        /* Captured on the own stream whatever stream the context runs on (CUDA does
+         * not capture the legacy stream), as the ops would launch there: the launch
+         * then places the whole graph on the current stream. Capture runs nothing, so
+         * it needs no order against the work queued on either stream. */
+        cudaStream_t run = s->stream;
+        int legacy = s->legacy_stream;
+        s->stream = s->own_stream;
+        s->legacy_stream = 0;
+        cudaError_t e = cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal);
+        if (e != cudaSuccess) {
+            s->stream = run;
+            s->legacy_stream = legacy;
+            return br_cuda_check(ctx, e, "cudaStreamBeginCapture", __FILE__, __LINE__);
+        }
         s->capturing = 1;
         br_status st = BR_OK;
         for (size_t i = 0; i < g->n && st == BR_OK; i++) {
@@ -212,7 +239,9 @@ static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
         }
         s->capturing = 0;
         cudaGraph_t graph = NULL;
-        cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
+        e = cudaStreamEndCapture(s->stream, &graph);
+        s->stream = run;
+        s->legacy_stream = legacy;
         if (st != BR_OK) {
             if (graph) cudaGraphDestroy(graph);
             cudaGetLastError(); /* an invalidated capture's error is not the next op's */
@@ -266,6 +295,107 @@ static br_status cuda_timer_elapsed(br_ctx *ctx, size_t from, size_t to, double 
     return BR_OK;
 }
 
+/* A caller's stream handle as the runtime API takes it: cudaStreamLegacy is the
+ * legacy stream NULL names. */
+static int is_legacy(cudaStream_t st) { return st == NULL || st == cudaStreamLegacy; }
+
+static br_status cuda_set_stream(br_ctx *ctx, void *stream, int own) {
+    static const char fn[] = "br_ctx_set_stream";
+    br_cuda *s = br_cuda_state(ctx);
+    cudaStream_t to = own ? s->own_stream : (cudaStream_t)stream;
+    if (to == s->stream) return BR_OK;
+    /* Query capture first: a stream some other code (e.g. torch.cuda.graph) is
+     * capturing must not see calls that invalidate its capture, such as the device
+     * query below on some drivers. */
+    enum cudaStreamCaptureStatus cap_to = cudaStreamCaptureStatusNone,
+                                 cap_from = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(to, &cap_to);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return br_fail(ctx, BR_E_ARG, "%s: stream %p is not a usable CUDA stream: %s (%s)", fn,
+                       stream, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+#if CUDART_VERSION >= 12080 /* cudaStreamGetDevice; older runtimes skip the check */
+    if (!own && cap_to == cudaStreamCaptureStatusNone && !is_legacy(to) &&
+        to != cudaStreamPerThread) {
+        int dev = -1;
+        e = cudaStreamGetDevice(to, &dev);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return br_fail(ctx, BR_E_ARG, "%s: stream %p is not a usable CUDA stream: %s (%s)", fn,
+                           stream, cudaGetErrorString(e), cudaGetErrorName(e));
+        }
+        if (dev != s->device)
+            return br_fail(ctx, BR_E_ARG,
+                           "%s: stream %p belongs to cuda:%d, the context is on cuda:%d", fn,
+                           stream, dev, s->device);
+    }
+#endif
+    BR_CUDA_TRY(ctx, cudaStreamIsCapturing(s->stream, &cap_from));
+    /* Issue order across the switch: the new stream waits for everything issued on
+     * the old one. A stream under capture records nothing that runs now: work issued
+     * before a capture that begins on the new stream must be done before any replay
+     * can start, so the host waits for it instead. */
+    if (cap_from == cudaStreamCaptureStatusNone && cap_to == cudaStreamCaptureStatusNone) {
+        BR_CUDA_TRY(ctx, cudaEventRecord(s->order_event, s->stream));
+        BR_CUDA_TRY(ctx, cudaStreamWaitEvent(to, s->order_event, 0));
+    } else if (cap_from == cudaStreamCaptureStatusNone) {
+        BR_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
+    } else if (cap_to != cudaStreamCaptureStatusNone) {
+        /* both captured: an edge inside the capture (CUDA refuses it between two) */
+        BR_CUDA_TRY(ctx, cudaEventRecord(s->order_event, s->stream));
+        BR_CUDA_TRY(ctx, cudaStreamWaitEvent(to, s->order_event, 0));
+    }
+    s->stream = to;
+    s->legacy_stream = is_legacy(to);
+    return BR_OK;
+}
+
+static void *cuda_stream(const br_ctx *ctx) {
+    const br_cuda *s = (const br_cuda *)ctx->be_state;
+    return s->legacy_stream ? NULL : (void *)s->stream;
+}
+
+/* Memory the kernels of ctx's GPU can address: its device memory, or managed memory
+ * (the first and the last byte: a range that leaves the allocation is not always
+ * caught, the caller vouches for the count). */
+static br_status cuda_check_wrap(br_ctx *ctx, const void *ptr, size_t bytes) {
+    static const char fn[] = "br_buf_wrap";
+    br_cuda *s = br_cuda_state(ctx);
+    const void *ends[2] = {ptr, (const char *)ptr + bytes - 1};
+    for (int i = 0; i < 2; i++) {
+        struct cudaPointerAttributes at;
+        memset(&at, 0, sizeof at);
+        cudaError_t e = cudaPointerGetAttributes(&at, ends[i]);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return br_fail(ctx, BR_E_ARG, "%s: CUDA does not know %p as memory: %s (%s)", fn,
+                           ends[i], cudaGetErrorString(e), cudaGetErrorName(e));
+        }
+        const char *what = i ? "the last byte of the buffer" : "ptr";
+        switch (at.type) {
+        case cudaMemoryTypeDevice:
+        case cudaMemoryTypeManaged:
+            if (at.device != s->device)
+                return br_fail(ctx, BR_E_ARG,
+                               "%s: %s (%p) is memory of cuda:%d, the context is on cuda:%d", fn,
+                               what, ends[i], at.device, s->device);
+            break;
+        case cudaMemoryTypeHost:
+            return br_fail(ctx, BR_E_ARG,
+                           "%s: %s (%p) is pinned host memory; a CUDA context needs device "
+                           "memory of cuda:%d",
+                           fn, what, ends[i], s->device);
+        default:
+            return br_fail(ctx, BR_E_ARG,
+                           "%s: %s (%p) is host memory unknown to CUDA; a CUDA context needs "
+                           "device memory of cuda:%d",
+                           fn, what, ends[i], s->device);
+        }
+    }
+    return BR_OK;
+}
+
 static const br_backend cuda_backend = {
     .name = "cuda",
     .open = cuda_open,
@@ -281,6 +411,9 @@ static const br_backend cuda_backend = {
     .timer_elapsed = cuda_timer_elapsed,
     .mm_stage_ws = br_cuda_mm_stage_ws,
     .mm_tn_ws = br_cuda_mm_tn_ws,
+    .check_wrap = cuda_check_wrap,
+    .set_stream = cuda_set_stream,
+    .stream = cuda_stream,
     .ops =
         {
             [BR_OP_FILL] = br_cuda_fill,

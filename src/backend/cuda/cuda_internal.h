@@ -13,7 +13,13 @@ extern "C" {
 
 typedef struct br_cuda {
     int device;
+    /* The stream every op, transfer and graph launch is issued on: own_stream, or a
+     * caller's (br_ctx_set_stream). Graphs are captured on own_stream (capture on
+     * the legacy stream is not allowed) and launched on this one. */
     cudaStream_t stream;
+    cudaStream_t own_stream; /* created at open, non-blocking */
+    int legacy_stream;       /* stream is the legacy default stream (NULL) */
+    cudaEvent_t order_event; /* orders a new stream after the previous one */
     struct cudaDeviceProp prop;
     int cc; /* compute capability, 10·major + minor */
     int sm_count;
@@ -241,7 +247,9 @@ static __device__ __forceinline__ void br_dev_pdl_enter(void) {
  * launched through here. */
 static inline bool br_cuda_pdl_on(const br_cuda *s, bool one_per_sm) {
     const char *e = getenv("BITRANK_PDL");
-    if (!s->has_wgmma || (e && !strcmp(e, "0"))) return false;
+    /* the legacy stream's implicit barriers with the other streams are not
+     * documented to combine with programmatic edges: plain launches there */
+    if (!s->has_wgmma || s->legacy_stream || (e && !strcmp(e, "0"))) return false;
     return one_per_sm || (e && !strcmp(e, "all"));
 }
 

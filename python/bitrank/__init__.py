@@ -1,0 +1,29 @@
+"""bitrank: binary low-rank compression of transformers models.
+
+    import bitrank
+    report = bitrank.compress_model(model, texts, tokenizer=tok, bpw=1.0)
+    bitrank.save_pretrained(model, "out")          # config.json + model.safetensors
+    model = bitrank.load("out")                    # its linears are BLRLinear
+
+The C library (libbitrank.so, shipped in this package) runs the layers and the
+per-layer compression; torch runs the rest of the model.
+"""
+import os as _os
+import sys as _sys
+
+# The library's OpenMP threads and torch's take turns on the same cores: threads that
+# spin at a barrier after their work starve the other runtime's (a 2-core machine
+# ran 15x slower). Passive waiting costs nothing here; it takes effect for every
+# OpenMP runtime loaded after this line (set it before importing torch to cover
+# torch's too).
+TORCH_OPENMP_SPINS = "torch" in _sys.modules and "OMP_WAIT_POLICY" not in _os.environ
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from ._lib import BitrankError  # noqa: E402
+from .compress import CompressReport, compress_linear, compress_model, find_blocks  # noqa: E402
+from .hf import load, save_pretrained  # noqa: E402
+from .torch import BLRLinear, LibraryOptimizer  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["BLRLinear", "BitrankError", "CompressReport", "LibraryOptimizer", "compress_linear",
+           "compress_model", "find_blocks", "load", "save_pretrained"]

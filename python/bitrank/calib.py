@@ -1,0 +1,93 @@
+"""Calibration data for compress_model: token ids from ids, strings or a dataset."""
+import torch
+
+
+def _special_wrapped(tokenizer, ids):
+    """ids with the tokenizer's special tokens around them ([CLS] … [SEP], <s> …)."""
+    try:
+        return list(tokenizer.build_inputs_with_special_tokens(list(ids)))
+    except (AttributeError, NotImplementedError):
+        return list(ids)
+
+
+def _n_special(tokenizer):
+    return len(_special_wrapped(tokenizer, [])) if tokenizer is not None else 0
+
+
+def _texts_of(calibration):
+    """The strings of a list of strings or of a dataset with a "text" column (or the
+    first column of strings)."""
+    if isinstance(calibration, str):
+        return [calibration]
+    if hasattr(calibration, "column_names"):  # a datasets.Dataset
+        cols = calibration.column_names
+        col = "text" if "text" in cols else None
+        if col is None:
+            for c in cols:
+                if len(calibration) and isinstance(calibration[0][c], str):
+                    col = c
+                    break
+        if col is None:
+            raise ValueError(f"calibration dataset has no text column (columns: {cols})")
+        return [t for t in calibration[col] if t]
+    texts = list(calibration)
+    if not all(isinstance(t, str) for t in texts):
+        raise ValueError("calibration: expected token ids, strings or a dataset")
+    return texts
+
+
+def calibration_ids(calibration, tokenizer=None, n_samples=None, seq_len=128):
+    """Token ids [N][L] (LongTensor) and attention mask [N][L] for the calibration.
+
+    calibration is one of:
+      - a LongTensor [N][L] or a list of equal-length id lists: used as they are
+        (n_samples, if given, keeps the first n_samples rows);
+      - a dict with "input_ids" (and optionally "attention_mask");
+      - strings (a list, or a dataset with a text column) with a tokenizer: the text is
+        tokenized as one stream and cut into n_samples sequences of seq_len tokens,
+        each wrapped in the tokenizer's special tokens (as the model saw in training).
+    Refuses calibration that yields no full sequence (a mistake, not a reason to run
+    on nothing)."""
+    mask = None
+    if isinstance(calibration, dict):
+        ids = torch.as_tensor(calibration["input_ids"])
+        if "attention_mask" in calibration:
+            mask = torch.as_tensor(calibration["attention_mask"])
+    elif torch.is_tensor(calibration) or (isinstance(calibration, (list, tuple)) and calibration
+                                           and isinstance(calibration[0], (list, tuple))
+                                           and calibration[0] and isinstance(calibration[0][0], int)):
+        ids = torch.as_tensor(calibration)
+    else:
+        if tokenizer is None:
+            raise ValueError("calibration given as text needs a tokenizer (tokenizer=...)")
+        texts = _texts_of(calibration)
+        if not texts:
+            raise ValueError("calibration: no text")
+        n = n_samples or 128
+        body = seq_len - _n_special(tokenizer)
+        if body < 1:
+            raise ValueError(f"seq_len {seq_len} leaves no room for text after special tokens")
+        need = n * body
+        stream = []
+        for i in range(0, len(texts), 256):
+            for seq in tokenizer(texts[i:i + 256], add_special_tokens=False)["input_ids"]:
+                stream.extend(seq)
+            if len(stream) >= need:
+                break
+        seqs = [_special_wrapped(tokenizer, stream[k:k + body])
+                for k in range(0, min(need, len(stream)) - body + 1, body)]
+        seqs = [s for s in seqs if len(s) == seq_len]
+        if not seqs:
+            raise ValueError(f"calibration text has {len(stream)} tokens: not one sequence "
+                             f"of {seq_len}")
+        ids = torch.tensor(seqs, dtype=torch.long)
+    if ids.dim() != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:
+        raise ValueError(f"calibration ids must be [samples][length], got {tuple(ids.shape)}")
+    if n_samples is not None and torch.is_tensor(ids):
+        ids = ids[:n_samples]
+        mask = mask[:n_samples] if mask is not None else None
+    if mask is None:
+        mask = torch.ones_like(ids)
+    if mask.shape != ids.shape:
+        raise ValueError("calibration attention_mask and input_ids differ in shape")
+    return ids.long(), mask.long()

@@ -1,0 +1,199 @@
+"""BLRLinear through the library against float64 references written here.
+
+Each case draws fresh random shapes, signs, scales and inputs (the seed is printed;
+BITRANK_TEST_SEED replays one), poisons every output the library writes with NaN
+before the run, and checks which implementation ran.
+"""
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import bitrank.torch as bt
+from bitrank import BLRLinear, LibraryOptimizer
+
+SEED = int(os.environ.get("BITRANK_TEST_SEED", random.SystemRandom().randrange(1 << 30)))
+print(f"test_blr_linear seed {SEED}")
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch):
+    def nan_alloc(*shape, device):
+        return torch.full(shape, float("nan"), device=device)
+    monkeypatch.setattr(bt, "_alloc", nan_alloc)
+
+
+def random_layer(rng, m, n, r, paths, device):
+    """A layer with random signs and scales of mixed sign and size, and the float64
+    ±1 matrices and scales it stands for (unpacked here with numpy, independently
+    of the package's layout code)."""
+    su = rng.choice([-1.0, 1.0], size=(paths, m, r))
+    sv = rng.choice([-1.0, 1.0], size=(paths, n, r))
+    h = rng.uniform(0.5, 1.5, (paths, m)) * rng.choice([-1, 1], (paths, m)) / np.sqrt(r)
+    l = rng.uniform(0.2, 2.0, (paths, r))
+    g = rng.uniform(0.5, 1.5, (paths, n)) * rng.choice([-1, 1], (paths, n)) / np.sqrt(n)
+    pack = lambda s: np.packbits(s > 0, axis=-1, bitorder="little")
+    mod = BLRLinear(n, m, r, paths, bias=True, device=device)
+    with torch.no_grad():
+        mod.u.copy_(torch.from_numpy(pack(su)))
+        mod.v.copy_(torch.from_numpy(pack(sv)))
+        mod.h.copy_(torch.from_numpy(h))
+        mod.l.copy_(torch.from_numpy(l))
+        mod.g.copy_(torch.from_numpy(g))
+        mod.bias.copy_(torch.from_numpy(rng.normal(0, 0.1, m)))
+    return mod, (su, sv, h, l, g)
+
+
+def reference(x, parts, bias, need_grad=False):
+    """y = x·Wᵀ + b in float64 from the ±1 matrices and scales, with autograd leaves."""
+    leaves = [torch.tensor(a, dtype=torch.float64, requires_grad=need_grad) for a in parts]
+    su, sv, h, l, g = leaves
+    y = 0
+    for p in range(su.shape[0]):
+        w = h[p][:, None] * ((su[p] * l[p]) @ sv[p].T) * g[p][None, :]
+        y = y + x @ w.T
+    return y + bias, leaves
+
+
+def rel(a, b):
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    return float((a - b).norm() / b.norm())
+
+
+SHAPES = [(64, 96, 32, 1), (100, 70, 20, 2), (33, 130, 45, 2), (384, 384, 64, 2)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward_against_f64(device, shape):
+    rng = np.random.default_rng(SEED + hash(shape) % 1000)
+    m, n, r, paths = shape
+    mod, parts = random_layer(rng, m, n, r, paths, device)
+    x = torch.from_numpy(rng.normal(0, 1, (3, 7, n))).float().to(device)
+    before = dict(bt._BLRFunction.calls)
+    y = mod(x)
+    assert bt._BLRFunction.calls["forward"] == before["forward"] + 1, "the library did not run"
+    y_ref, _ = reference(x.double().cpu(), parts, mod.bias.detach().double().cpu())
+    assert y.shape == (3, 7, m) and torch.isfinite(y).all()
+    # f16 operands, f32 accumulation: about 2^-11 relative per operand
+    assert rel(y, y_ref) < 4e-3, rel(y, y_ref)
+    # the torch backend computes the same product in f32
+    mod.backend = "torch"
+    calls = dict(bt._BLRFunction.calls)
+    y_t = mod(x)
+    assert bt._BLRFunction.calls == calls, "the torch backend called the library"
+    assert rel(y_t, y_ref) < 1e-5
+    # dense_weight is the same W
+    w_ref = sum(parts[2][p][:, None] * ((parts[0][p] * parts[3][p]) @ parts[1][p].T)
+                * parts[4][p][None, :] for p in range(paths))
+    assert rel(mod.dense_weight(torch.float64), torch.from_numpy(w_ref)) < 1e-6
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES[1:])
+def test_backward_against_f64(device, shape):
+    rng = np.random.default_rng(SEED + 7 + hash(shape) % 1000)
+    m, n, r, paths = shape
+    mod, parts = random_layer(rng, m, n, r, paths, device)
+    mod.sign_grads = True
+    x = torch.from_numpy(rng.normal(0, 1, (40, n))).float().to(device).requires_grad_(True)
+    c = torch.from_numpy(rng.normal(0, 1, (40, m)))
+    y = mod(x)
+    before = bt._BLRFunction.calls["backward"]
+    (y.double() * c.to(device)).sum().backward()
+    assert bt._BLRFunction.calls["backward"] == before + 1
+    x64 = x.detach().double().cpu().requires_grad_(True)
+    y_ref, leaves = reference(x64, parts, mod.bias.detach().double().cpu(), need_grad=True)
+    (y_ref * c).sum().backward()
+    su, sv, h, l, g = leaves
+    tol = 6e-3
+    assert rel(x.grad, x64.grad) < tol, rel(x.grad, x64.grad)
+    assert rel(mod.h.grad, h.grad) < tol, rel(mod.h.grad, h.grad)
+    assert rel(mod.l.grad, l.grad) < tol, rel(mod.l.grad, l.grad)
+    assert rel(mod.g.grad, g.grad) < tol, rel(mod.g.grad, g.grad)
+    assert rel(mod.bias.grad, c.sum(0)) < 1e-6
+    assert mod.grad_u.shape == (paths, m, r) and mod.grad_v.shape == (paths, n, r)
+    assert rel(mod.grad_u, su.grad) < tol, rel(mod.grad_u, su.grad)
+    assert rel(mod.grad_v, sv.grad) < tol, rel(mod.grad_v, sv.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_after_another_forward(device):
+    """Two forwards before the backwards (the scratch holds the last one's state):
+    the first backward must still be its own forward's gradient."""
+    rng = np.random.default_rng(SEED + 11)
+    mod, parts = random_layer(rng, 48, 40, 32, 2, device)
+    xa = torch.from_numpy(rng.normal(0, 1, (9, 40))).float().to(device).requires_grad_(True)
+    xb = torch.from_numpy(rng.normal(0, 1, (5, 40))).float().to(device).requires_grad_(True)
+    ya, yb = mod(xa), mod(xb)
+    ya.sum().backward()
+    x64 = xa.detach().double().cpu().requires_grad_(True)
+    y_ref, _ = reference(x64, parts, mod.bias.detach().double().cpu())
+    y_ref.sum().backward()
+    assert rel(xa.grad, x64.grad) < 6e-3
+    yb.sum().backward()
+    assert torch.isfinite(xb.grad).all()
+
+
+def test_bad_input_is_refused():
+    mod = BLRLinear(16, 8, 4, 1)
+    with pytest.raises(ValueError, match="features"):
+        mod(torch.zeros(2, 15))
+    with pytest.raises(ValueError, match="paths"):
+        BLRLinear(16, 8, 4, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_library_optimizer_adam_step(device):
+    """One step of the library's Adam on h, l, g with the signs frozen is the Adam
+    formula: the first step moves each scale by lr·grad/(|grad| + eps)."""
+    rng = np.random.default_rng(SEED + 13)
+    mod, parts = random_layer(rng, 40, 36, 32, 2, device)
+    mod.sign_grads = True
+    x = torch.from_numpy(rng.normal(0, 1, (24, 36))).float().to(device)
+    c = torch.from_numpy(rng.normal(0, 1, (24, 40))).float().to(device)
+    (mod(x) * c).sum().backward()
+    h0, l0, g0 = (t.detach().double().cpu().clone() for t in (mod.h, mod.l, mod.g))
+    grads = [t.grad.double().cpu().clone() for t in (mod.h, mod.l, mod.g)]
+    u0 = mod.u.clone()
+    lr = 1e-2
+    opt = LibraryOptimizer([mod], lr=lr, sign_mode="off")
+    opt.step()
+    for new, old, gr in zip((mod.h, mod.l, mod.g), (h0, l0, g0), grads):
+        want = old - lr * gr / (gr.abs() + 1e-8)
+        assert torch.allclose(new.detach().double().cpu(), want, rtol=1e-5, atol=1e-6)
+    assert torch.equal(mod.u, u0)
+    opt.free()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_library_optimizer_trains(device):
+    """The library's sign optimizer and Adam, on gradients from BLRLinear's backward,
+    bring the layer closer to a target layer (signs flip, the loss falls)."""
+    rng = np.random.default_rng(SEED + 17)
+    teacher, _ = random_layer(rng, 64, 64, 32, 1, device)
+    mod, _ = random_layer(rng, 64, 64, 32, 1, device)
+    with torch.no_grad():
+        mod.h.copy_(teacher.h)
+        mod.g.copy_(teacher.g)
+        mod.bias.copy_(teacher.bias)
+    mod.sign_grads = True
+    x = torch.from_numpy(rng.normal(0, 1, (256, 64))).float().to(device)
+    with torch.no_grad():
+        target = teacher(x)
+    opt = LibraryOptimizer([mod], lr=1e-3, sign_lr=5e-2)
+    u0 = mod.u.clone()
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = ((mod(x) - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert not torch.equal(mod.u, u0), "no sign flipped"
+    assert losses[-1] < 0.7 * losses[0], losses
+    opt.free()
