@@ -35,7 +35,7 @@ from torch import nn
 from . import _lib
 from . import layout
 from .calib import calibration_ids
-from .torch import BLRLinear
+from .torch import BLRLinear, cast_except_blr
 
 
 class _Stop(Exception):
@@ -565,7 +565,8 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
             report.params_compressed += blr.in_features * blr.out_features
         for par in final.parameters():
             par.requires_grad_(False)
-        final = final.to(next(block.parameters()).dtype)
+        dt = next(block.parameters()).dtype
+        final = cast_except_blr(final, dt)
         blocks[bi] = final
         # the next block's inputs, and each layer's error inside the model (held out)
         errs = {rel: [0.0, 0.0] for rel in results}
@@ -586,7 +587,7 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         with torch.no_grad():
             for b in range(n_batches):
                 cur["b"], cur["hold"] = b, b in hold_b
-                out = _call(final, xs[b].to(next(final.parameters()).dtype), rests[b], kws[b])
+                out = _call(final, xs[b].to(dt), rests[b], kws[b])
                 if b in hold_b:
                     d = (out.float() - ys[b])[valid[b]]
                     num += float((d * d).sum())

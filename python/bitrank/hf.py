@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from . import layout
-from .torch import BLRLinear
+from .torch import BLRLinear, cast_except_blr
 
 FORMAT = "bitrank-blr"
 VERSION = "0.1.0"
@@ -241,7 +241,7 @@ def load(path, device="cpu", config=None, dtype=None):
             raise ValueError(f"{weights}: tensor {k} matches nothing in {cls.__name__}")
     load_rest(model, fixed, weights)
     if dtype is not None:
-        model.to(dtype)
+        cast_except_blr(model, dtype)
     return model.to(device)
 
 

@@ -163,6 +163,22 @@ class BLRLinear(nn.Module):
         return st
 
 
+def cast_except_blr(model, dtype):
+    """model's floating parameters and buffers to `dtype`, except the BLRLinear scales,
+    which stay float32 (a bf16 model's scales would otherwise lose 8 bits before the
+    file's f16 rounding)."""
+    for mod in model.modules():
+        if isinstance(mod, BLRLinear):
+            continue
+        for name, p in mod.named_parameters(recurse=False):
+            if p.is_floating_point():
+                p.data = p.data.to(dtype)
+        for name, b in mod.named_buffers(recurse=False):
+            if b.is_floating_point():
+                setattr(mod, name, b.to(dtype))
+    return model
+
+
 class _LayerState:
     """The library's layer and scratch for one module on one device."""
 

@@ -174,3 +174,23 @@ def test_littlebit_model_round_trip(tmp_path):
     assert n_blr == 14
     test_ids = torch.randint(0, 100, (2, 12))
     assert torch.equal(outputs(model, test_ids), outputs(back, test_ids))
+
+
+def test_bf16_model_keeps_f32_scales(tmp_path):
+    """A bf16 model: its compressed linears' scales stay float32 (rounded to f16 as the
+    file stores them, never to bf16), the rest of the model stays bf16, and it runs."""
+    torch.manual_seed(SEED)
+    model = tiny_llama().to(torch.bfloat16)
+    ids = torch.randint(0, 100, (8, 16))
+    bitrank.compress_model(model, ids, bpw=2.0, steps=5, layer_steps=5, batch_size=4,
+                           device="cpu", progress=False, seed=SEED)
+    blr = [m for m in model.modules() if isinstance(m, BLRLinear)]
+    assert blr and all(m.h.dtype == torch.float32 for m in blr)
+    for m in blr:  # exactly f16 values: not rounded further
+        assert torch.equal(m.h.detach(), m.h.detach().half().float())
+    assert model.model.embed_tokens.weight.dtype == torch.bfloat16
+    y = outputs(model, torch.randint(0, 100, (2, 12)))
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
+    bitrank.save_pretrained(model, str(tmp_path / "m"))
+    back = bitrank.load(str(tmp_path / "m"), dtype=torch.bfloat16)
+    assert all(m.h.dtype == torch.float32 for m in back.modules() if isinstance(m, BLRLinear))
