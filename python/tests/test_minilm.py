@@ -51,3 +51,30 @@ def test_minilm_smoke(minilm, tmp_path):
     a = ev.embed(model, tok, sents[:20], device=device)
     b = ev.embed(back, tok, sents[:20], device=device)
     assert torch.equal(torch.as_tensor(a), torch.as_tensor(b))
+
+
+def test_cli_compress_and_eval(minilm, tmp_path):
+    """`python -m bitrank compress` then `python -m bitrank eval` on the real model (a
+    tiny configuration: this checks the commands, not the quality), and the one-line
+    refusals of a user's mistakes."""
+    import subprocess
+    import sys
+    d, _ = minilm
+    out = tmp_path / "c"
+    env = dict(os.environ)
+    if os.environ.get("BITRANK_TEST_FORTUNES"):
+        pytest.skip("the commands read the default fortunes directory")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "bitrank", *a], capture_output=True,
+                                    text=True, env=env, timeout=600)
+    r = run("compress", d, "-o", str(out), "--samples", "8", "--seq-len", "32", "--steps", "2",
+            "--layer-steps", "2", "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "36 layers" in r.stdout
+    assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
+    r = run("eval", str(out), "--reference", d, "--sentences", "20", "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "cos" in r.stdout
+    r = run("compress", d, "-o", str(out), "--device", "cpu")
+    assert r.returncode == 1 and "not empty" in r.stderr and "Traceback" not in r.stderr
+    r = run("compress", d, "-o", str(tmp_path / "d"), "--calib", str(tmp_path / "nope.txt"))
+    assert r.returncode == 1 and "no such file" in r.stderr and "Traceback" not in r.stderr
