@@ -426,14 +426,34 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         if not sel:
             log(f"{bname}: no linear selected")
         # 1. the targets, and each linear's inputs under the compressed prefix
-        recs = {rel: [] for rel, _ in sel}
+        recs = {rel: ([], []) for rel, _ in sel}  # (training tokens, held-out tokens)
         cur = {"b": 0}
+        # Far more calibration than the library is given (an LLM's 262k tokens of 11008
+        # inputs would be 11 GB per linear on the host): a random subset of the training
+        # tokens, drawn once per block for all its linears (its own generator: the rest
+        # of the job draws the same either way), and the first 1024 held-out tokens.
+        n_tok = {b: int(valid[b].sum()) for b in range(n_batches)}
+        f_train = 1.25 * max_layer_tokens / max(1, sum(n_tok[b] for b in train_b))
+        sub_gen = torch.Generator().manual_seed(seed * 1000003 + bi)
+        keep = {b: torch.rand(n_tok[b], generator=sub_gen) < f_train
+                if f_train < 0.8 and b not in hold_b else None for b in range(n_batches)}
 
         def rec_hook(rel):
             def hook(_m, args):
-                x = args[0]
-                rows = x[valid[cur["b"]]] if x.dim() == 3 else x.reshape(-1, x.shape[-1])
-                recs[rel].append(rows.detach().float().cpu())
+                x, b = args[0], cur["b"]
+                if x.dim() == 3:
+                    rows = x[valid[b]]
+                    if keep[b] is not None:
+                        rows = rows[keep[b].to(rows.device)]
+                else:
+                    rows = x.reshape(-1, x.shape[-1])
+                train_rows, hold_rows = recs[rel]
+                if b in hold_b:
+                    room = 1024 - sum(r.shape[0] for r in hold_rows)
+                    if room > 0:
+                        hold_rows.append(rows[:room].detach().float().cpu())
+                else:
+                    train_rows.append(rows.detach().float().cpu())
             return hook
 
         hooks = [mod.register_forward_pre_hook(rec_hook(rel)) for rel, mod in sel]
@@ -454,9 +474,9 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         results = {}
         for rel, mod in sel:
             tl = time.time()
-            x_all = torch.cat(recs[rel])
-            ntrain = sum(int(valid[b].sum()) for b in train_b)
-            x_train, x_hold = x_all[:ntrain], x_all[ntrain:]
+            x_train = torch.cat(recs[rel][0])
+            x_hold = torch.cat(recs[rel][1]) if recs[rel][1] else x_train[:0]
+            recs[rel] = None
             if x_train.shape[0] > max_layer_tokens:
                 pick = torch.randperm(x_train.shape[0], generator=gen)[:max_layer_tokens]
                 x_train = x_train[pick.sort().values]

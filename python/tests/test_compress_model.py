@@ -194,3 +194,33 @@ def test_bf16_model_keeps_f32_scales(tmp_path):
     bitrank.save_pretrained(model, str(tmp_path / "m"))
     back = bitrank.load(str(tmp_path / "m"), dtype=torch.bfloat16)
     assert all(m.h.dtype == torch.float32 for m in back.modules() if isinstance(m, BLRLinear))
+
+
+def test_layer_token_cap():
+    """max_layer_tokens below the calibration: each linear gets at most that many
+    training tokens (drawn at record time) and the job still works."""
+    torch.manual_seed(SEED)
+    model = tiny_bert()
+    ids = torch.randint(0, 100, (16, 24))
+    seen = []
+    orig = bitrank.compress.compress_linear
+
+    def spy(weight, inputs, **kw):
+        seen.append((inputs.shape[0], kw.get("eval_tokens")))
+        return orig(weight, inputs, **kw)
+    bitrank.compress.compress_linear = spy
+    try:
+        bitrank.compress_model(model, ids, bpw=2.0, steps=2, layer_steps=2, batch_size=4,
+                               device="cpu", progress=False, seed=SEED, max_layer_tokens=100)
+        assert len(seen) == 12
+        for total, held in seen:
+            # 100 of the 3 training batches' 288 tokens at most (about 125 drawn at
+            # record time, then cut), plus the held-out batch's 4 x 24
+            assert held == 96 and 96 + 50 < total <= 96 + 100, (total, held)
+        seen.clear()
+        ids = torch.randint(0, 100, (64, 24))  # 7 batches of 8 x 24 train (1344), 1 held out (192)
+        bitrank.compress_model(tiny_bert(), ids, bpw=2.0, steps=2, layer_steps=2, batch_size=8,
+                               device="cpu", progress=False, seed=SEED, max_layer_tokens=100000)
+        assert seen and all(s == (1344 + 192, 192) for s in seen), seen
+    finally:
+        bitrank.compress.compress_linear = orig
