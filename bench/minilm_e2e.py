@@ -153,23 +153,16 @@ class InputRecorder:
 # --------------------------------------------------------------------- text
 
 def calibration_sequences(tokenizer, n_seqs, seq_len):
-    """n_seqs sequences [CLS] ... [SEP] of seq_len tokens, cut from the calibration
-    text tokenized as one stream."""
+    """(files, n_seqs sequences [CLS] ... [SEP] of seq_len tokens) cut from the
+    calibration text tokenized as one stream (bitrank.calib, as compress_model and
+    the demo cut text)."""
+    from bitrank.calib import calibration_ids
     files, entries = fortunes.calibration_entries(seed=SEED)
-    body = seq_len - 2
-    need = n_seqs * body
-    ids = []
-    for i in range(0, len(entries), 256):
-        for seq in tokenizer(entries[i:i + 256], add_special_tokens=False)["input_ids"]:
-            ids.extend(seq)
-        if len(ids) >= need:
-            break
-    seqs = [[tokenizer.cls_token_id] + ids[k:k + body] + [tokenizer.sep_token_id]
-            for k in range(0, min(need, len(ids)), body)]
-    seqs = [s for s in seqs if len(s) == seq_len]
-    if not seqs:
-        raise BenchError("the calibration text gave no full sequence")
-    return files, torch.tensor(seqs, dtype=torch.long)
+    try:
+        ids, _ = calibration_ids(entries, tokenizer, n_seqs, seq_len)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
+    return files, ids
 
 
 def record_calibration(model, seqs, device, batch=16):

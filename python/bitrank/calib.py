@@ -2,16 +2,16 @@
 import torch
 
 
-def _special_wrapped(tokenizer, ids):
-    """ids with the tokenizer's special tokens around them ([CLS] … [SEP], <s> …)."""
-    try:
-        return list(tokenizer.build_inputs_with_special_tokens(list(ids)))
-    except (AttributeError, NotImplementedError):
-        return list(ids)
-
-
-def _n_special(tokenizer):
-    return len(_special_wrapped(tokenizer, [])) if tokenizer is not None else 0
+def _special_tokens(tokenizer):
+    """(prefix, suffix): the special token ids the tokenizer puts around a text
+    ([CLS] … [SEP] for BERT, <s> … for Llama), found by tokenizing one word with and
+    without them (tokenizers do not all offer build_inputs_with_special_tokens)."""
+    with_sp = list(tokenizer("a")["input_ids"])
+    without = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    for i in range(len(with_sp) - len(without) + 1):
+        if with_sp[i:i + len(without)] == without:
+            return with_sp[:i], with_sp[i + len(without):]
+    return [], []
 
 
 def _texts_of(calibration):
@@ -64,7 +64,8 @@ def calibration_ids(calibration, tokenizer=None, n_samples=None, seq_len=128):
         if not texts:
             raise ValueError("calibration: no text")
         n = n_samples or 128
-        body = seq_len - _n_special(tokenizer)
+        prefix, suffix = _special_tokens(tokenizer)
+        body = seq_len - len(prefix) - len(suffix)
         if body < 1:
             raise ValueError(f"seq_len {seq_len} leaves no room for text after special tokens")
         need = n * body
@@ -74,7 +75,7 @@ def calibration_ids(calibration, tokenizer=None, n_samples=None, seq_len=128):
                 stream.extend(seq)
             if len(stream) >= need:
                 break
-        seqs = [_special_wrapped(tokenizer, stream[k:k + body])
+        seqs = [prefix + stream[k:k + body] + suffix
                 for k in range(0, min(need, len(stream)) - body + 1, body)]
         seqs = [s for s in seqs if len(s) == seq_len]
         if not seqs:

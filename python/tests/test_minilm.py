@@ -78,3 +78,16 @@ def test_cli_compress_and_eval(minilm, tmp_path):
     assert r.returncode == 1 and "not empty" in r.stderr and "Traceback" not in r.stderr
     r = run("compress", d, "-o", str(tmp_path / "d"), "--calib", str(tmp_path / "nope.txt"))
     assert r.returncode == 1 and "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_text_calibration_has_special_tokens(minilm):
+    """Text cut into sequences gets the tokenizer's [CLS] … [SEP] around each, as the
+    model saw in training (transformers 5's fast tokenizers have no
+    build_inputs_with_special_tokens to do it for us)."""
+    from bitrank.calib import calibration_ids
+    _, tok = minilm
+    _, entries = text.calibration_entries(seed=0)
+    ids, mask = calibration_ids(entries, tok, n_samples=6, seq_len=40)
+    assert ids.shape == (6, 40) and bool(mask.all())
+    assert (ids[:, 0] == tok.cls_token_id).all() and (ids[:, -1] == tok.sep_token_id).all()
+    assert not ((ids[:, 1:-1] == tok.cls_token_id) | (ids[:, 1:-1] == tok.sep_token_id)).any()
