@@ -131,7 +131,10 @@ static void awkward_shapes(void) {
  * paths' columns apart; a BLAS may still sum a column in another order where it
  * sits at another offset of a wider product, as OpenBLAS's AVX2 kernels do), y and
  * dx within f32 rounding of fl(part0 + part1) (one GEMM sums both paths' K range,
- * so the order of the f32 sums differs): ‖got − sum‖ ≤ 1e-5·‖|part0| + |part1|‖. */
+ * so the order of the f32 sums differs): ‖got − sum‖ ≤ 1e-4·‖|part0| + |part1|‖.
+ * The bound is relative to the outputs, not to the sums of |terms| that set the
+ * rounding, so cancellation inside a GEMM's sum moves the ratio with the seed:
+ * over 300 seeds it reached 3.7e-5. */
 static void two_paths_are_two_halves(void) {
     br_ctx *ctx = t_ctx();
     br_rng rng = t_rng_for(7);
@@ -170,7 +173,7 @@ static void two_paths_are_two_halves(void) {
             d2 += (v[2][i] - want) * (v[2][i] - want);
             s2 += mag * mag;
         }
-        CHECK(s2 > 0 && sqrt(d2) <= 1e-5 * sqrt(s2),
+        CHECK(s2 > 0 && sqrt(d2) <= 1e-4 * sqrt(s2),
               "%s: ‖P=2 − (half 0 + half 1)‖ = %.3g of ‖|half 0| + |half 1|‖ = %.3g",
               w ? "dx" : "y", sqrt(d2), sqrt(s2));
     }
@@ -182,7 +185,7 @@ static void two_paths_are_two_halves(void) {
                 d2 += (a - b) * (a - b);
                 s2 += a * a;
             }
-            CHECK(s2 > 0 && sqrt(d2) <= 1e-5 * sqrt(s2),
+            CHECK(s2 > 0 && sqrt(d2) <= 1e-4 * sqrt(s2),
                   "path %d gradient %d: ‖two-path − one-path‖ = %.3g of %.3g", p, i, sqrt(d2),
                   sqrt(s2));
         }
