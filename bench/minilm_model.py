@@ -9,6 +9,9 @@ Methods, each compressing the 36 linears of the 6 encoder blocks to bpw bits per
   model     bitrank.compress_model (python/bitrank): block by block through the
             model's own forward, each block's linears trained jointly against the
             original block's output, two paths
+  distill   model, then bitrank.distill: the whole compressed model trained against
+            the original (hidden-state and embedding terms) on --distill-seqs
+            calibration sequences for --distill-steps steps (seconds: both together)
   cli       `bitrank compress` (the per-layer path: each layer fit to the original
             model's recorded inputs), as bench/minilm_e2e.py runs it
   svd       fp16 activation-aware truncated SVD at the same bits (minilm_e2e.svd_method)
@@ -52,7 +55,7 @@ import minilm_e2e as e2e  # noqa: E402
 from bitrank import eval as bitrank_eval  # noqa: E402
 from bitrank import text as fortunes  # noqa: E402
 
-METHODS = ["original", "model", "cli", "svd"]
+METHODS = ["original", "model", "distill", "cli", "svd"]
 BenchError = e2e.BenchError
 log = e2e.log
 
@@ -86,6 +89,12 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, help="compress_model's steps= (model only)")
     p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="another keyword argument of compress_model (repeatable; JSON values)")
+    p.add_argument("--distill-steps", type=int, default=1500)
+    p.add_argument("--distill-seqs", type=int, default=1024,
+                   help="calibration sequences of the distillation (the first ones are the "
+                        "compression's)")
+    p.add_argument("--distill-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="another keyword argument of bitrank.distill (repeatable; JSON values)")
     p.add_argument("--extra", default="", help="more arguments of `bitrank compress` (cli only)")
     p.add_argument("--bitrank", default=os.path.join(REPO, "build", "bitrank"))
     p.add_argument("--work", default=os.path.join(e2e.DEPS, "minilm-model"))
@@ -113,6 +122,10 @@ def parse_args(argv=None):
         p.error(str(e))
     if a.steps is not None:
         a.model_kwargs["steps"] = a.steps
+    try:
+        a.distill_kwargs = model_kwargs(a.distill_arg)
+    except BenchError as e:
+        p.error(str(e))
     return a
 
 
@@ -162,6 +175,23 @@ def run_model(model, seqs, tokenizer, bpw, args):
     if hasattr(report, "table"):
         log(report.table())
     return m2.to(args.device).eval(), got_bpw, secs, body
+
+
+def run_distill(model, seqs, dseqs, tokenizer, bpw, args, compressed):
+    """compress_model (its result reused from method model at this bpw when it ran), then
+    bitrank.distill against the original: (model, bpw, seconds, report)."""
+    from bitrank import distill
+    if bpw not in compressed:
+        compressed[bpw] = run_model(model, seqs, tokenizer, bpw, args)
+    m_c, got_bpw, secs_c, body = compressed.pop(bpw)
+    t0 = time.perf_counter()
+    kw = dict(steps=args.distill_steps, batch_size=16, device=args.device, seed=e2e.SEED)
+    kw.update(args.distill_kwargs)
+    rep = distill(m_c, model, dseqs, **kw)
+    secs = time.perf_counter() - t0
+    log(rep.table())
+    return m_c.eval(), got_bpw, secs_c + secs, {"compress": body, "distill": rep.to_dict(),
+                                                "distill_seconds": secs}
 
 
 def run_cli(model, files, orig_w, bpw, args):
@@ -233,6 +263,10 @@ def main(argv=None):
 
     # calibration: the same token sequences for every method
     calib_files, seqs = e2e.calibration_sequences(tokenizer, args.calib_seqs, args.seq_len)
+    dseqs = None
+    if "distill" in args.methods:
+        _, dseqs = e2e.calibration_sequences(tokenizer, args.distill_seqs, args.seq_len)
+        log(f"distillation: {len(dseqs)} sequences x {args.seq_len} tokens")
     n_calib = int(seqs.numel())
     log(f"calibration: {len(seqs)} sequences x {args.seq_len} = {n_calib} tokens from "
         f"{calib_files}")
@@ -269,7 +303,18 @@ def main(argv=None):
     if "original" in args.methods:
         rows.append({"method": "original", "bpw_target": None, "bpw": 32.0, "seconds": 0.0,
                      **fidelity(model)})
-    runners = {"model": lambda b: run_model(model, seqs, tokenizer, b, args),
+    compressed = {}  # bpw -> method model's result, continued by method distill
+
+    def model_then_keep(b):
+        out = run_model(model, seqs, tokenizer, b, args)
+        if "distill" in args.methods:
+            m2, got, secs, body = out
+            compressed[b] = (copy.deepcopy(m2), got, secs, body)
+        return out
+
+    runners = {"model": model_then_keep,
+               "distill": lambda b: run_distill(model, seqs, dseqs, tokenizer, b, args,
+                                                compressed),
                "cli": lambda b: run_cli(model, files, orig_w, b, args),
                "svd": lambda b: run_svd(model, orig_w, grams, tokens, b, args)}
     for bpw in args.bpws:

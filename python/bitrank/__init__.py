@@ -2,6 +2,7 @@
 
     import bitrank
     report = bitrank.compress_model(model, texts, tokenizer=tok, bpw=1.0)
+    bitrank.distill(model, original, texts, tokenizer=tok)  # end to end
     bitrank.save_pretrained(model, "out")          # config.json + model.safetensors
     model = bitrank.load("out")                    # its linears are BLRLinear
 
@@ -21,9 +22,11 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from ._lib import BitrankError  # noqa: E402
 from .compress import CompressReport, compress_linear, compress_model, find_blocks  # noqa: E402
+from .distill import DistillReport, distill, sliced_kl  # noqa: E402
 from .hf import load, save_pretrained  # noqa: E402
 from .torch import BLRLinear, LibraryOptimizer  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["BLRLinear", "BitrankError", "CompressReport", "LibraryOptimizer", "compress_linear",
-           "compress_model", "find_blocks", "load", "save_pretrained"]
+__all__ = ["BLRLinear", "BitrankError", "CompressReport", "DistillReport", "LibraryOptimizer",
+           "compress_linear", "compress_model", "distill", "find_blocks", "load",
+           "save_pretrained", "sliced_kl"]

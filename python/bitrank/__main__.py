@@ -147,6 +147,7 @@ def subcommands():
         "eval": (add_eval_arguments, run_eval),
         # ---- registered here by their own modules (each defines add_arguments and run):
         "compress": _optional("compress", "bitrank.cli_compress"),
+        "distill": _optional("distill", "bitrank.cli_distill"),
         "demo": _optional("demo", "bitrank.demo"),
         # ---- end of the optional subcommands
     }
@@ -154,6 +155,7 @@ def subcommands():
 
 HELP = {"eval": "quality of a compressed model on held-out text",
         "compress": "compress a model block by block through its own forward",
+        "distill": "train a compressed model end to end against the original",
         "demo": "compress a small model and show what it kept"}
 
 
@@ -193,7 +195,7 @@ def _is_user_error(e):
         if module is not None:
             kinds.append(getattr(module, cls))
     kinds += [k for k in (getattr(sys.modules.get(m), "UserError", None)
-                          for m in ("bitrank.cli_compress", "bitrank.demo")) if k]
+                          for m in ("bitrank.cli_compress", "bitrank.cli_distill", "bitrank.demo")) if k]
     return isinstance(e, tuple(kinds))
 
 

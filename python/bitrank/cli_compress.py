@@ -31,31 +31,51 @@ def add_arguments(p):
     p.add_argument("--report", default=None, help="write the report as JSON here")
 
 
-def run(args):
-    import torch
-    import transformers
-    import bitrank
-    from bitrank import text
+def check_paths(args):
+    """The output directory is new or empty, the calibration file exists."""
     if os.path.exists(args.out) and os.listdir(args.out):
         raise UserError(f"{args.out} exists and is not empty")
     if args.calib is not None and not os.path.isfile(args.calib):
         raise UserError(f"{args.calib}: no such file")
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_device(name):
+    import torch
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def load_original(path, dtype):
+    """(model, tokenizer) of a transformers model directory, the model of the class its
+    config names (AutoModel when it names none transformers has)."""
+    import transformers
     try:
-        config = transformers.AutoConfig.from_pretrained(args.model)
+        config = transformers.AutoConfig.from_pretrained(path)
     except OSError as e:
-        raise UserError(f"{args.model}: not a transformers model ({str(e).splitlines()[0]})")
+        raise UserError(f"{path}: not a transformers model ({str(e).splitlines()[0]})")
     archs = getattr(config, "architectures", None) or []
     cls = next((getattr(transformers, a) for a in archs if hasattr(transformers, a)),
                transformers.AutoModel)
-    model = cls.from_pretrained(args.model, dtype=torch.float32).eval()
-    tok = transformers.AutoTokenizer.from_pretrained(args.model)
+    model = cls.from_pretrained(path, dtype=dtype).eval()
+    return model, transformers.AutoTokenizer.from_pretrained(path)
+
+
+def calibration_text(args):
+    """The --calib file's paragraphs, or the fortunes calibration entries."""
+    from bitrank import text
     if args.calib:
-        calibration = text.paragraphs(text.load_text(args.calib))
-    else:
-        calibration = text.calibration_entries(seed=0)[1]
+        return text.paragraphs(text.load_text(args.calib))
+    return text.calibration_entries(seed=0)[1]
+
+
+def run(args):
+    import torch
+    import bitrank
+    check_paths(args)
+    device = resolve_device(args.device)
+    model, tok = load_original(args.model, torch.float32)
+    calibration = calibration_text(args)
     report = bitrank.compress_model(model, calibration, tokenizer=tok, bpw=args.bpw,
                                     paths=args.paths, n_samples=args.samples,
                                     seq_len=args.seq_len, device=device, steps=args.steps,

@@ -192,6 +192,24 @@ def token_ids(tokenizer, text):
     return torch.tensor(tokenizer(text, verbose=False)["input_ids"], dtype=torch.long)
 
 
+def token_stream(texts, tokenizer):
+    """The token ids (a list of ints) of `texts` joined into one running text: each
+    text's default encoding (its special tokens included, e.g. a leading <s>), then
+    the tokenizer's eos (when it has one) unless the encoding already ends with it.
+    The tiny LM was trained on its chapters joined so (bench/tiny_lm/train.py)."""
+    if isinstance(texts, str):
+        texts = [texts]
+    eos = getattr(tokenizer, "eos_token_id", None)
+    stream = []
+    # verbose=False: a text longer than the tokenizer's model_max_length is fine
+    # here, it is cut into windows afterwards
+    for ids in tokenizer(list(texts), verbose=False)["input_ids"]:
+        stream.extend(ids)
+        if eos is not None and (not ids or ids[-1] != eos):
+            stream.append(eos)
+    return stream
+
+
 def windows(n_tokens, seq_len, stride=None):
     """[(begin, end, first_target)] of the sliding-window evaluation of n_tokens tokens.
 
@@ -240,6 +258,8 @@ def perplexity(model, tokenizer, text, seq_len=DEFAULT_CAUSAL_SEQ_LEN, stride=No
         raise EvalError(f"the text has {len(ids)} token(s): nothing to predict")
     device = device if device is not None else _model_device(model)
     total, count = 0.0, 0
+    was_training = model.training
+    model.eval()  # dropout off; the caller's mode is restored below
     with torch.no_grad():
         i = 0
         while i < len(spans):
@@ -260,6 +280,7 @@ def perplexity(model, tokenizer, text, seq_len=DEFAULT_CAUSAL_SEQ_LEN, stride=No
                 total += float(-logp.gather(-1, target).double().sum())
                 count += e - first
             del logits
+    model.train(was_training)
     nll = total / count
     return {"ppl": math.exp(nll), "nll": nll, "tokens": count}
 

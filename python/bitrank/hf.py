@@ -79,7 +79,13 @@ def save_pretrained(model, out_dir, tokenizer=None):
     save_file(tensors, os.path.join(out_dir, WEIGHTS), metadata=meta)
     cfg = model.config
     cfg.architectures = [type(model).__name__]
-    cfg.quantization_config = quantization_config(model)
+    qc = quantization_config(model)
+    old = getattr(cfg, "quantization_config", None)
+    if isinstance(old, dict) and old.get("quant_method") == "bitrank":
+        # what compress_model and distill recorded (bpw, method, distill) stays; the
+        # layers are described anew from the modules
+        qc = {**{k: v for k, v in old.items() if k not in qc}, **qc}
+    cfg.quantization_config = qc
     cfg.save_pretrained(out_dir)
     if tokenizer is not None:
         tokenizer.save_pretrained(out_dir)

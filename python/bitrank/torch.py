@@ -355,8 +355,11 @@ class _BLRFunction(torch.autograd.Function):
             for p in range(P):
                 keep.append(st.copy_out(p, _lib.BLR_GU, gu[p], _lib.BR_F32))
                 keep.append(st.copy_out(p, _lib.BLR_GV, gv[p], _lib.BR_F32))
-            mod.grad_u = gu[:, :, :r]
-            mod.grad_v = gv[:, :, :r]
+            # summed over backwards until zero_grad, as torch's .grad is (gradient
+            # accumulation; a module used twice in one forward)
+            gu, gv = gu[:, :, :r], gv[:, :, :r]
+            mod.grad_u = gu if mod.grad_u is None else mod.grad_u + gu
+            mod.grad_v = gv if mod.grad_v is None else mod.grad_v + gv
         del keep
         return dx, dh, dl[:, :r].contiguous(), dg, None
 
@@ -386,12 +389,25 @@ class LibraryOptimizer:
             cfg = st.lib.br_opt_defaults()
             cfg.lr, cfg.sign_lr, cfg.sign_mode = self.lr, self.sign_lr, self.mode
             for k, val in self.cfg_extra.items():
+                if isinstance(val, (list, tuple)):
+                    field_t = type(getattr(cfg, k))
+                    val = field_t(*val)
                 setattr(cfg, k, val)
             ptr = _lib.P()
             st.ctx.check(st.lib.br_blr_opt_new(st.layer, ctypes.byref(cfg), ctypes.byref(ptr)))
             entry = (st.layer, ptr)
             self._opts[key] = entry
         return st, entry[1]
+
+    def set_lr(self, lr, sign_lr):
+        """The learning rates of the next steps (a schedule)."""
+        self.lr, self.sign_lr = float(lr), float(sign_lr)
+        for mod in self.modules:
+            entry = self._opts.get(id(mod))
+            if entry is not None:
+                st = mod._layer_state(mod.h.device)
+                if entry[0] is st.layer:
+                    st.ctx.check(st.lib.br_blr_opt_set_lr(entry[1], self.lr, self.sign_lr))
 
     def zero_grad(self):
         for mod in self.modules:

@@ -1,0 +1,73 @@
+"""`python -m bitrank distill COMPRESSED --teacher MODEL -o OUT`: a compressed model
+(from `python -m bitrank compress` or bitrank.save_pretrained) trained end to end
+against the original (bitrank.distill), saved with bitrank.save_pretrained."""
+import json
+import os
+import sys
+
+
+class UserError(Exception):
+    """A mistake reported in one line."""
+
+
+def add_arguments(p):
+    p.add_argument("student", help="the compressed model's directory")
+    p.add_argument("--teacher", required=True, help="the original transformers model directory")
+    p.add_argument("-o", "--out", required=True, help="output directory")
+    p.add_argument("--calib", default=None,
+                   help="training text file (default: the fortunes calibration text)")
+    p.add_argument("--samples", type=int, default=256, help="training sequences (256)")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (128)")
+    p.add_argument("--steps", type=int, default=1000, help="optimizer steps (1000)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (1)")
+    p.add_argument("--lr", type=float, default=5e-3, help="scales' step, relative (5e-3)")
+    p.add_argument("--sign-lr", type=float, default=5e-3, help="sign latents' step (5e-3)")
+    p.add_argument("--engine", choices=("torch", "library"), default="torch")
+    p.add_argument("--kl-weight", type=float, default=1.0)
+    p.add_argument("--hidden-weight", type=float, default=1.0)
+    p.add_argument("--embed-weight", type=float, default=1.0)
+    p.add_argument("--no-train-other", action="store_true",
+                   help="freeze norms and biases (only the compressed layers train)")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="write checkpoints here, and resume from one written there")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--report", default=None, help="write the report as JSON here")
+
+
+def run(args):
+    import torch
+    import bitrank
+    from bitrank.cli_compress import calibration_text, check_paths, load_original, \
+        resolve_device
+    from bitrank.distill import distill
+    for path, what in ((args.student, "the compressed model"), (args.teacher, "the teacher")):
+        if not os.path.exists(path):
+            raise UserError(f"{path}: no such file or directory ({what})")
+    check_paths(args)
+    device = resolve_device(args.device)
+    # the teacher runs without gradients: half precision on a GPU
+    teacher, tok = load_original(args.teacher, torch.float16 if device.startswith("cuda")
+                                 else torch.float32)
+    try:
+        student = bitrank.load(args.student, device=device)
+    except (ValueError, FileNotFoundError) as e:
+        raise UserError(f"{args.student}: {e}")
+    data = calibration_text(args)
+    report = distill(student, teacher, data, tokenizer=tok, steps=args.steps,
+                     batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
+                     sign_lr=args.sign_lr, n_samples=args.samples, seq_len=args.seq_len,
+                     kl_weight=args.kl_weight, hidden_weight=args.hidden_weight,
+                     embed_weight=args.embed_weight, engine=args.engine,
+                     train_other=not args.no_train_other, checkpoint_dir=args.checkpoint_dir,
+                     device=device)
+    print(report.table())
+    qc = dict(getattr(student.config, "quantization_config", None) or {})
+    qc["distill"] = {"steps": report.steps, "tokens": report.tokens, "engine": report.engine}
+    student.config.quantization_config = qc
+    bitrank.save_pretrained(student, args.out, tokenizer=tok)
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(report.to_dict(), f, indent=1)
+    print(f"saved to {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,546 @@
+"""distill: a compressed model trained end to end against the original.
+
+After compress_model (block by block, each block against its own target) the
+compressed model is trained as a whole so its outputs match the original model's
+(the teacher's) on calibration text, as LittleBit and OneBit train theirs:
+
+    loss = kl_weight     · KL(p_teacher ‖ p_student)          (causal LMs: next-token
+                                                                distributions, per token)
+         + hidden_weight · Σ_blocks ‖h_s − h_t‖² / ‖h_t‖²     (every block's output)
+         + embed_weight  · (1 − cos(e_s, e_t))                 (models without an LM head:
+                                                                mean-pooled last hidden state)
+
+on the tokens the attention mask keeps. The hidden-state term is relative per block
+(each block's squared error over the teacher's squared norm there) so the blocks
+with massive activations do not decide it for the rest. The KL term runs over the
+vocabulary in slices (`sliced_kl`): the [tokens][vocab] logits never exist whole.
+
+The teacher runs without gradients in its own dtype (bf16/fp16 on a GPU is fine).
+The student's BLRLinear layers train in one of two engines:
+
+  engine="torch":   latent reals whose signs are S_U, S_V (straight-through
+                    estimator), h, ℓ, g and the latents by torch's Adam; the forward
+                    in torch at f32 (what compress_model's joint training does);
+  engine="library": the BLRLinear modules as they are, forward and backward by the
+                    library's kernels with sign gradients, stepped by the library's
+                    optimizer (bitrank.LibraryOptimizer: Adam for h, ℓ, g; latent
+                    signs).
+
+The model's other parameters (norms, biases) are trained by Adam when train_other
+is set, else frozen; embeddings and the output head are always frozen (they are
+what the sliced KL reads). Steps follow a warm-up and cosine schedule, with
+gradient accumulation; checkpoints are written every checkpoint_every steps and a
+run resumes from its checkpoint directory. The report has the loss curves.
+"""
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field, asdict
+
+import torch
+from torch import nn
+
+from .calib import calibration_ids
+from .compress import _TrainBLR, _set_module
+from .torch import BLRLinear, LibraryOptimizer, cast_except_blr
+
+CHECKPOINT = "distill-checkpoint.pt"
+
+
+# ----------------------------------------------------------------- the KL over slices
+
+class _SlicedKL(torch.autograd.Function):
+    """Mean over tokens of KL(softmax(z_t) ‖ softmax(z_s)), z = h·Wᵀ (+ b), computed a
+    slice of the vocabulary at a time in f32. The gradient in h_s, (p_s − p_t)·W_s
+    over the tokens, is formed in the forward's second pass (it needs both
+    log-normalizers, known only after the first), so backward only scales it."""
+
+    @staticmethod
+    def forward(ctx, hs, ht, ws, bs, wt, bt, vslice):
+        n = hs.shape[0]
+        vocab = ws.shape[0]
+        hs32, ht32 = hs.detach().float(), ht.detach().float()
+
+        def logits(h, w, b, a, z):
+            out = h @ w[a:z].float().t()
+            return out + b[a:z].float() if b is not None else out
+
+        lse_s = torch.full((n,), -float("inf"), device=hs.device)
+        lse_t = torch.full((n,), -float("inf"), device=hs.device)
+        for a in range(0, vocab, vslice):
+            z = min(vocab, a + vslice)
+            lse_s = torch.logaddexp(lse_s, torch.logsumexp(logits(hs32, ws, bs, a, z), -1))
+            lse_t = torch.logaddexp(lse_t, torch.logsumexp(logits(ht32, wt, bt, a, z), -1))
+        kl = torch.zeros((), device=hs.device, dtype=torch.float64)
+        need = ctx.needs_input_grad[0]
+        dh = torch.zeros_like(hs32) if need else None
+        for a in range(0, vocab, vslice):
+            z = min(vocab, a + vslice)
+            lps = logits(hs32, ws, bs, a, z) - lse_s[:, None]
+            lpt = logits(ht32, wt, bt, a, z) - lse_t[:, None]
+            pt = lpt.exp()
+            kl += (pt * (lpt - lps)).sum(dtype=torch.float64)
+            if need:
+                dh += (lps.exp() - pt) @ ws[a:z].float()
+        ctx.save_for_backward(dh / n if need else None)
+        ctx.hs_dtype = hs.dtype
+        return (kl / n).float()
+
+    @staticmethod
+    def backward(ctx, g):
+        (dh,) = ctx.saved_tensors
+        if dh is None:
+            return (None,) * 7
+        return (g * dh).to(ctx.hs_dtype), None, None, None, None, None, None
+
+
+def sliced_kl(h_student, h_teacher, w_student, w_teacher=None, b_student=None,
+              b_teacher=None, vocab_slice=8192):
+    """Mean over the rows of KL(p_teacher ‖ p_student) for logits h·Wᵀ + b, h [N][d],
+    W [V][d], computed vocab_slice rows of W at a time (f32; memory N·vocab_slice).
+    Differentiable in h_student; the heads are treated as constants."""
+    if h_student.dim() != 2 or h_student.shape != h_teacher.shape:
+        raise ValueError(f"sliced_kl: hidden states must be equal [N][d], got "
+                         f"{tuple(h_student.shape)} and {tuple(h_teacher.shape)}")
+    w_teacher = w_student if w_teacher is None else w_teacher
+    if w_student.shape[1] != h_student.shape[1] or w_teacher.shape != w_student.shape:
+        raise ValueError("sliced_kl: the heads must be [V][d] with the hidden states' d")
+    if vocab_slice < 1:
+        raise ValueError(f"sliced_kl: vocab_slice must be >= 1, got {vocab_slice}")
+    return _SlicedKL.apply(h_student, h_teacher.detach(), w_student.detach(),
+                           None if b_student is None else b_student.detach(),
+                           w_teacher.detach(), None if b_teacher is None else b_teacher.detach(),
+                           int(vocab_slice))
+
+
+# ----------------------------------------------------------------- the model's outputs
+
+def _lm_head(model):
+    """The output head of a causal LM (its nn.Linear over the vocabulary), else None."""
+    if not type(model).__name__.endswith("ForCausalLM"):
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return head if isinstance(head, nn.Linear) else None
+
+
+def _base(model):
+    prefix = getattr(model, "base_model_prefix", "")
+    return getattr(model, prefix) if prefix and hasattr(model, prefix) else model
+
+
+def _hidden(model, ids, mask):
+    """The hidden states after each block (the last one after the final norm where the
+    model has one, as transformers returns them)."""
+    kw = {"input_ids": ids, "attention_mask": mask, "output_hidden_states": True}
+    if getattr(model.config, "use_cache", None) is not None:
+        kw["use_cache"] = False
+    out = _base(model)(**kw)
+    return list(out.hidden_states[1:])
+
+
+@dataclass
+class LossParts:
+    total: float = 0.0
+    kl: float = 0.0
+    hidden: float = 0.0
+    embed: float = 0.0
+
+
+def distill_loss(student, teacher, ids, mask, kl_weight=1.0, hidden_weight=1.0,
+                 embed_weight=1.0, vocab_slice=8192):
+    """(loss tensor, LossParts) of the student against the teacher on one batch."""
+    valid = mask.bool()
+    with torch.no_grad():
+        t_hid = _hidden(teacher, ids, mask)
+    s_hid = _hidden(student, ids, mask)
+    if len(s_hid) != len(t_hid):
+        raise ValueError(f"distill: the student has {len(s_hid)} hidden states, the teacher "
+                         f"{len(t_hid)}")
+    parts = LossParts()
+    loss = 0.0
+    if hidden_weight:
+        hl = 0.0
+        for hs, ht in zip(s_hid, t_hid):
+            d = (hs.float() - ht.float())[valid]
+            den = ht.float()[valid].pow(2).sum().clamp_min(1e-30)
+            hl = hl + d.pow(2).sum() / den
+        hl = hl / len(s_hid)
+        parts.hidden = float(hl.detach())
+        loss = loss + hidden_weight * hl
+    head_s, head_t = _lm_head(student), _lm_head(teacher)
+    if kl_weight and head_s is not None and head_t is not None:
+        # position j predicts token j+1: the positions whose next token is real
+        pos = valid[:, :-1] & valid[:, 1:]
+        hs = s_hid[-1][:, :-1][pos]
+        ht = t_hid[-1][:, :-1][pos]
+        kl = sliced_kl(hs, ht, head_s.weight, head_t.weight, head_s.bias, head_t.bias,
+                       vocab_slice)
+        parts.kl = float(kl.detach())
+        loss = loss + kl_weight * kl
+    elif embed_weight:
+        w = mask.unsqueeze(-1).float()
+        es = (s_hid[-1].float() * w).sum(1) / w.sum(1).clamp_min(1)
+        et = (t_hid[-1].float() * w).sum(1) / w.sum(1).clamp_min(1)
+        el = (1 - nn.functional.cosine_similarity(es, et, dim=-1)).mean()
+        parts.embed = float(el.detach())
+        loss = loss + embed_weight * el
+    if not torch.is_tensor(loss):
+        raise ValueError("distill: every loss term is off (kl_weight, hidden_weight, "
+                         "embed_weight)")
+    parts.total = float(loss.detach())
+    return loss, parts
+
+
+# ----------------------------------------------------------------- report
+
+@dataclass
+class DistillReport:
+    steps: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    train_seconds: float = 0.0
+    tokens_per_s: float = 0.0
+    engine: str = ""
+    device: str = ""
+    sequences: int = 0
+    heldout_sequences: int = 0
+    best_step: int = 0
+    eval_first: float = float("nan")
+    eval_best: float = float("nan")
+    resumed_from: int = 0
+    stopped_at: int = 0  # the run ended here by stop_at, before `steps`
+    curve: list = field(default_factory=list)       # [step, lr factor, total, kl, hidden, embed]
+    eval_curve: list = field(default_factory=list)  # [step, total, kl, hidden, embed] held out
+    options: dict = field(default_factory=dict)
+
+    def to_dict(self):
+        return asdict(self)
+
+    def table(self):
+        out = [f"{'step':>6} {'lr':>6} {'loss':>9} {'kl':>9} {'hidden':>9} {'embed':>9}"
+               "   (training, mean over the steps since the last row)"]
+        for row in self.curve:
+            out.append(f"{row[0]:>6} {row[1]:>6.3f} {row[2]:>9.5f} {row[3]:>9.5f} "
+                       f"{row[4]:>9.5f} {row[5]:>9.5f}")
+        if self.eval_curve:
+            out.append("")
+            out.append(f"{'step':>6} {'loss':>9} {'kl':>9} {'hidden':>9} {'embed':>9}"
+                       "   (held-out calibration sequences)")
+            for row in self.eval_curve:
+                out.append(f"{row[0]:>6} {row[1]:>9.5f} {row[2]:>9.5f} {row[3]:>9.5f} "
+                           f"{row[4]:>9.5f}")
+        out.append("")
+        out.append(f"{self.steps} steps ({self.engine}), {self.tokens} tokens, "
+                   f"{self.tokens_per_s:.0f} tokens/s, {self.seconds:.1f} s on {self.device}; "
+                   f"kept step {self.best_step} (held-out loss {self.eval_first:.5f} -> "
+                   f"{self.eval_best:.5f})")
+        return "\n".join(out)
+
+    def __str__(self):
+        return self.table()
+
+
+# ----------------------------------------------------------------- the training
+
+def _blr_modules(model):
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, BLRLinear)]
+
+
+def _frozen_kind(name):
+    low = name.lower()
+    return any(k in low for k in ("embed", "lm_head", "wte", "wpe"))
+
+
+def _to_train_form(student, device):
+    """Each BLRLinear → _TrainBLR (latent ±1 reals for the signs). Returns their names."""
+    names = []
+    for name, mod in _blr_modules(student):
+        lay = mod.to_layer()
+        _set_module(student, name, _TrainBLR(lay, mod.bias).to(device))
+        names.append(name)
+    return names
+
+
+def _from_train_form(student, names, device):
+    for name in names:
+        tm = student.get_submodule(name)
+        lay = tm.to_layer()
+        for part in "hlg":  # as the file stores them: the model in memory is the saved one
+            lay[part] = lay[part].half().float()
+        blr = BLRLinear.from_layer(lay, bias=tm.bias.detach() if tm.bias is not None else None,
+                                   device=device)
+        _set_module(student, name, blr)
+
+
+def _options_key(opts):
+    keep = ("engine", "steps", "lr", "sign_lr", "batch_size", "grad_accum", "kl_weight",
+            "hidden_weight", "embed_weight", "train_other", "seed", "warmup", "sequences",
+            "seq_len")
+    return {k: opts[k] for k in keep if k in opts}
+
+
+def _save_checkpoint(path, state):
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, grad_accum=1,
+            lr=5e-3, sign_lr=5e-3, n_samples=None, seq_len=128, heldout=0.0625,
+            eval_data=None, kl_weight=1.0, hidden_weight=1.0, embed_weight=1.0,
+            vocab_slice=8192, engine="torch", train_other=True, warmup=None, keep="best",
+            eval_every=100, log_every=50, checkpoint_dir=None, checkpoint_every=200,
+            resume=True, stop_at=None, device=None, seed=0, progress=True):
+    """Train `student` (a compressed model, its linears BLRLinear; changed in place)
+    to reproduce `teacher` (the original model, not changed) on `data`.
+
+    data: calibration as compress_model takes it (token ids [N][L], a dict, or text
+      with `tokenizer`, cut into n_samples sequences of seq_len tokens); the last
+      `heldout` fraction of the sequences (or eval_data, given as data is) is held
+      out for the eval curve and for choosing the kept state (keep="best"; "last"
+      keeps the final one).
+    steps optimizer steps of batch_size sequences × grad_accum micro-batches; lr
+      the scales' Adam step relative to each tensor's RMS (other parameters a tenth
+      of it), sign_lr the latents' step (engine="torch"; latents start at ±1) or the
+      library optimizer's sign step (engine="library"); warmup steps (default
+      steps/20) then a cosine decay to 0.
+    kl_weight, hidden_weight, embed_weight: the loss's terms (module docstring).
+    checkpoint_dir: where the state is written every checkpoint_every steps and,
+      with resume, read back at the start when it was written by a run with the same
+      options (a run with other options there is refused). stop_at: end this run
+      after that step (its checkpoint written; the schedule is still the one of
+      `steps`), for jobs cut into time slots.
+    Returns a DistillReport."""
+    t0 = time.time()
+    if engine not in ("torch", "library"):
+        raise ValueError(f"distill: engine must be 'torch' or 'library', not {engine!r}")
+    if keep not in ("best", "last"):
+        raise ValueError(f"distill: keep must be 'best' or 'last', not {keep!r}")
+    if steps < 0 or batch_size < 1 or grad_accum < 1:
+        raise ValueError("distill: steps >= 0, batch_size >= 1 and grad_accum >= 1")
+    blr = _blr_modules(student)
+    if not blr:
+        raise ValueError("distill: the student has no BLRLinear layer (compress it first: "
+                         "bitrank.compress_model)")
+    if device is None:
+        device = next(iter(blr))[1].h.device
+    device = torch.device(device)
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else (lambda s: None)
+
+    ids, mask = calibration_ids(data, tokenizer, n_samples, seq_len)
+    if eval_data is not None:
+        e_ids, e_mask = calibration_ids(eval_data, tokenizer, None, ids.shape[1])
+        t_ids, t_mask = ids, mask
+    else:
+        n_hold = max(1, round(ids.shape[0] * heldout)) if heldout > 0 else 0
+        if ids.shape[0] - n_hold < 1:
+            raise ValueError(f"distill: {ids.shape[0]} sequences leave none to train on "
+                             f"after holding out {n_hold}")
+        t_ids, t_mask = ids[:ids.shape[0] - n_hold], mask[:ids.shape[0] - n_hold]
+        e_ids, e_mask = ids[ids.shape[0] - n_hold:], mask[ids.shape[0] - n_hold:]
+    if batch_size > t_ids.shape[0]:
+        raise ValueError(f"distill: batch_size {batch_size} is more than the "
+                         f"{t_ids.shape[0]} training sequences")
+    warmup = max(1, steps // 20) if warmup is None else int(warmup)
+    opts = dict(engine=engine, steps=steps, lr=lr, sign_lr=sign_lr, batch_size=batch_size,
+                grad_accum=grad_accum, kl_weight=kl_weight, hidden_weight=hidden_weight,
+                embed_weight=embed_weight, train_other=train_other, seed=seed, warmup=warmup,
+                sequences=int(t_ids.shape[0]), seq_len=int(ids.shape[1]), keep=keep,
+                vocab_slice=vocab_slice)
+    report = DistillReport(engine=engine, device=str(device), sequences=int(t_ids.shape[0]),
+                           heldout_sequences=int(e_ids.shape[0]), options=opts)
+
+    teacher.eval()
+    teacher.to(device)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    blr_ids = {id(p) for _, m in blr for p in m.parameters()}
+    student_dtype = next((p.dtype for p in student.parameters()
+                          if p.is_floating_point() and id(p) not in blr_ids), torch.float32)
+    student.to(device)
+    student.train(False)  # dropout off: the student is matched, not regularized
+    cast_except_blr(student, torch.float32)
+
+    names = []
+    lib_opt = None
+    if engine == "torch":
+        names = _to_train_form(student, device)
+        trained = [student.get_submodule(n) for n in names]
+    else:
+        trained = [m for _, m in blr]
+        for m in trained:
+            m.sign_grads = True
+    groups = []
+    seen = set()
+    for m in trained:
+        for par in (m.h, m.l, m.g):
+            seen.add(id(par))
+            if engine == "torch":
+                rms = float(par.detach().pow(2).mean().sqrt()) or 1e-3
+                groups.append({"params": [par], "lr": lr * rms, "base": lr * rms})
+            par.requires_grad_(True)
+        if engine == "torch":
+            for par in (m.lat_u, m.lat_v):
+                seen.add(id(par))
+                par.requires_grad_(sign_lr > 0)
+            if sign_lr > 0:
+                groups.append({"params": [m.lat_u, m.lat_v], "lr": sign_lr, "base": sign_lr})
+    for name, par in student.named_parameters():
+        if id(par) in seen:
+            continue
+        if train_other and not _frozen_kind(name):
+            par.requires_grad_(True)
+            rms = float(par.detach().pow(2).mean().sqrt()) or 1e-3
+            groups.append({"params": [par], "lr": 0.1 * lr * rms, "base": 0.1 * lr * rms})
+        else:
+            par.requires_grad_(False)
+    opt = torch.optim.Adam(groups, betas=(0.9, 0.999), fused=device.type == "cuda") \
+        if groups else None
+    if engine == "library":
+        # steps relative to each scale's magnitude (rel_floor), latents from ±1: the
+        # torch engine's lr and sign_lr mean the same there
+        lib_opt = LibraryOptimizer(trained, lr=lr, sign_lr=sign_lr,
+                                   sign_mode="latent" if sign_lr > 0 else "off",
+                                   rel_floor=(1e-6, 1e-6, 1e-6), sign_tau=1.0)
+
+    gen = torch.Generator().manual_seed(seed)
+    start = 0
+    best = None
+    resumed_window = ([0.0] * 4, 0)
+    ckpt = os.path.join(checkpoint_dir, CHECKPOINT) if checkpoint_dir else None
+    if ckpt and resume and os.path.exists(ckpt):
+        state = torch.load(ckpt, map_location=device, weights_only=False)
+        if state.get("options") != _options_key(opts):
+            raise ValueError(f"distill: {ckpt} was written by a run with other options "
+                             f"({state.get('options')}); use another checkpoint_dir or "
+                             f"resume=False")
+        if engine == "library":
+            raise ValueError("distill: resuming the library engine is not supported (its "
+                             "optimizer state lives in the library)")
+        student.load_state_dict(state["student"])
+        if opt is not None:
+            opt.load_state_dict(state["opt"])
+        gen.set_state(state["gen"])
+        start = state["step"]
+        report.curve, report.eval_curve = state["curve"], state["eval_curve"]
+        report.tokens = state["tokens"]
+        best = state["best"]
+        if best is not None:
+            best = (best[0], best[1], best[2])
+        resumed_window = (state["window"], state["wcount"])
+        report.resumed_from = start
+        log(f"distill: resumed at step {start} from {ckpt}")
+    elif ckpt:
+        os.makedirs(checkpoint_dir, exist_ok=True)
+
+    def evaluate():
+        acc = LossParts()
+        nb = 0
+        with torch.no_grad():
+            for i in range(0, e_ids.shape[0], batch_size):
+                _, p = distill_loss(student, teacher, e_ids[i:i + batch_size].to(device),
+                                    e_mask[i:i + batch_size].to(device), kl_weight,
+                                    hidden_weight, embed_weight, vocab_slice)
+                for k in ("total", "kl", "hidden", "embed"):
+                    setattr(acc, k, getattr(acc, k) + getattr(p, k))
+                nb += 1
+        return [getattr(acc, k) / nb for k in ("total", "kl", "hidden", "embed")]
+
+    def snapshot():
+        return {k: v.detach().clone() for k, v in student.state_dict().items()}
+
+    if e_ids.shape[0] and start == 0:
+        first = evaluate()
+        report.eval_curve.append([0] + first)
+        best = (first[0], 0, snapshot() if keep == "best" else None)
+    n_train = t_ids.shape[0]
+    window, wcount = resumed_window  # the curve's running mean, as the checkpoint had it
+    t_train = time.time()
+    tok_run = 0
+    for step in range(start + 1, steps + 1):
+        f = step / warmup if step <= warmup else \
+            0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+        if opt is not None:
+            for gr in opt.param_groups:
+                gr["lr"] = gr["base"] * f
+        if lib_opt is not None:
+            lib_opt.set_lr(lr * f, sign_lr * f)
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+        if lib_opt is not None:
+            lib_opt.zero_grad()
+        parts_acc = [0.0] * 4
+        for _ in range(grad_accum):
+            pick = torch.randperm(n_train, generator=gen)[:batch_size]
+            bi, bm = t_ids[pick].to(device), t_mask[pick].to(device)
+            with torch.enable_grad():
+                loss, parts = distill_loss(student, teacher, bi, bm, kl_weight, hidden_weight,
+                                           embed_weight, vocab_slice)
+                (loss / grad_accum).backward()
+            for k, v in enumerate((parts.total, parts.kl, parts.hidden, parts.embed)):
+                parts_acc[k] += v / grad_accum
+            tok = int(bm.sum())
+            report.tokens += tok
+            tok_run += tok
+        if not math.isfinite(parts_acc[0]):
+            raise FloatingPointError(f"distill: the loss is not finite at step {step}")
+        if opt is not None:
+            opt.step()
+        if lib_opt is not None:
+            lib_opt.step()
+        window = [a + b for a, b in zip(window, parts_acc)]
+        wcount += 1
+        if step % log_every == 0 or step == steps:
+            row = [step, round(f, 4)] + [w / wcount for w in window]
+            report.curve.append(row)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            rate = tok_run / max(1e-9, time.time() - t_train)
+            log(f"distill step {step}/{steps}: loss {row[2]:.5f} (kl {row[3]:.5f}, hidden "
+                f"{row[4]:.5f}, embed {row[5]:.5f}), lr x{f:.3f}, {rate:.0f} tokens/s")
+            window, wcount = [0.0] * 4, 0
+        if e_ids.shape[0] and (step % eval_every == 0 or step == steps):
+            ev = evaluate()
+            report.eval_curve.append([step] + ev)
+            if best is None or ev[0] < best[0]:
+                best = (ev[0], step, snapshot() if keep == "best" else None)
+        stop = stop_at is not None and step >= stop_at and step < steps
+        if ckpt and (step % checkpoint_every == 0 or step == steps or stop) and \
+                engine == "torch":
+            _save_checkpoint(ckpt, {"options": _options_key(opts), "step": step,
+                                    "student": student.state_dict(),
+                                    "opt": opt.state_dict() if opt is not None else None,
+                                    "gen": gen.get_state(), "curve": report.curve,
+                                    "eval_curve": report.eval_curve, "tokens": report.tokens,
+                                    "best": best, "window": window, "wcount": wcount})
+        if stop:
+            report.stopped_at = step
+            break
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    report.train_seconds = time.time() - t_train
+    report.tokens_per_s = tok_run / report.train_seconds if tok_run else 0.0
+    report.steps = report.stopped_at or steps
+    if best is not None:
+        report.eval_first = report.eval_curve[0][1] if report.eval_curve else float("nan")
+        report.eval_best = best[0]
+        report.best_step = best[1] if keep == "best" else steps
+        if keep == "best" and best[2] is not None and best[1] != report.steps:
+            student.load_state_dict(best[2])
+    else:
+        report.best_step = steps
+    if lib_opt is not None:
+        lib_opt.free()
+        for m in trained:
+            m.sign_grads = False
+            m.grad_u = m.grad_v = None
+    if engine == "torch":
+        _from_train_form(student, names, device)
+    for par in student.parameters():
+        par.requires_grad_(False)
+        par.grad = None
+    cast_except_blr(student, student_dtype)
+    student.eval()
+    report.seconds = time.time() - t0
+    return report
