@@ -25,10 +25,13 @@ Run from the repository root (CUDA; BITRANK_LIBRARY or the package's library):
         [--methods fp16,blockwise,distill,peer] [--calib-seqs 256]
         [--distill-seqs 2048] [--distill-steps 1000] [--json OUT.json]
 """
-import argparse
+import os
+# before torch loads OpenMP: the library's threads and torch's share one runtime, and
+# spinning waits starve each other on the CPU (bitrank/__init__.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import argparse  # noqa: E402
 import copy
 import json
-import os
 import random
 import sys
 import time

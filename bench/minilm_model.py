@@ -36,10 +36,13 @@ Run from the repository root (the CLI built in build/ for `cli`):
         [--steps N] [--model-arg key=value ...] [--extra "ARGS for bitrank compress"]
         [--work DIR] [--json OUT.json]
 """
-import argparse
+import os
+# before torch loads OpenMP: the library's threads and torch's share one runtime, and
+# spinning waits starve each other on the CPU (bitrank/__init__.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import argparse  # noqa: E402
 import copy
 import json
-import os
 import sys
 import time
 

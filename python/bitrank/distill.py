@@ -51,19 +51,22 @@ CHECKPOINT = "distill-checkpoint.pt"
 # ----------------------------------------------------------------- the KL over slices
 
 class _SlicedKL(torch.autograd.Function):
-    """Mean over tokens of KL(softmax(z_t) ‖ softmax(z_s)), z = h·Wᵀ (+ b), computed a
-    slice of the vocabulary at a time in f32. The gradient in h_s, (p_s − p_t)·W_s
-    over the tokens, is formed in the forward's second pass (it needs both
-    log-normalizers, known only after the first), so backward only scales it."""
+    """Σ_i w_i·KL(softmax(z_t,i) ‖ softmax(z_s,i)) / Σ_i w_i, z = h·Wᵀ (+ b), computed a
+    slice of the vocabulary at a time in f32. The gradient in h_s, w_i·(p_s − p_t)·W_s
+    / Σw, is formed in the forward's second pass (it needs both log-normalizers,
+    known only after the first), so backward only scales it. Row weights rather than
+    a selection of rows: nothing here waits for the device."""
 
     @staticmethod
-    def forward(ctx, hs, ht, ws, bs, wt, bt, vslice):
+    def forward(ctx, hs, ht, ws, bs, wt, bt, w, vslice):
         n = hs.shape[0]
         vocab = ws.shape[0]
         hs32, ht32 = hs.detach().float(), ht.detach().float()
+        wn = (w.float() / w.float().sum().clamp_min(1e-30)) if w is not None else \
+            torch.full((n,), 1.0 / max(1, n), device=hs.device)
 
-        def logits(h, w, b, a, z):
-            out = h @ w[a:z].float().t()
+        def logits(h, wgt, b, a, z):
+            out = h @ wgt[a:z].float().t()
             return out + b[a:z].float() if b is not None else out
 
         lse_s = torch.full((n,), -float("inf"), device=hs.device)
@@ -72,7 +75,7 @@ class _SlicedKL(torch.autograd.Function):
             z = min(vocab, a + vslice)
             lse_s = torch.logaddexp(lse_s, torch.logsumexp(logits(hs32, ws, bs, a, z), -1))
             lse_t = torch.logaddexp(lse_t, torch.logsumexp(logits(ht32, wt, bt, a, z), -1))
-        kl = torch.zeros((), device=hs.device, dtype=torch.float64)
+        kl_rows = torch.zeros(n, device=hs.device, dtype=torch.float64)
         need = ctx.needs_input_grad[0]
         dh = torch.zeros_like(hs32) if need else None
         for a in range(0, vocab, vslice):
@@ -80,25 +83,26 @@ class _SlicedKL(torch.autograd.Function):
             lps = logits(hs32, ws, bs, a, z) - lse_s[:, None]
             lpt = logits(ht32, wt, bt, a, z) - lse_t[:, None]
             pt = lpt.exp()
-            kl += (pt * (lpt - lps)).sum(dtype=torch.float64)
+            kl_rows += (pt * (lpt - lps)).sum(-1, dtype=torch.float64)
             if need:
-                dh += (lps.exp() - pt) @ ws[a:z].float()
-        ctx.save_for_backward(dh / n if need else None)
+                dh += ((lps.exp() - pt) * wn[:, None]) @ ws[a:z].float()
+        ctx.save_for_backward(dh if need else None)
         ctx.hs_dtype = hs.dtype
-        return (kl / n).float()
+        return (kl_rows * wn.double()).sum().float()
 
     @staticmethod
     def backward(ctx, g):
         (dh,) = ctx.saved_tensors
         if dh is None:
-            return (None,) * 7
-        return (g * dh).to(ctx.hs_dtype), None, None, None, None, None, None
+            return (None,) * 8
+        return (g * dh).to(ctx.hs_dtype), None, None, None, None, None, None, None
 
 
 def sliced_kl(h_student, h_teacher, w_student, w_teacher=None, b_student=None,
-              b_teacher=None, vocab_slice=8192):
+              b_teacher=None, vocab_slice=8192, weights=None):
     """Mean over the rows of KL(p_teacher ‖ p_student) for logits h·Wᵀ + b, h [N][d],
-    W [V][d], computed vocab_slice rows of W at a time (f32; memory N·vocab_slice).
+    W [V][d], computed vocab_slice rows of W at a time (f32; memory N·vocab_slice);
+    with weights [N] the weighted mean (weight 0: a row that does not count).
     Differentiable in h_student; the heads are treated as constants."""
     if h_student.dim() != 2 or h_student.shape != h_teacher.shape:
         raise ValueError(f"sliced_kl: hidden states must be equal [N][d], got "
@@ -108,10 +112,13 @@ def sliced_kl(h_student, h_teacher, w_student, w_teacher=None, b_student=None,
         raise ValueError("sliced_kl: the heads must be [V][d] with the hidden states' d")
     if vocab_slice < 1:
         raise ValueError(f"sliced_kl: vocab_slice must be >= 1, got {vocab_slice}")
+    if weights is not None and tuple(weights.shape) != (h_student.shape[0],):
+        raise ValueError(f"sliced_kl: weights must be [N] = [{h_student.shape[0]}], got "
+                         f"{tuple(weights.shape)}")
     return _SlicedKL.apply(h_student, h_teacher.detach(), w_student.detach(),
                            None if b_student is None else b_student.detach(),
                            w_teacher.detach(), None if b_teacher is None else b_teacher.detach(),
-                           int(vocab_slice))
+                           None if weights is None else weights.detach(), int(vocab_slice))
 
 
 # ----------------------------------------------------------------- the model's outputs
@@ -139,56 +146,53 @@ def _hidden(model, ids, mask):
     return list(out.hidden_states[1:])
 
 
-@dataclass
-class LossParts:
-    total: float = 0.0
-    kl: float = 0.0
-    hidden: float = 0.0
-    embed: float = 0.0
+PARTS = ("total", "kl", "hidden", "embed")
 
 
 def distill_loss(student, teacher, ids, mask, kl_weight=1.0, hidden_weight=1.0,
                  embed_weight=1.0, vocab_slice=8192):
-    """(loss tensor, LossParts) of the student against the teacher on one batch."""
-    valid = mask.bool()
+    """(loss, parts) of the student against the teacher on one batch: parts a detached
+    f32 tensor [4] of the total and the kl, hidden and embed terms (left on the
+    device: reading it waits for the GPU, so the training loop reads it only when it
+    logs)."""
+    m = mask.to(torch.float32)
     with torch.no_grad():
         t_hid = _hidden(teacher, ids, mask)
     s_hid = _hidden(student, ids, mask)
     if len(s_hid) != len(t_hid):
         raise ValueError(f"distill: the student has {len(s_hid)} hidden states, the teacher "
                          f"{len(t_hid)}")
-    parts = LossParts()
-    loss = 0.0
+    zero = torch.zeros((), device=ids.device)
+    loss, kl, hidden, embed = None, zero, zero, zero
+    mw = m.unsqueeze(-1)
     if hidden_weight:
-        hl = 0.0
+        hl = zero
         for hs, ht in zip(s_hid, t_hid):
-            d = (hs.float() - ht.float())[valid]
-            den = ht.float()[valid].pow(2).sum().clamp_min(1e-30)
-            hl = hl + d.pow(2).sum() / den
-        hl = hl / len(s_hid)
-        parts.hidden = float(hl.detach())
-        loss = loss + hidden_weight * hl
+            ht32 = ht.float()
+            num = ((hs.float() - ht32).pow(2) * mw).sum()
+            den = (ht32.pow(2) * mw).sum().clamp_min(1e-30)
+            hl = hl + num / den
+        hidden = hl / len(s_hid)
+        loss = hidden_weight * hidden
     head_s, head_t = _lm_head(student), _lm_head(teacher)
     if kl_weight and head_s is not None and head_t is not None:
-        # position j predicts token j+1: the positions whose next token is real
-        pos = valid[:, :-1] & valid[:, 1:]
-        hs = s_hid[-1][:, :-1][pos]
-        ht = t_hid[-1][:, :-1][pos]
+        # position j predicts token j+1: the positions whose next token is real count
+        pos = (m[:, :-1] * m[:, 1:]).reshape(-1)
+        d = s_hid[-1].shape[-1]
+        hs = s_hid[-1][:, :-1].reshape(-1, d)
+        ht = t_hid[-1][:, :-1].reshape(-1, d)
         kl = sliced_kl(hs, ht, head_s.weight, head_t.weight, head_s.bias, head_t.bias,
-                       vocab_slice)
-        parts.kl = float(kl.detach())
-        loss = loss + kl_weight * kl
+                       vocab_slice, weights=pos)
+        loss = kl_weight * kl if loss is None else loss + kl_weight * kl
     elif embed_weight:
-        w = mask.unsqueeze(-1).float()
-        es = (s_hid[-1].float() * w).sum(1) / w.sum(1).clamp_min(1)
-        et = (t_hid[-1].float() * w).sum(1) / w.sum(1).clamp_min(1)
-        el = (1 - nn.functional.cosine_similarity(es, et, dim=-1)).mean()
-        parts.embed = float(el.detach())
-        loss = loss + embed_weight * el
-    if not torch.is_tensor(loss):
+        es = (s_hid[-1].float() * mw).sum(1) / mw.sum(1).clamp_min(1)
+        et = (t_hid[-1].float() * mw).sum(1) / mw.sum(1).clamp_min(1)
+        embed = (1 - nn.functional.cosine_similarity(es, et, dim=-1)).mean()
+        loss = embed_weight * embed if loss is None else loss + embed_weight * embed
+    if loss is None:
         raise ValueError("distill: every loss term is off (kl_weight, hidden_weight, "
                          "embed_weight)")
-    parts.total = float(loss.detach())
+    parts = torch.stack([loss.detach(), kl.detach(), hidden.detach(), embed.detach()]).float()
     return loss, parts
 
 
@@ -404,7 +408,19 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
                                    sign_mode="latent" if sign_lr > 0 else "off",
                                    rel_floor=(1e-6, 1e-6, 1e-6), sign_tau=1.0)
 
+    # the sequences of every micro-batch of the run, drawn at the start: a new random
+    # order of the training sequences each epoch, batches taken in turn (a resumed run
+    # draws the same). On the device in one copy, so no step waits on a transfer.
     gen = torch.Generator().manual_seed(seed)
+    n_train = t_ids.shape[0]
+    per_epoch = n_train // batch_size
+    n_micro = steps * grad_accum
+    order = torch.cat([torch.randperm(n_train, generator=gen)[:per_epoch * batch_size]
+                       for _ in range(math.ceil(n_micro / per_epoch))]) if n_micro else \
+        torch.zeros(0, dtype=torch.long)
+    picks = order[:n_micro * batch_size].reshape(n_micro, batch_size)
+    tokens_of = t_mask[picks].sum((1, 2)).tolist() if n_micro else []
+    t_ids_dev, t_mask_dev, picks_dev = t_ids.to(device), t_mask.to(device), picks.to(device)
     start = 0
     best = None
     resumed_window = ([0.0] * 4, 0)
@@ -421,7 +437,6 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         student.load_state_dict(state["student"])
         if opt is not None:
             opt.load_state_dict(state["opt"])
-        gen.set_state(state["gen"])
         start = state["step"]
         report.curve, report.eval_curve = state["curve"], state["eval_curve"]
         report.tokens = state["tokens"]
@@ -435,17 +450,16 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         os.makedirs(checkpoint_dir, exist_ok=True)
 
     def evaluate():
-        acc = LossParts()
+        acc = torch.zeros(4, device=device)
         nb = 0
         with torch.no_grad():
             for i in range(0, e_ids.shape[0], batch_size):
                 _, p = distill_loss(student, teacher, e_ids[i:i + batch_size].to(device),
                                     e_mask[i:i + batch_size].to(device), kl_weight,
                                     hidden_weight, embed_weight, vocab_slice)
-                for k in ("total", "kl", "hidden", "embed"):
-                    setattr(acc, k, getattr(acc, k) + getattr(p, k))
+                acc += p
                 nb += 1
-        return [getattr(acc, k) / nb for k in ("total", "kl", "hidden", "embed")]
+        return [float(v) / nb for v in acc.cpu()]
 
     def snapshot():
         return {k: v.detach().clone() for k, v in student.state_dict().items()}
@@ -454,8 +468,8 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         first = evaluate()
         report.eval_curve.append([0] + first)
         best = (first[0], 0, snapshot() if keep == "best" else None)
-    n_train = t_ids.shape[0]
     window, wcount = resumed_window  # the curve's running mean, as the checkpoint had it
+    window = torch.tensor(window, device=device)
     t_train = time.time()
     tok_run = 0
     for step in range(start + 1, steps + 1):
@@ -470,36 +484,36 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             opt.zero_grad(set_to_none=True)
         if lib_opt is not None:
             lib_opt.zero_grad()
-        parts_acc = [0.0] * 4
-        for _ in range(grad_accum):
-            pick = torch.randperm(n_train, generator=gen)[:batch_size]
-            bi, bm = t_ids[pick].to(device), t_mask[pick].to(device)
+        parts_acc = torch.zeros(4, device=device)
+        for k in range((step - 1) * grad_accum, step * grad_accum):
+            bi, bm = t_ids_dev[picks_dev[k]], t_mask_dev[picks_dev[k]]
             with torch.enable_grad():
                 loss, parts = distill_loss(student, teacher, bi, bm, kl_weight, hidden_weight,
                                            embed_weight, vocab_slice)
                 (loss / grad_accum).backward()
-            for k, v in enumerate((parts.total, parts.kl, parts.hidden, parts.embed)):
-                parts_acc[k] += v / grad_accum
-            tok = int(bm.sum())
+            parts_acc += parts / grad_accum
+            tok = tokens_of[k]
             report.tokens += tok
             tok_run += tok
-        if not math.isfinite(parts_acc[0]):
-            raise FloatingPointError(f"distill: the loss is not finite at step {step}")
         if opt is not None:
             opt.step()
         if lib_opt is not None:
             lib_opt.step()
-        window = [a + b for a, b in zip(window, parts_acc)]
+        window += parts_acc
         wcount += 1
         if step % log_every == 0 or step == steps:
-            row = [step, round(f, 4)] + [w / wcount for w in window]
+            mean = [float(v) / wcount for v in window.cpu()]
+            if not all(math.isfinite(v) for v in mean):
+                raise FloatingPointError(f"distill: the loss is not finite (steps "
+                                         f"{step - wcount + 1}..{step})")
+            row = [step, round(f, 4)] + mean
             report.curve.append(row)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             rate = tok_run / max(1e-9, time.time() - t_train)
             log(f"distill step {step}/{steps}: loss {row[2]:.5f} (kl {row[3]:.5f}, hidden "
                 f"{row[4]:.5f}, embed {row[5]:.5f}), lr x{f:.3f}, {rate:.0f} tokens/s")
-            window, wcount = [0.0] * 4, 0
+            window, wcount = torch.zeros(4, device=device), 0
         if e_ids.shape[0] and (step % eval_every == 0 or step == steps):
             ev = evaluate()
             report.eval_curve.append([step] + ev)
@@ -511,9 +525,10 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             _save_checkpoint(ckpt, {"options": _options_key(opts), "step": step,
                                     "student": student.state_dict(),
                                     "opt": opt.state_dict() if opt is not None else None,
-                                    "gen": gen.get_state(), "curve": report.curve,
+                                    "curve": report.curve,
                                     "eval_curve": report.eval_curve, "tokens": report.tokens,
-                                    "best": best, "window": window, "wcount": wcount})
+                                    "best": best, "window": window.tolist(),
+                                    "wcount": wcount})
         if stop:
             report.stopped_at = step
             break
