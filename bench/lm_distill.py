@@ -70,6 +70,8 @@ def parse_args(argv=None):
     p.add_argument("--peer-seconds", type=float, default=None,
                    help="the peer's wall time (default: blockwise + distill's at that bpw)")
     p.add_argument("--peer-batch", type=int, default=16)
+    p.add_argument("--peer-lr", type=float, default=4e-5,
+                   help="the peer's AdamW lr (LittleBit's README recipe: 4e-5)")
     p.add_argument("--eval-tokens", type=int, default=65536,
                    help="held-out tokens scored (the first ones of the test chapters)")
     p.add_argument("--json", default=None)
@@ -156,8 +158,10 @@ def main(argv=None):
             seconds = args.peer_seconds or spent or 60.0
             pst = copy.deepcopy(base).to(dev)
             info = peer.littlebit_convert(pst, bpw, residual=True)
-            res = peer.train_peer(pst, teacher16, dist_ids, dist_mask, seconds=seconds,
-                                  batch_size=args.peer_batch, device=dev)
+            # a copy: train_peer casts its teacher in place (bf16, as LittleBit runs it)
+            res = peer.train_peer(pst, copy.deepcopy(teacher16), dist_ids, dist_mask,
+                                  seconds=seconds,
+                                  batch_size=args.peer_batch, lr=args.peer_lr, device=dev)
             pst.eval()
             p_p = ppl(pst)
             rows.append({"method": "peer", "bpw": res.get("bpw", info), "target": bpw,
