@@ -193,7 +193,7 @@ def test_library_optimizer_trains(device):
         loss = ((mod(x) - target) ** 2).mean()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert not torch.equal(mod.u, u0), "no sign flipped"
     assert losses[-1] < 0.7 * losses[0], losses
     opt.free()
