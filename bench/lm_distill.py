@@ -63,6 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--calib-seqs", type=int, default=256)
     p.add_argument("--steps", type=int, default=400, help="compress_model's steps per block")
+    p.add_argument("--layer-steps", type=int, default=None,
+                   help="compress_model's layer_steps (default: the library's)")
     p.add_argument("--distill-seqs", type=int, default=2048)
     p.add_argument("--distill-steps", type=int, default=1000)
     p.add_argument("--distill-batch", type=int, default=16)
@@ -130,8 +132,8 @@ def main(argv=None):
             student = copy.deepcopy(base).to(dev)
             t0 = time.perf_counter()
             rep = bitrank.compress_model(student, calib_ids, bpw=bpw, paths=2, device=dev,
-                                         steps=args.steps, seq_len=args.seq_len,
-                                         progress=False)
+                                         steps=args.steps, layer_steps=args.layer_steps,
+                                         seq_len=args.seq_len, progress=False)
             secs = time.perf_counter() - t0
             spent += secs
             p_b = ppl(student)
