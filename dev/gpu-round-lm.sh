@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the tiny causal LM: build for sm_90a (the shared library), train
-# the tiny LM when data/tiny-lm is missing (its files come back under $OUT/tiny-lm, to
+# the tiny LM when data/tiny-lm is missing (it comes back as $OUT/tiny-lm.tgz, to
 # be copied into data/tiny-lm), then bench/lm_distill.py with the arguments given.
 #   dev/gpu-round-lm.sh --bpw 1.0
 # Carry .deps/kjv (the corpus as text: python -m bitrank.kjv .deps/kjv/kjv.txt); the
@@ -20,11 +20,17 @@ export BITRANK_LIBRARY=$PWD/build-gpu/libbitrank.so PYTHONPATH=$PWD/python HF_HU
 export BITRANK_KJV_TEXT=${BITRANK_KJV_TEXT:-$PWD/.deps/kjv/kjv.txt}
 model=data/tiny-lm
 if [ ! -f "$model/model.safetensors" ]; then
-  model=$out/tiny-lm
+  # trained outside $OUT and packed into it: the device tool returns at most 8 files
+  model=build-gpu/tiny-lm
+  rm -rf "$model"
   timeout 420 scripts/train-tiny-lm --device cuda --max-seconds "${TRAIN_SECONDS:-300}" \
     --out "$model" >"$out/train.txt" 2>&1
-  echo "train: rc $? $(grep -E 'trained|held-out ppl' "$out/train.txt" | tail -3 | tr '\n' ' ')"
+  echo "train: rc $? $(grep -E 'trained|kept step|held-out ppl' "$out/train.txt" | tail -3 | tr '\n' ' ')"
+  tar -czf "$out/tiny-lm.tgz" -C build-gpu tiny-lm
 fi
+# the distillation's CUDA tests first (the captured step against the eager one)
+timeout 120 python3 -m pytest python/tests/test_distill.py -q -m cuda -p no:cacheprovider \
+  2>&1 | tail -3
 left=$(( 560 - ($(date +%s) - t0) ))
 PYTHONUNBUFFERED=1 timeout "$left" python3 bench/lm_distill.py --model "$model" \
   --json "$out/lm_distill.json" "$@" 2>"$out/lm_distill.err" | tee "$out/lm_distill.txt"

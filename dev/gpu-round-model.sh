@@ -7,6 +7,8 @@
 # dev/minilm-sweep.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# the carry, packed (dev/make-gpu-carry.sh): unpacked here
+[ -d .deps/gpu-carry/minilm ] || [ ! -f .deps/gpu-carry.tar.xz ] || tar -xJf .deps/gpu-carry.tar.xz -C .deps
 export PATH=$PATH:/usr/local/cuda/bin
 out=${OUT:-/tmp/gpu-round-model}
 mkdir -p "$out"

@@ -3,6 +3,8 @@
 # cuda, the big layer shapes, the Llama-2-7B-shaped block and the MiniLM sweep.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# the carry, packed (dev/make-gpu-carry.sh): unpacked here
+[ -d .deps/gpu-carry/minilm ] || [ ! -f .deps/gpu-carry.tar.xz ] || tar -xJf .deps/gpu-carry.tar.xz -C .deps
 export PATH=$PATH:/usr/local/cuda/bin
 out=${OUT:-/tmp/gpu-round}
 mkdir -p "$out"

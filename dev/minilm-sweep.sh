@@ -5,15 +5,9 @@
 #     'label=extra args' ...
 # Each variant's JSON goes to $OUT (or /tmp/minilm-sweep), a table of all last.
 # On the lent GPU (no network, 64 MiB carried with the tree) the model travels as
-# f16 with its tokenizer, and the fortune files beside it, in .deps/gpu-carry/
-# (carry it): after one local run of bench/minilm_e2e.py has extracted .deps/minilm,
-#   mkdir -p .deps/gpu-carry/minilm .deps/gpu-carry/fortunes
-#   cp -r .deps/minilm/{config.json,tokenizer*.json,special_tokens_map.json,vocab.txt,1_Pooling} \
-#     .deps/gpu-carry/minilm/
-#   python3 -c "from safetensors.torch import load_file, save_file; d = load_file(
-#     '.deps/minilm/model.safetensors'); save_file({k: v.half().contiguous() for k, v in
-#     d.items()}, '.deps/gpu-carry/minilm/model.safetensors')"
-#   cp /usr/share/games/fortunes/* .deps/gpu-carry/fortunes/   # or the files minilm_text names
+# f16 with its tokenizer, and the fortune files beside it, in .deps/gpu-carry/, packed
+# as .deps/gpu-carry.tar.xz by dev/make-gpu-carry.sh (carry that file; the
+# dev/gpu-round*.sh scripts unpack it)
 # then: dev/minilm-sweep.sh --device cuda --bitrank build-gpu/bitrank \
 #   --model-dir .deps/gpu-carry/minilm --fortunes .deps/gpu-carry/fortunes 'default='
 # (dev/gpu-round.sh does that after its build, tests and benchmarks).

@@ -19,9 +19,12 @@ are all known and remade from Debian packages (bitrank.kjv): no model hub involv
              decay on the matrices, the embedding among them, not on the norms), linear
              warmup then cosine decay to --min-lr-ratio of the peak, gradient clipping
              at 1, bf16 autocast on CUDA (fp32 weights), seed --seed
-  held out   bitrank.eval.perplexity on the test chapters in windows of --seq-len, in fp32:
-             every --eval-every steps and at the end, for the trained weights and for
-             the stored fp16 ones
+  validation every VALID_EVERY-th train chapter (train list positions 9, 28, ...)
+             is not trained on; its perplexity every --eval-every steps chooses the
+             kept weights (the best step: 950k tokens overfit a 6 M model within a few
+             epochs, and the test chapters must not choose)
+  held out   bitrank.eval.perplexity on the test chapters in windows of --seq-len, in fp32,
+             of the kept weights and of the stored fp16 ones
   output     --out (default data/tiny-lm/): model.safetensors (fp16), config.json,
              generation_config.json, tokenizer.json + tokenizer_config.json
              (AutoTokenizer / AutoModelForCausalLM.from_pretrained(out) load them) and
@@ -33,7 +36,7 @@ and elapsed/max_seconds is further along, so a cut run still ends its cosine dec
 
 Run from anywhere (scripts/train-tiny-lm is the wrapper):
 
-    python3 bench/tiny_lm/train.py [--steps 1500] [--max-seconds S] [--device cuda]
+    python3 bench/tiny_lm/train.py [--steps 600] [--max-seconds S] [--device cuda]
         [--out data/tiny-lm] [--corpus-text FILE]
 
 The corpus is the `bible` program's (apt-get install bible-kjv bible-kjv-text), or the
@@ -59,6 +62,7 @@ from bitrank.eval import perplexity, token_stream  # noqa: E402
 
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2 in this order
 MAX_STORED_BYTES = 14_000_000
+VALID_EVERY = 19  # train chapters held out for choosing the kept step
 OFFSET_BLOCK = 256  # steps whose window offsets are drawn together (fixed: the batches
                     # of a seed must not depend on --steps)
 
@@ -70,8 +74,9 @@ def parse_args(argv=None):
                    help="output directory (default: data/tiny-lm of the repository)")
     p.add_argument("--corpus-text", metavar="FILE",
                    help="chapters from this text file (bitrank.kjv's format) instead of the KJV")
-    # 1500 steps of 64 x 256 tokens: about 25 passes over the 0.95M training tokens
-    p.add_argument("--steps", type=int, default=1500, help="optimizer steps (default 1500)")
+    # 600 steps of 64 x 256 tokens: about 11 passes over the 0.91M training tokens (more
+    # overfits: the validation perplexity turns up after about 550)
+    p.add_argument("--steps", type=int, default=600, help="optimizer steps (default 600)")
     p.add_argument("--max-seconds", type=float,
                    help="stop the training loop after this long; the schedule ends with it")
     p.add_argument("--batch-size", type=int, default=64)
@@ -88,8 +93,8 @@ def parse_args(argv=None):
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the training forward (CUDA; compile time is counted)")
     p.add_argument("--log-every", type=int, default=50, help="train-loss line every N steps")
-    p.add_argument("--eval-every", type=int, default=500,
-                   help="held-out perplexity every N steps (0: at the end only)")
+    p.add_argument("--eval-every", type=int, default=50,
+                   help="validation perplexity every N steps (0: at the end only)")
     p.add_argument("--eval-batch-size", type=int, default=32)
     args = p.parse_args(argv)
     if args.steps < 1 or args.batch_size < 1 or args.seq_len < 2 or args.warmup < 0:
@@ -196,13 +201,16 @@ def main(argv=None):
     tokenizer = train_tokenizer(train_texts, args.vocab_size, model_max_length=512)
     if len(tokenizer) > args.vocab_size:
         raise SystemExit(f"tokenizer has {len(tokenizer)} tokens, over --vocab-size")
-    train_ids = torch.tensor(token_stream(train_texts, tokenizer), dtype=torch.long)
+    valid_texts = train_texts[9::VALID_EVERY]
+    fit_texts = [t for i, t in enumerate(train_texts) if i % VALID_EVERY != 9]
+    train_ids = torch.tensor(token_stream(fit_texts, tokenizer), dtype=torch.long)
+    valid_ids = torch.tensor(token_stream(valid_texts, tokenizer), dtype=torch.long)
     test_ids = torch.tensor(token_stream(test_texts, tokenizer), dtype=torch.long)
     if train_ids.numel() < args.seq_len:
         raise SystemExit(f"train stream of {train_ids.numel()} tokens is shorter than "
                          f"--seq-len {args.seq_len}")
     print(f"tokenizer: {len(tokenizer)} tokens; train stream {train_ids.numel()} tokens, "
-          f"held-out {test_ids.numel()}", flush=True)
+          f"validation {valid_ids.numel()}, held-out {test_ids.numel()}", flush=True)
 
     torch.manual_seed(args.seed)
     model = make_model(args.vocab_size, tokenizer).to(device)
@@ -228,6 +236,7 @@ def main(argv=None):
     train_on_device = train_ids.to(device)
 
     losses, evals = [], []
+    best = None  # (validation nll, step, state) of the best evaluated step
     loss_sum = torch.zeros((), device=device)
     loss_n = 0
     eval_seconds = 0.0
@@ -280,12 +289,15 @@ def main(argv=None):
 
         if step % args.log_every == 0 or step == args.steps:
             log_train(step, lr)
-        if args.eval_every and step % args.eval_every == 0 and step < args.steps:
+        if args.eval_every and (step % args.eval_every == 0 or step == args.steps):
             t_eval = time.perf_counter()
-            r = evaluate(model, test_ids, args, device)
+            r = evaluate(model, valid_ids, args, device)
             model.train()
             evals.append({"step": step, **r})
-            print(f"step {step:5d}  held-out ppl {r['ppl']:.3f} (nll {r['nll']:.4f})",
+            if best is None or r["nll"] < best[0]:
+                best = (r["nll"], step, {k: v.detach().clone()
+                                         for k, v in model.state_dict().items()})
+            print(f"step {step:5d}  validation ppl {r['ppl']:.3f} (nll {r['nll']:.4f})",
                   flush=True)
             eval_seconds += time.perf_counter() - t_eval
             t_log += time.perf_counter() - t_eval  # the rate counts training alone
@@ -298,8 +310,16 @@ def main(argv=None):
     print(f"trained {step} steps in {train_seconds:.1f} s ({steps_per_s:.2f} steps/s, "
           f"stopped by {stop_reason})", flush=True)
 
+    r = evaluate(model, valid_ids, args, device)
+    if not evals or evals[-1]["step"] != step:
+        evals.append({"step": step, **r})
+    if best is None or r["nll"] < best[0]:
+        best = (r["nll"], step, None)
+    kept_step = best[1]
+    if best[2] is not None:
+        model.load_state_dict(best[2])
+    print(f"kept step {kept_step} (validation ppl {math.exp(best[0]):.3f})", flush=True)
     final = evaluate(model, test_ids, args, device)
-    evals.append({"step": step, **final})
     # the stored weights are fp16: their perplexity is the baseline compression is
     # compared with (computed in fp32 on the fp16-rounded values)
     model.half().float()
@@ -322,14 +342,18 @@ def main(argv=None):
                    "chapters": len(chapters), "train_chapters": len(train_texts),
                    "test_chapters": len(test_texts),
                    "split": f"chapter i held out when i % {kjv.TEST_EVERY} == 0",
-                   "train_tokens": train_ids.numel(), "test_tokens": test_ids.numel()},
+                   "validation": f"train chapter j not trained on when j % {VALID_EVERY} "
+                                 "== 9", "validation_chapters": len(valid_texts),
+                   "train_tokens": train_ids.numel(), "validation_tokens": valid_ids.numel(),
+                   "test_tokens": test_ids.numel()},
         "tokenizer": {"type": "byte-level BPE", "vocab_size": len(tokenizer),
                       "special_tokens": SPECIAL_TOKENS},
         "model": {"class": "LlamaForCausalLM", "parameters": n_params},
         "args": {k: v for k, v in vars(args).items() if k != "out"},
         "steps": step, "stopped_by": stop_reason, "seed": args.seed,
+        "kept_step": kept_step,
         "losses": losses,
-        "heldout": evals,
+        "validation": evals,
         "heldout_ppl": final["ppl"],
         "heldout_ppl_stored_fp16": stored["ppl"],
         "heldout_tokens": stored["tokens"],

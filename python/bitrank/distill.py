@@ -150,15 +150,17 @@ PARTS = ("total", "kl", "hidden", "embed")
 
 
 def distill_loss(student, teacher, ids, mask, kl_weight=1.0, hidden_weight=1.0,
-                 embed_weight=1.0, vocab_slice=8192):
+                 embed_weight=1.0, vocab_slice=8192, mask_to_models=True):
     """(loss, parts) of the student against the teacher on one batch: parts a detached
     f32 tensor [4] of the total and the kl, hidden and embed terms (left on the
     device: reading it waits for the GPU, so the training loop reads it only when it
-    logs)."""
+    logs). mask_to_models=False: the models get no attention mask (right only when
+    `mask` is all ones; the loss still weights by it)."""
     m = mask.to(torch.float32)
+    model_mask = mask if mask_to_models else None
     with torch.no_grad():
-        t_hid = _hidden(teacher, ids, mask)
-    s_hid = _hidden(student, ids, mask)
+        t_hid = _hidden(teacher, ids, model_mask)
+    s_hid = _hidden(student, ids, model_mask)
     if len(s_hid) != len(t_hid):
         raise ValueError(f"distill: the student has {len(s_hid)} hidden states, the teacher "
                          f"{len(t_hid)}")
@@ -214,6 +216,7 @@ class DistillReport:
     eval_best: float = float("nan")
     resumed_from: int = 0
     stopped_at: int = 0  # the run ended here by stop_at, before `steps`
+    cuda_graph: bool = False  # its steps after the first few were CUDA graph replays
     curve: list = field(default_factory=list)       # [step, lr factor, total, kl, hidden, embed]
     eval_curve: list = field(default_factory=list)  # [step, total, kl, hidden, embed] held out
     options: dict = field(default_factory=dict)
@@ -295,7 +298,7 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             eval_data=None, kl_weight=1.0, hidden_weight=1.0, embed_weight=1.0,
             vocab_slice=8192, engine="torch", train_other=True, warmup=None, keep="best",
             eval_every=100, log_every=50, checkpoint_dir=None, checkpoint_every=200,
-            resume=True, stop_at=None, device=None, seed=0, progress=True):
+            resume=True, stop_at=None, device=None, seed=0, cuda_graph=True, progress=True):
     """Train `student` (a compressed model, its linears BLRLinear; changed in place)
     to reproduce `teacher` (the original model, not changed) on `data`.
 
@@ -315,6 +318,11 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
       options (a run with other options there is refused). stop_at: end this run
       after that step (its checkpoint written; the schedule is still the one of
       `steps`), for jobs cut into time slots.
+    cuda_graph: on a CUDA device with engine="torch", the training step (the
+      teacher's and the student's forward, the backward and Adam's step) is captured
+      once as a CUDA graph and replayed: a small model's step is otherwise bound by
+      the launch of its thousands of small kernels. Where the capture fails the run
+      goes on without it (and says so).
     Returns a DistillReport."""
     t0 = time.time()
     if engine not in ("torch", "library"):
@@ -399,8 +407,19 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             groups.append({"params": [par], "lr": 0.1 * lr * rms, "base": 0.1 * lr * rms})
         else:
             par.requires_grad_(False)
-    opt = torch.optim.Adam(groups, betas=(0.9, 0.999), fused=device.type == "cuda") \
-        if groups else None
+    graphed = bool(cuda_graph) and device.type == "cuda" and engine == "torch" and \
+        bool(groups)
+    lr_base = lr_now = sched = None
+    if graphed:
+        # the learning rates live on the device, one element of lr_now per group,
+        # recomputed inside the captured step from the schedule factor `sched`
+        lr_base = torch.tensor([gr["base"] for gr in groups], device=device)
+        lr_now = lr_base.clone()
+        sched = torch.ones((), device=device)
+        for i, gr in enumerate(groups):
+            gr["lr"] = lr_now[i]
+    opt = torch.optim.Adam(groups, betas=(0.9, 0.999), fused=device.type == "cuda",
+                           capturable=graphed) if groups else None
     if engine == "library":
         # steps relative to each scale's magnitude (rel_floor), latents from ±1: the
         # torch engine's lr and sign_lr mean the same there
@@ -437,6 +456,9 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         student.load_state_dict(state["student"])
         if opt is not None:
             opt.load_state_dict(state["opt"])
+            if graphed:  # the loaded groups hold copies: point them back at lr_now
+                for i, gr in enumerate(opt.param_groups):
+                    gr["lr"] = lr_now[i]
         start = state["step"]
         report.curve, report.eval_curve = state["curve"], state["eval_curve"]
         report.tokens = state["tokens"]
@@ -449,6 +471,10 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     elif ckpt:
         os.makedirs(checkpoint_dir, exist_ok=True)
 
+    # full masks (text cut into windows): the models get none, so their attention
+    # takes the plain causal path (and nothing in the step reads the mask's values)
+    full = bool(t_mask.all()) and bool(e_mask.all())
+
     def evaluate():
         acc = torch.zeros(4, device=device)
         nb = 0
@@ -456,7 +482,8 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             for i in range(0, e_ids.shape[0], batch_size):
                 _, p = distill_loss(student, teacher, e_ids[i:i + batch_size].to(device),
                                     e_mask[i:i + batch_size].to(device), kl_weight,
-                                    hidden_weight, embed_weight, vocab_slice)
+                                    hidden_weight, embed_weight, vocab_slice,
+                                    mask_to_models=not full)
                 acc += p
                 nb += 1
         return [float(v) / nb for v in acc.cpu()]
@@ -468,6 +495,31 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         first = evaluate()
         report.eval_curve.append([0] + first)
         best = (first[0], 0, snapshot() if keep == "best" else None)
+    # one optimizer step on the micro-batches whose sequences are in step_pick
+    # [grad_accum][batch_size]; its loss parts in step_parts. Written to run as it is
+    # or captured: nothing in it waits for the device or depends on a value there.
+    step_pick = torch.zeros(grad_accum, batch_size, dtype=torch.long, device=device)
+    step_parts = torch.zeros(4, device=device)
+
+    def train_step():
+        step_parts.zero_()
+        if graphed:
+            torch.mul(lr_base, sched, out=lr_now)
+        for j in range(grad_accum):
+            bi, bm = t_ids_dev[step_pick[j]], t_mask_dev[step_pick[j]]
+            with torch.enable_grad():
+                loss, parts = distill_loss(student, teacher, bi, bm, kl_weight, hidden_weight,
+                                           embed_weight, vocab_slice, mask_to_models=not full)
+                (loss / grad_accum).backward()
+            step_parts.add_(parts / grad_accum)
+        if opt is not None:
+            opt.step()
+        if lib_opt is not None:
+            lib_opt.step()
+
+    graph = None
+    eager_left = 3  # steps run before the capture (they also initialize Adam's state)
+    side = torch.cuda.Stream(device) if graphed else None
     window, wcount = resumed_window  # the curve's running mean, as the checkpoint had it
     window = torch.tensor(window, device=device)
     t_train = time.time()
@@ -475,31 +527,49 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     for step in range(start + 1, steps + 1):
         f = step / warmup if step <= warmup else \
             0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
-        if opt is not None:
+        if graphed:
+            sched.fill_(f)
+        elif opt is not None:
             for gr in opt.param_groups:
                 gr["lr"] = gr["base"] * f
         if lib_opt is not None:
             lib_opt.set_lr(lr * f, sign_lr * f)
-        if opt is not None:
-            opt.zero_grad(set_to_none=True)
         if lib_opt is not None:
             lib_opt.zero_grad()
-        parts_acc = torch.zeros(4, device=device)
+        step_pick.copy_(picks_dev[(step - 1) * grad_accum:step * grad_accum])
+        if graph is not None:
+            graph.replay()
+        elif graphed and eager_left > 0:
+            # warm-up steps on a side stream, as a capture wants them
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                opt.zero_grad(set_to_none=True)
+                train_step()
+            torch.cuda.current_stream(device).wait_stream(side)
+            eager_left -= 1
+        elif graphed:
+            opt.zero_grad(set_to_none=True)  # the captured backward makes the grads
+            try:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    train_step()
+                graph = g
+                graph.replay()
+            except Exception as e:  # noqa: BLE001 (any failure: go on without the graph)
+                log(f"distill: the CUDA graph capture failed ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}); going on without it")
+                graphed = False
+                torch.cuda.synchronize(device)
+                opt.zero_grad(set_to_none=True)
+                train_step()
+        else:
+            if opt is not None:
+                opt.zero_grad(set_to_none=True)
+            train_step()
         for k in range((step - 1) * grad_accum, step * grad_accum):
-            bi, bm = t_ids_dev[picks_dev[k]], t_mask_dev[picks_dev[k]]
-            with torch.enable_grad():
-                loss, parts = distill_loss(student, teacher, bi, bm, kl_weight, hidden_weight,
-                                           embed_weight, vocab_slice)
-                (loss / grad_accum).backward()
-            parts_acc += parts / grad_accum
-            tok = tokens_of[k]
-            report.tokens += tok
-            tok_run += tok
-        if opt is not None:
-            opt.step()
-        if lib_opt is not None:
-            lib_opt.step()
-        window += parts_acc
+            report.tokens += tokens_of[k]
+            tok_run += tokens_of[k]
+        window += step_parts
         wcount += 1
         if step % log_every == 0 or step == steps:
             mean = [float(v) / wcount for v in window.cpu()]
@@ -534,6 +604,7 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             break
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    report.cuda_graph = graph is not None
     report.train_seconds = time.time() - t_train
     report.tokens_per_s = tok_run / report.train_seconds if tok_run else 0.0
     report.steps = report.stopped_at or steps

@@ -199,6 +199,7 @@ def write_kjv_text(path, chapters=None, bible=None, datadir=None):
     if chapters is None:
         chapters = kjv_chapters(bible, datadir)
     text = format_kjv_text(chapters)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)

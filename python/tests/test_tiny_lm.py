@@ -170,6 +170,29 @@ def test_real_program(no_kjv_env):
     assert not set(train) & set(test)
 
 
+SHIPPED = os.path.join(REPO, "data", "tiny-lm")
+
+
+@pytest.mark.skipif(_real_bible() is None and not os.environ.get("BITRANK_KJV_TEXT"),
+                    reason="no KJV: Debian's bible-kjv / bible-kjv-text, or $BITRANK_KJV_TEXT")
+def test_shipped_model_is_what_its_log_says():
+    """data/tiny-lm: its corpus is this corpus, and its held-out perplexity here (CPU,
+    fp32) is the one train_log.json recorded on the GPU that trained it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    log = json.load(open(os.path.join(SHIPPED, "train_log.json")))
+    chapters = kjv.kjv_chapters()
+    assert kjv.corpus_sha256(chapters) == log["corpus"]["sha256"]
+    tok = AutoTokenizer.from_pretrained(SHIPPED)
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED, dtype=torch.float32)
+    assert sum(p.numel() for p in model.parameters()) == log["model"]["parameters"]
+    _, test_texts = kjv.kjv_split(chapters)
+    ids = torch.tensor(token_stream(test_texts, tok))
+    assert ids.numel() == log["corpus"]["test_tokens"]
+    r = perplexity(model, None, ids, seq_len=log["args"]["seq_len"])
+    assert r["tokens"] == log["heldout_tokens"]
+    assert r["ppl"] == pytest.approx(log["heldout_ppl_stored_fp16"], rel=2e-3)
+
+
 def test_split():
     chapters = [(f"Book{i // 30}", i % 30 + 1, f"text {i}") for i in range(1189)]
     train, test = kjv.kjv_split(chapters)
@@ -304,7 +327,10 @@ def test_train_smoke(tmp_path):
     log = json.loads((out / "train_log.json").read_text())
     assert log["steps"] == 6 and log["seed"] == 0 and log["stopped_by"] == "steps"
     assert [e["step"] for e in log["losses"]] == [2, 4, 6]
-    assert [e["step"] for e in log["heldout"]] == [3, 6]
+    assert [e["step"] for e in log["validation"]] == [3, 6]
+    best = min(log["validation"], key=lambda e: e["nll"])
+    assert log["kept_step"] == best["step"]
+    assert log["corpus"]["validation_chapters"] == 2
     assert log["corpus"]["chapters"] == 41 and log["corpus"]["test_chapters"] == 3
     assert log["corpus"]["sha256"] == kjv.corpus_sha256(rows)
     # the tied embedding once, 6 blocks of attention, MLP and two norms, the final norm
