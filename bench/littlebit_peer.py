@@ -86,6 +86,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "python"))
+from bitrank.calib import calibration_ids  # noqa: E402
+from bitrank.eval import perplexity as _perplexity, token_ids  # noqa: E402
+
 # ------------------------------------------------------------------------------ signs
 
 
@@ -575,41 +580,6 @@ def train_peer(student, teacher, ids, mask=None, steps=None, seconds=None, epoch
             "n_samples": n}
 
 
-# ------------------------------------------------------------------------------ evaluation
-
-
-@torch.no_grad()
-def perplexity(model, ids, seq_len, device="cpu", batch_size=8, autocast="auto",
-               max_windows=None):
-    """Held-out perplexity of a causal LM: non-overlapping seq_len windows of the 1-D
-    token stream `ids` (the remainder dropped; a stream shorter than one window is one
-    window), mean NLL over each window's tokens after the first. Returns (ppl, nll, n)."""
-    dev = torch.device(device)
-    if autocast == "auto":
-        autocast = dev.type == "cuda"
-    ids = torch.as_tensor(ids, dtype=torch.long).flatten()
-    nw = ids.numel() // seq_len
-    wins = ids[:nw * seq_len].view(nw, seq_len) if nw else ids[None]
-    if max_windows is not None:
-        wins = wins[:max_windows]
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    ac = (torch.autocast(device_type=dev.type, dtype=torch.bfloat16) if autocast
-          else torch.autocast(device_type=dev.type, enabled=False))
-    for i in range(0, wins.shape[0], batch_size):
-        w = wins[i:i + batch_size].to(dev)
-        with ac:
-            logits = model(input_ids=w, use_cache=False).logits
-        logits = logits[:, :-1].float()
-        total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                       w[:, 1:].reshape(-1), reduction="sum"))
-        count += w[:, 1:].numel()
-    model.train(was_training)
-    nll = total / max(1, count)
-    return math.exp(nll), nll, count
-
-
 # ------------------------------------------------------------------------------ CLI
 
 
@@ -619,37 +589,6 @@ def _is_causal(config):
         return any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in archs)
     from transformers import AutoModelForCausalLM
     return type(config) in AutoModelForCausalLM._model_mapping
-
-
-def _text_ids(tok, text):
-    enc = tok(text, return_attention_mask=False, verbose=False)
-    return torch.tensor(enc["input_ids"], dtype=torch.long)
-
-
-def calibration(tok, text, seq_len, n_samples=None, causal=True):
-    """[N][seq_len] ids cut from text. Causal LMs: the text tokenized once (with the
-    tokenizer's default special tokens, as LittleBit's datautils does per document) and
-    cut into consecutive windows. Encoders: windows of seq_len-2 wrapped in CLS/SEP when
-    the tokenizer has them."""
-    wrap = (not causal and getattr(tok, "cls_token_id", None) is not None
-            and getattr(tok, "sep_token_id", None) is not None)
-    if wrap:
-        stream = torch.tensor(tok(text, add_special_tokens=False, return_attention_mask=False,
-                                  verbose=False)["input_ids"], dtype=torch.long)
-        body = seq_len - 2
-    else:
-        stream = _text_ids(tok, text)
-        body = seq_len
-    nw = stream.numel() // body
-    if n_samples is not None:
-        nw = min(nw, n_samples)
-    if nw == 0:
-        raise ValueError(f"text too short for one window of {seq_len} tokens")
-    wins = stream[:nw * body].view(nw, body)
-    if wrap:
-        wins = torch.cat([torch.full((nw, 1), tok.cls_token_id), wins,
-                          torch.full((nw, 1), tok.sep_token_id)], dim=1)
-    return wins
 
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -711,7 +650,7 @@ def main(argv=None):
     cls = AutoModelForCausalLM if causal else AutoModel
     tok = AutoTokenizer.from_pretrained(args.model)
     with open(args.data_text, encoding="utf-8", errors="replace") as f:
-        ids = calibration(tok, f.read(), args.seq_len, args.n_samples, causal)
+        ids, _ = calibration_ids(f.read(), tok, args.n_samples, args.seq_len)
 
     t_load = time.perf_counter()
     teacher = cls.from_pretrained(args.model, dtype=t_dtype).to(dev).eval()
@@ -726,6 +665,12 @@ def main(argv=None):
     print(f"converted {report['n_layers']} linears, bpw {report['bpw']:.4f} "
           f"(target {args.bpw}), {t_conv:.1f}s; calibration {tuple(ids.shape)}", flush=True)
 
+    def ppl_of(model, ids):
+        max_tokens = args.eval_windows * args.seq_len if args.eval_windows else None
+        r = _perplexity(model, None, ids, seq_len=args.seq_len, device=dev,
+                        max_tokens=max_tokens, batch=args.eval_batch_size)
+        return r["ppl"], r["tokens"]
+
     eval_ids = None
     res = {"model": args.model, "causal": causal, "args": vars(args),
            "load_seconds": t_load, "convert_seconds": t_conv,
@@ -733,15 +678,12 @@ def main(argv=None):
            "ranks": sorted({layer["rank"] for layer in report["layers"]})}
     if args.eval_text and causal:
         with open(args.eval_text, encoding="utf-8", errors="replace") as f:
-            eval_ids = _text_ids(tok, f.read())
-        ppl, nll, cnt = perplexity(teacher, eval_ids, args.seq_len, dev, args.eval_batch_size,
-                                   max_windows=args.eval_windows)
+            eval_ids = token_ids(tok, f.read())
+        ppl, cnt = ppl_of(teacher, eval_ids)
         res["ppl_teacher"], res["eval_tokens"] = ppl, cnt
         print(f"teacher ppl {ppl:.4f} ({cnt} tokens)", flush=True)
         if args.eval_init:
-            res["ppl_init"] = perplexity(peer_eval_model(student), eval_ids, args.seq_len, dev,
-                                         args.eval_batch_size,
-                                         max_windows=args.eval_windows)[0]
+            res["ppl_init"] = ppl_of(peer_eval_model(student), eval_ids)[0]
             print(f"init peer ppl {res['ppl_init']:.4f}", flush=True)
 
     out = train_peer(student, teacher, ids, steps=args.steps, seconds=args.seconds,
@@ -756,8 +698,7 @@ def main(argv=None):
           f"({out['tokens_per_s']:.0f} tok/s, stopped by {out['stopped_by']}), "
           f"final loss {out['loss_curve'][-1][1]:.5g}", flush=True)
     if eval_ids is not None:
-        res["ppl_student"] = perplexity(peer_eval_model(student), eval_ids, args.seq_len, dev,
-                                        args.eval_batch_size, max_windows=args.eval_windows)[0]
+        res["ppl_student"] = ppl_of(peer_eval_model(student), eval_ids)[0]
         print(f"peer ppl {res['ppl_student']:.4f}", flush=True)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -259,28 +259,30 @@ def perplexity(model, tokenizer, text, seq_len=DEFAULT_CAUSAL_SEQ_LEN, stride=No
     device = device if device is not None else _model_device(model)
     total, count = 0.0, 0
     was_training = model.training
-    model.eval()  # dropout off; the caller's mode is restored below
-    with torch.no_grad():
-        i = 0
-        while i < len(spans):
-            length = spans[i][1] - spans[i][0]
-            group = [spans[i]]
-            while (len(group) < batch and i + len(group) < len(spans)
-                   and spans[i + len(group)][1] - spans[i + len(group)][0] == length):
-                group.append(spans[i + len(group)])
-            i += len(group)
-            x = torch.stack([ids[b:e] for b, e, _ in group]).to(device)
-            logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits
-            for row, (b, e, first) in enumerate(group):
-                # logits[row, j] predicts token b + j + 1: keep the targets first..e-1
-                lg = logits[row, first - b - 1:e - b - 1]
-                lg = lg.float() if lg.dtype in (torch.float16, torch.bfloat16) else lg
-                logp = torch.log_softmax(lg, dim=-1)  # one row at a time: [targets][vocab]
-                target = x[row, first - b:].unsqueeze(-1)
-                total += float(-logp.gather(-1, target).double().sum())
-                count += e - first
-            del logits
-    model.train(was_training)
+    model.eval()  # dropout off; the caller's mode is restored, whatever happens
+    try:
+        with torch.no_grad():
+            i = 0
+            while i < len(spans):
+                length = spans[i][1] - spans[i][0]
+                group = [spans[i]]
+                while (len(group) < batch and i + len(group) < len(spans)
+                       and spans[i + len(group)][1] - spans[i + len(group)][0] == length):
+                    group.append(spans[i + len(group)])
+                i += len(group)
+                x = torch.stack([ids[b:e] for b, e, _ in group]).to(device)
+                logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits
+                for row, (b, e, first) in enumerate(group):
+                    # logits[row, j] predicts token b + j + 1: keep the targets first..e-1
+                    lg = logits[row, first - b - 1:e - b - 1]
+                    lg = lg.float() if lg.dtype in (torch.float16, torch.bfloat16) else lg
+                    logp = torch.log_softmax(lg, dim=-1)  # one row at a time: [targets][vocab]
+                    target = x[row, first - b:].unsqueeze(-1)
+                    total += float(-logp.gather(-1, target).double().sum())
+                    count += e - first
+                del logits
+    finally:
+        model.train(was_training)
     nll = total / count
     return {"ppl": math.exp(nll), "nll": nll, "tokens": count}
 

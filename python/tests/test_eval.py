@@ -273,6 +273,17 @@ def test_perplexity_closed_form(seed):
     assert got["tokens"] == 199  # with overlap, only the text's first token is unscored
 
 
+def test_perplexity_restores_the_mode_when_the_model_fails():
+    class Fails(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            raise RuntimeError("out of memory, say")
+
+    m = Fails().train()
+    with pytest.raises(RuntimeError, match="out of memory"):
+        ev.perplexity(m, None, torch.arange(40) % 7, seq_len=16)
+    assert m.training
+
+
 def test_windows_cover_each_token_once(seed):
     for _ in range(50):
         n, seq_len = random.randint(2, 300), random.randint(2, 64)

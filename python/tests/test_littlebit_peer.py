@@ -445,20 +445,7 @@ def test_train_encoder():
     assert all(c[2] == 0.0 and np.isfinite(c[1]) for c in res["loss_curve"])
 
 
-# ------------------------------------------------------------------ perplexity and CLI
-
-def test_perplexity_windows():
-    m = tiny_llama()
-    ids = torch.randint(0, 256, (70,))
-    ppl, nll, n = lp.perplexity(m, ids, 32, batch_size=1)
-    assert n == 2 * 31
-    tot = 0.0
-    with torch.no_grad():
-        for w in (ids[:32], ids[32:64]):
-            lg = m(input_ids=w[None]).logits[0].double()
-            tot += float(torch.nn.functional.cross_entropy(lg[:-1], w[1:], reduction="sum"))
-    assert nll == pytest.approx(tot / 62, rel=1e-5) and ppl == pytest.approx(math.exp(tot / 62))
-
+# ------------------------------------------------------------------ CLI
 
 def _byte_tokenizer(path):
     """A 256-token byte-level tokenizer (no merges), saved as an HF tokenizer."""
