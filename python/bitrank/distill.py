@@ -560,6 +560,8 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
                     f"{str(e).splitlines()[0] if str(e) else ''}); going on without it")
                 graphed = False
                 torch.cuda.synchronize(device)
+                for gr in opt.param_groups:  # this step's rates, as the eager steps set them
+                    gr["lr"] = gr["base"] * f
                 opt.zero_grad(set_to_none=True)
                 train_step()
         else:
