@@ -310,11 +310,11 @@ def main(argv=None):
     print(f"trained {step} steps in {train_seconds:.1f} s ({steps_per_s:.2f} steps/s, "
           f"stopped by {stop_reason})", flush=True)
 
-    r = evaluate(model, valid_ids, args, device)
-    if not evals or evals[-1]["step"] != step:
+    if not evals or evals[-1]["step"] != step:  # the loop ended off an evaluation step
+        r = evaluate(model, valid_ids, args, device)
         evals.append({"step": step, **r})
-    if best is None or r["nll"] < best[0]:
-        best = (r["nll"], step, None)
+        if best is None or r["nll"] < best[0]:
+            best = (r["nll"], step, None)  # None: the weights as they are
     kept_step = best[1]
     if best[2] is not None:
         model.load_state_dict(best[2])
