@@ -11,13 +11,13 @@
  * Per shape: a random layer and target, then the step: dy = (y − y*)/N straight
  * from the forward, staged for the backward in the output GEMM's epilogue
  * (br_blr_forward_loss, no f32 dy; --residual: br_blr_forward_residual writes dy in
- * f32 and the backward stages it, as before 2026-11-29 night), the backward, the
+ * f32 and the backward stages it: the older, unfused form), the backward, the
  * optimizer. x is a fixed batch (as the compress job's calibration batches and the
  * PyTorch reference's resident bf16 x are): staged once by br_blr_stage before the
  * graph is recorded, and the step runs br_blr_forward_loss_staged (--stage-x: the
- * step stages x itself, br_blr_forward_loss, as before 2026-11-30). The target y* is
- * held in f16, as the PyTorch reference holds it in bf16 (--target-f32: in f32, as
- * before 2026-11-30; the same values either way). 5 warm-up replays, then N
+ * step stages x itself, br_blr_forward_loss, the earlier definition). The target y* is
+ * held in f16, as the PyTorch reference holds it in bf16 (--target-f32: in f32, the
+ * earlier definition; the same values either way). 5 warm-up replays, then N
  * (default 20, at least 20) replays each timed by device timers (CUDA events) around the launch;
  * the median and the minimum in ms.
  * --dx also forms the input gradient (a layer inside a network needs it; the

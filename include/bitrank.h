@@ -385,7 +385,7 @@ br_status br_adam_cat(br_ctx *ctx, br_buf *w, const br_buf *grad, br_buf *m1, br
  * Bit-exact across backends: element i goes to partial j = (i/1024) % 64, lane
  * i % 1024; each lane sums fmaf(x, x, lane) in index order from 0; then for s =
  * 512, 256, …, 1: lane[t] = lane[t] + lane[t+s] for t < s; the partial is lane[0]
- * (1024 lanes since 2026-11-30, 256 before: a partial's lanes are one GPU block,
+ * (1024 lanes: a partial's lanes are one GPU block,
  * and more of them in flight keep few large parameters from being latency-bound). out
  * must not share memory with a (BR_E_ARG; likewise for br_sumsq_cat). */
 br_status br_sumsq(br_ctx *ctx, const br_buf *a, size_t n, br_buf *out);
@@ -738,8 +738,8 @@ size_t br_blr_stage_cols(const br_blr *layer);
 /* The staged input of any layers reading the same x f32 [ntok][n] (e.g. q, k, v):
  * x16 = f16(x) as f16 [br_pad_rows(ntok)][br_blr_stage_cols], pads zero, from one
  * read of x, and, if xt is not NULL, its transpose xt f16
- * [br_pad_rows(n)][br_pad_tokens(ntok)] (the layer no longer reads it, since
- * 2026-11-30: pass NULL). It depends only on x (any layer with these n inputs may
+ * [br_pad_rows(n)][br_pad_tokens(ntok)] (the layer does not read it:
+ * pass NULL). It depends only on x (any layer with these n inputs may
  * be passed), and is bit-identical to the staging br_blr_forward does itself. */
 br_status br_blr_stage(const br_blr *layer, const br_buf *x, br_buf *x16, br_buf *xt, size_t ntok);
 /* br_blr_forward on a staged input (as br_blr_stage). x16 is read again by the

@@ -694,7 +694,7 @@ static void host_transfers(void) {
 /* Every class of bad argument, each with a status and a message. */
 static void bad_arguments(void) {
     /* host-side checks, covered by the plain run; under racecheck this case did not
-     * finish in 240 s on the H200 (2026-11-29) */
+     * finish in 240 s on the H200 */
     if (small_mode()) return;
     br_ctx *ctx = t_ctx(), *other = t_cpu_ctx();
     br_blr *l = NULL, *l2 = NULL;

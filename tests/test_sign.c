@@ -74,7 +74,7 @@ static double loss_of(const float *y, const float *ystar, size_t n) {
  * relative to 2|G| + quad: < 5e-4 with f64 G, < 2e-3 with the layer's G. (With dy
  * off the grid the layer's G carries the f16 rounding of dy·gs too and its worst
  * error spreads to ~4e-3 over fresh seeds; with dy on 1/64, B needed 13 bits and B'
- * rounded: worst 2.7e-3 once in 150+ seeds (CI, 2026-11-30), max 1.4e-3 in 150 more;
+ * rounded: worst 2.7e-3 once in 150+ seeds (CI), max 1.4e-3 in 150 more;
  * on 1/16: median 1.7e-4, max 8.3e-4 in 150.) */
 static void spec_flip_exact(void) {
     br_ctx *ctx = t_ctx();

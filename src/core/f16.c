@@ -69,7 +69,7 @@ size_t br_pad_tokens(size_t ntok) { return (ntok + 31) / 32 * 32; }
 
 #ifdef BR_F16C_DISPATCH
 /* vcvtps2ph with round to nearest even gives br_half_from_float's bits for every
- * one of the 2^32 floats (checked exhaustively on 2026-11-29; NaNs included: quiet
+ * one of the 2^32 floats (checked exhaustively; NaNs included: quiet
  * bit set, top payload bits kept), 8 at a time. */
 __attribute__((target("avx,f16c"))) static void half_from_float_f16c(const float *x, uint16_t *out,
                                                                      size_t n) {

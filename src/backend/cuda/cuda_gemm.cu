@@ -153,7 +153,7 @@ const char *asource_name(WgmmaASource src) {
  *   an SM's share of 600 TFLOP/s + 0.5 µs of pipeline fill and store)
  *   + with splits > 1: the partials read back at 3 TB/s + 2 µs for the second kernel,
  * waves = ⌈tiles · splits / SMs⌉. The speeds were measured on the H200 with
- * bench_gemm (2026-11-29; 128x192 and 256x96 estimated from their shared-memory
+ * bench_gemm (128x192 and 256x96 estimated from their shared-memory
  * traffic per flop). Splits 2..8 where the workspace holds the partials and every
  * unit keeps ≥ 4 k blocks. Bitmaps expand into A-fragment registers, 2 sets. The
  * ping-pong tile (only with BITRANK_GEMM_PP=1): a CTA per two units, 0.1 µs per
@@ -182,7 +182,7 @@ void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *s
     int best_splits = 1;
     double best_cost = 0;
     /* ping-pong tiles only where BITRANK_GEMM_PP=1 (read on every call): not yet
-     * measured against the others (2026-11-30) */
+     * measured against the others */
     const char *pp_env = getenv("BITRANK_GEMM_PP");
     const bool pp = !legacy && pp_env && !strcmp(pp_env, "1");
     for (int i = 0; i < (legacy ? 4 : TILE_COUNT); i++) {
@@ -402,7 +402,7 @@ static Problem stage_problem(const br_mm_stage_args &a) {
  * product (in out, or the workspace) followed by cvt_both. The fused kernel runs
  * only where BITRANK_MM_STAGE=fused (read on every call): on the H200 its epilogue
  * costs more than the staging pass it saves (layer step 0.3522 / 0.3090 / 0.5863 ms
- * against 0.3309 / 0.2878 / 0.5483 unfused at the bench shapes, 2026-11-30; 0.386 /
+ * against 0.3309 / 0.2878 / 0.5483 unfused at the bench shapes; 0.386 /
  * 0.311 / 0.670 on the ping-pong tile, whose overlap does not make up for it); it is
  * kept, tested bit for bit, for a faster epilogue (docs/wip/stage-wide). */
 static bool stage_fused(br_ctx *ctx, const Problem &p) {
@@ -519,8 +519,8 @@ extern "C" br_status br_cuda_mm(br_ctx *ctx, const br_op *op) {
  * colsum_fin adds them: b never goes through memory. Elsewhere br_mm into mm.out,
  * then colsum_fused. BITRANK_MM_COLSUM (read on every call: the A/B switch and test
  * hook): 0 the unfused path, 1 the fused one where it applies, a tile name that tile
- * for the fused kernel; unset: kColsumFused. Off by default: on the H200 (2026-11-30,
- * bench_layer at the third shape, where B runs on 128x256) the fused step took 0.4173
+ * for the fused kernel; unset: kColsumFused. Off by default: on the H200 (bench_layer
+ * at the third shape, where B runs on 128x256) the fused step took 0.4173
  * ms against 0.4038 unfused; without the column-sum pass the fused kernel was 8 to 11
  * µs faster than the unfused pair, so the pass (latency-bound: 8 warps an SM, one
  * serial chain a thread) is what to speed up (docs/PERFORMANCE.md). */
@@ -658,8 +658,8 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
  * forced ping-pong tile, or BITRANK_MM_TN2=0, read on every call: an A/B hook)
  * each as MM_TN, in turn. With rowdot (br_mm_tn2_rowdot), both sides' rowdots
  * after the products, in one launch. (The rowdots in the kernel's epilogue, the gradients straight
- * from the accumulators, measured slower on the H200, 2026-11-30: 0.4168 ms against
- * 0.4099 at the third bench shape with the gradients out by TMA; git show 2bc929c.) */
+ * from the accumulators, measured slower on the H200: 0.4168 ms against
+ * 0.4099 at the third bench shape with the gradients out by TMA.) */
 extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
     const br_mm_tn2_args &two = op->u.mm_tn2;

@@ -242,7 +242,7 @@ static __device__ __forceinline__ void br_dev_pdl_enter(void) {
  * kernels of at most one block per SM (the persistent GEMMs, `one_per_sm`). A
  * grid-stride kernel sized to fill the GPU would have its blocks placed early on
  * the SMs the kernel before frees first, unevenly: colsum and cvt_both lost about
- * 4 µs each that way (H200, 2026-11-30), while the GEMMs gained 3 µs of the step.
+ * 4 µs each that way on the H200, while the GEMMs gained 3 µs of the step.
  * A/B hook, read on every call: BITRANK_PDL=0 none, BITRANK_PDL=all every kernel
  * launched through here. */
 static inline bool br_cuda_pdl_on(const br_cuda *s, bool one_per_sm) {

@@ -337,10 +337,10 @@ __global__ void colfin_kernel(sign_job j) {
  * per array) and rounds whose loads it issues together (B): the vector form (4, 1)
  * where the host finds every W-wide access 16-byte aligned (vec_aligned), else the
  * scalar one (1, 4). Both keep 4 × 4 B of each array in flight per thread; the vector
- * form issues a quarter of the memory instructions. On the H200 (2026-11-30, the
+ * form issues a quarter of the memory instructions. On the H200 (the
  * layer step at the third bench shape, ab-many): scalar 0.4204 ms, (4, 1) 0.4110,
  * (4, 2) 0.4162 (80 registers: 3 blocks an SM instead of 4); with br_sign_steps'
- * one-wave grid (11:39 UTC), (4, 2) 0.4032 against (4, 1) 0.4003. */
+ * one-wave grid, (4, 2) 0.4032 against (4, 1) 0.4003. */
 #define VEC_W 4
 #define VEC_BATCH 1
 #define SCALAR_BATCH 4
@@ -810,7 +810,7 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
      * shared by the jobs in proportion to their entries; each block then strides
      * over its job's share. A block per 1024 entries (up to 2048 a job: 5120 blocks,
      * ten waves, at the third bench shape) measured 11 µs slower on the H200 with the
-     * finish in the same launch (2026-11-30, 11:34-11:35 UTC, one machine start: the
+     * finish in the same launch (one machine start: the
      * layer step 0.4203 against 0.4089 ms) and 5.7 µs slower as it was, with a finish
      * launch of its own (0.4146): every block pays its start, its count and, with the
      * finish in the launch, its arrival. BITRANK_SIGN_WAVES=<w> (read on every call, an

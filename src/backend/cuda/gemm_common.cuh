@@ -129,8 +129,8 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
               WgmmaTile tile = TILE_AUTO, WgmmaASource src = A_AUTO);
 /* The tile, A source and split-K factor AUTO picks for a problem on `sm_count`
  * multiprocessors: splits > 1 only where p.ws_bytes holds the partials (splits NULL:
- * never). legacy: only the first four tiles, no split (what the picker chose before
- * 2026-11-29's skinny-shape work; the benchmark's "before"). */
+ * never). legacy: only the first four tiles, no split (the picker without the skinny-shape
+ * tiles; the benchmark's "before"). */
 void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src,
                 int *splits = nullptr, bool legacy = false);
 /* The tile AUTO picks for two MN-major plain problems of the same k in one launch

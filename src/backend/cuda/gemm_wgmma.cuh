@@ -19,7 +19,7 @@
  *       registers (register-A wgmma), one wgmma per step with kASets fragment sets
  *       in flight. No shared-memory bandwidth for A, but ptxas gives a consumer
  *       only 168 registers (128 of them accumulators), hence the small sets.
- * On the H200 (bench_gemm, 2026-11-29) registers with 2 sets and 128 × 256 tiles
+ * On the H200 (bench_gemm) registers with 2 sets and 128 × 256 tiles
  * are the fastest bitmap variant; the shared-memory expansion trails by 0–10 %
  * (ROWS) and 5–10 % (COLS): the single producer warp per SM quarter does not keep
  * the consumers fed.
@@ -54,7 +54,7 @@
  * plane rows × BT tokens, the CTA's units alternating between the two, and their
  * main loops take turns (a turn barrier each), so that one consumer's epilogue runs
  * beside the other's main loop. The stages, now a tile's alone, are deeper (as
- * many as fit). On the H200 (bench_gemm --layer-only, 2026-11-30) it helps where
+ * many as fit). On the H200 (bench_gemm --layer-only) it helps where
  * the epilogue is heavy (the output GEMM with c at 4096 × 3584 × 768: 79 → 69 µs)
  * and not elsewhere (the plain product there 45.6 → 46.1 µs; long-K GEMMs with few
  * tiles lose: a CTA per two tiles leaves SMs idle), so the picker takes it only
@@ -355,7 +355,7 @@ template <int kRegs> __device__ __forceinline__ void regs_claim() {
 #ifndef BR_WGMMA_LANE0_RELEASE
 /* Experiment switch, off by default (build with -DBR_WGMMA_LANE0_RELEASE=1 to measure
  * what the per-thread release costs): register-A consumers release per warp too,
- * lane 0 alone (8 arrivals), as before 2026-11-29's racecheck fix. The other lanes'
+ * lane 0 alone (8 arrivals), the form racecheck flagged. The other lanes'
  * ld.shared of a stage are ordered before lane 0's arrive by the __syncwarp that
  * starts the next k block (the loop releases the previous k block's stage) or by
  * the one before the tile's last release, but racecheck does not credit that
@@ -905,7 +905,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
              * step) takes the element-wise conversions, whose NaN bits are the
              * definition's. Then the boxes leave by TMA, nothing waited for between
              * them. scripts/gemm-trace times the phases: at the third bench shape
-             * (H200, 2026-11-30) 11.4 µs of main loop per tile and 6.6 µs of this
+             * (H200) 11.4 µs of main loop per tile and 6.6 µs of this
              * loop with a branch per value pair, 2.5 with a warp vote per 16 tokens
              * (the form below, one vote per tile, saved 2–3 µs more a step). */
             constexpr int kC = Cfg::kEpiRows / 8; /* 8-token groups per box (even) */
@@ -1420,7 +1420,7 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     a.col_group = p.cs_group, a.col_stride = p.cs_stride;
     a.ca_pf = 0;
     /* c's loads three quarters into the main loop (BITRANK_STAGE16_C_AT=<percent>,
-     * read on every call: a benchmark hook). On the H200 (2026-11-30, bench_layer):
+     * read on every call: a benchmark hook). On the H200 (bench_layer):
      * 0 % 0.2776 / 0.2337 / 0.4671 ms, 33 % 0.2762 / 0.2332 / 0.4675, 66 % 0.2761 /
      * 0.2340 / 0.4619, 90 % 0.2753 / 0.2331 / 0.4619. Read for that kernel alone. */
     a.c_at = 0;
