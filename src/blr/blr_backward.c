@@ -23,8 +23,6 @@
  * path's parameters apart). The token-axis GEMMs read their token-major operands as
  * they are (rows past T zero up to pad_tokens(T)). Every GEMM
  * reads the bits as they are: the input gradient and G come from the forward's bits. */
-#include <math.h>
-
 #include "blr/blr_internal.h"
 #include "ops/check.h"
 #include "ops/layer_ops.h"
@@ -107,14 +105,6 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
                                        sp[BR_BLR_G], ss[BR_BLR_G], 1.0f, sh->plane, R, P));
     br_gemm gx = {.m = ntok, .n = n, .k = R, .oscale = 1.0f / gs};
     BR_TRY(br_mm(ctx, sh->act, sh->plane, dx, gx));
-    return BR_OK;
-}
-
-br_status br_blr_check_gscale(const br_blr *l, const char *fn, float gscale) {
-    int e = 0;
-    if (!(gscale > 0) || !isfinite(gscale) || frexpf(gscale, &e) != 0.5f)
-        return br_fail(l->ctx, BR_E_ARG, "%s: gscale = %g is not a positive power of two", fn,
-                       (double)gscale);
     return BR_OK;
 }
 

@@ -23,19 +23,6 @@
 #include "ops/check.h"
 #include "ops/layer_ops.h"
 
-/* The checks every layer op starts with. */
-br_status br_blr_check_run(const br_blr *l, const br_blr_scratch *s, const char *fn, size_t ntok) {
-    if (!l) return BR_E_ARG;
-    if (!s) return br_fail(l->ctx, BR_E_ARG, "%s: scratch is NULL", fn);
-    if (s->layer != l)
-        return br_fail(l->ctx, BR_E_ARG, "%s: the scratch was made for another layer", fn);
-    BR_TRY(br_check_dim(l->ctx, fn, "ntok", ntok));
-    if (ntok > s->ntok)
-        return br_fail(l->ctx, BR_E_SIZE, "%s: ntok = %zu exceeds the scratch's %zu tokens", fn,
-                       ntok, s->ntok);
-    return BR_OK;
-}
-
 size_t br_blr_stage_cols(const br_blr *l) { return l ? l->npad : 0; }
 
 /* Elements of the staged f16(x) and of its (optional) transpose. */

@@ -101,9 +101,9 @@ struct br_blr_scratch {
 };
 
 /* The checks every layer op starts with: layer, scratch made for it, 1 ≤ ntok ≤ the
- * scratch's tokens (blr_forward.c). */
+ * scratch's tokens (blr_check.c). */
 br_status br_blr_check_run(const br_blr *l, const br_blr_scratch *s, const char *fn, size_t ntok);
-/* gscale is a positive power of two (BR_E_ARG otherwise) (blr_backward.c). */
+/* gscale is a positive power of two (BR_E_ARG otherwise) (blr_check.c). */
 br_status br_blr_check_gscale(const br_blr *l, const char *fn, float gscale);
 
 #endif

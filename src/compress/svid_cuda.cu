@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_handles.h"
 #include "compress/compress.h"
 #include "core/rng.h"
 
@@ -132,7 +132,7 @@ br_status cuda_svd_topk(br_ctx *ctx, const float *w, size_t m, size_t n, size_t 
     svd_bufs d;
     float *host_omega = nullptr, *host_ub = nullptr, *host_v = nullptr;
     int lwork = 0, lw = 0, host_info = 0;
-    cudaStream_t stream = br_cuda_state(ctx)->stream; // also makes ctx's GPU current
+    cudaStream_t stream = br_cuda_current_stream(ctx); // also makes ctx's GPU current
     // the arena's views, in order, each 256-byte aligned
     const size_t sizes[10] = {m * n, (size_t)C * l, (size_t)R * l, (size_t)C * l, (size_t)C * l,
                               l,     (size_t)C * l, l * l,         (size_t)R * k, l};
@@ -251,7 +251,7 @@ extern "C" br_status br_svid_device_new(br_ctx *ctx, br_svid_device **out) {
     if (!dev) return br_fail(ctx, BR_E_NOMEM, "Dual-SVID on the GPU: out of host memory");
     dev->ctx = ctx;
     br_status st = BR_OK;
-    cudaStream_t stream = br_cuda_state(ctx)->stream; // handles belong to the current GPU
+    cudaStream_t stream = br_cuda_current_stream(ctx); // handles belong to the current GPU
     if (cublasCreate(&dev->blas) != CUBLAS_STATUS_SUCCESS) {
         dev->blas = nullptr;
         st = br_fail(ctx, BR_E_DEVICE, "Dual-SVID on the GPU: cublasCreate failed");
@@ -276,7 +276,7 @@ done:
 
 extern "C" void br_svid_device_free(br_svid_device *dev) {
     if (!dev) return;
-    br_cuda_state(dev->ctx); // its GPU current, as when they were made
+    br_cuda_current_stream(dev->ctx); // its GPU current, as when they were made
     cudaFree(dev->arena);
     cudaFree(dev->work);
     cudaFree(dev->info);

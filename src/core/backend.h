@@ -5,9 +5,15 @@
 #define BR_CORE_BACKEND_H
 
 #include "core/internal.h"
-#include "ops/op.h"
+#include "core/op_kind.h"
 
-typedef br_status (*br_op_fn)(br_ctx *ctx, const br_op *op);
+/* The op layer's descriptors (ops/op.h), which the table only passes on: the
+ * backends, which read them, include ops/op.h themselves. */
+struct br_op;
+struct br_mm_args;
+struct br_mm_stage_args;
+
+typedef br_status (*br_op_fn)(br_ctx *ctx, const struct br_op *op);
 
 typedef struct br_backend {
     const char *name; /* "cpu", "cuda" */
@@ -31,11 +37,11 @@ typedef struct br_backend {
     /* Workspace bytes (br_submit's ws_bytes) an MM_STAGE op needs on this device:
      * room for the f32 product where the backend cannot stage it without one and
      * mm.out is NULL. NULL: none (the backend finds its own room). */
-    size_t (*mm_stage_ws)(br_ctx *ctx, const br_mm_stage_args *a);
+    size_t (*mm_stage_ws)(br_ctx *ctx, const struct br_mm_stage_args *a);
     /* Workspace bytes an MM_TN op needs on this device beyond its split-K partials:
      * room for transposed copies of the operands where the backend has no kernel for
      * them as they are (the split-K reservation stays its ws_bytes). NULL: none. */
-    size_t (*mm_tn_ws)(br_ctx *ctx, const br_mm_args *a);
+    size_t (*mm_tn_ws)(br_ctx *ctx, const struct br_mm_args *a);
     /* Whether `bytes` at ptr are memory this device's ops can use (br_buf_wrap):
      * BR_OK, or BR_E_ARG with a message saying what the memory is. NULL: any
      * pointer is taken (the caller vouches for host memory). */

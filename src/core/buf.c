@@ -5,7 +5,6 @@
 
 #include "core/backend.h"
 #include "core/internal.h"
-#include "ops/check.h"
 
 size_t br_dtype_size(br_dtype dt) { return dt == BR_F16 ? 2 : 4; }
 

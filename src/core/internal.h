@@ -80,6 +80,11 @@ br_status br_fail(br_ctx *ctx, br_status st, const char *fmt, ...)
     ;
 br_status br_vfail(br_ctx *ctx, br_status st, const char *fmt, va_list ap);
 
+/* ctx non-NULL (returns BR_E_ARG without a message otherwise). Here, below the op
+ * front-ends that use it most, because core's buffer functions check their context
+ * the same way (core/status.c: a file that calls nothing above core). */
+br_status br_check_ctx(const br_ctx *ctx);
+
 /* Address of element 0 of a buffer (device or host memory). */
 static inline void *br_ptr(const br_buf *b) {
     return b ? (char *)b->mem + b->offset * br_dtype_size(b->dtype) : (void *)0;

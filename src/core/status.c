@@ -1,4 +1,5 @@
-/* Status names and the failure message of a context. */
+/* Status names, the failure message of a context, and the status of a missing
+ * context. */
 #include <stdio.h>
 #include <string.h>
 
@@ -35,6 +36,8 @@ br_status br_fail(br_ctx *ctx, br_status st, const char *fmt, ...) {
     va_end(ap);
     return st;
 }
+
+br_status br_check_ctx(const br_ctx *ctx) { return ctx ? BR_OK : BR_E_ARG; }
 
 const char *br_ctx_error(const br_ctx *ctx) { return ctx ? ctx->err : "no context"; }
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "io/io_internal.h"
+#include "io/blr_layout.h"
 
 #define CORTIQ_MAGIC 0x4C
 #define CORTIQ_VERSION 1

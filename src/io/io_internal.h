@@ -1,5 +1,6 @@
 /* Internal state of the safetensors reader and writer, shared by the src/io files, the
- * tests and the fuzz harness. */
+ * tests and the fuzz harness. The BLR layout's own internals, which sit above the
+ * reader and writer, are io/blr_layout.h's. */
 #ifndef BR_IO_INTERNAL_H
 #define BR_IO_INTERNAL_H
 
@@ -66,9 +67,15 @@ br_st_dtype br_st_dtype_from_name(const char *name);
 const char *br_st_fmt_shape(char *buf, size_t n, const uint64_t *shape, size_t ndim);
 
 /* Parse a safetensors image held in memory (borrowed: it must outlive the file)
- * as if it were the file `name`. The fuzz harness's entry point. */
+ * as if it were the file `name`, its BLR layers checked as br_st_open checks them
+ * (st_open.c). The fuzz harness's entry point. */
 br_status br_st_open_memory(br_ctx *ctx, const char *name, const void *bytes, size_t size,
                             br_st_file **out);
+/* br_st_open and br_st_open_memory without the BLR layers (st_read.c): the file's
+ * tensors and metadata, read and checked; f->blr is left empty for st_open.c. */
+br_status br_st_open_plain(br_ctx *ctx, const char *path, br_st_file **out);
+br_status br_st_open_memory_plain(br_ctx *ctx, const char *name, const void *bytes, size_t size,
+                                  br_st_file **out);
 
 /* A sharded checkpoint's index: weight_map entries (tensor → shard file name), the
  * shard names in order of first appearance. */
@@ -84,9 +91,6 @@ typedef struct br_st_index {
 br_status br_st_index_parse(br_ctx *ctx, const char *name, const char *text, size_t len,
                             br_st_index *out);
 void br_st_index_free(br_st_index *idx);
-
-/* Find the BLR layers of an opened file and check their tensors (st_blr.c). */
-br_status br_st_scan_blr(br_ctx *ctx, br_st_file *f);
 
 /* Bytes [offset, offset + n) of tensor t of f into dst, read with pread (a
  * memory image: copied). BR_E_ARG if the range is outside the tensor; BR_E_IO
@@ -142,16 +146,6 @@ br_status br_st_writer_add_owned(br_st_writer *w, const char *name, br_st_dtype 
 /* The context a writer reports to, and marking a file as the BLR layout. */
 br_ctx *br_st_writer_ctx(const br_st_writer *w);
 br_status br_st_writer_mark_blr(br_st_writer *w);
-
-/* Shared by the two BLR encodings (st_blr.c, cortiq.c): a layer's arguments
- * checked (fn names the caller in messages); scales f32 → f16 bytes (little-endian,
- * round to nearest even), BR_E_NONFINITE naming layer, array and index if one is
- * not finite or overflows f16; the cortiq header checked against `len` bytes. */
-br_status br_blr_check_layer(br_ctx *ctx, const char *fn, const br_blr_host *layer);
-br_status br_blr_put_f16(br_ctx *ctx, const char *fn, const char *name, const char *what, size_t p,
-                         const float *src, size_t n, uint8_t *dst);
-br_status br_blr_cortiq_probe(br_ctx *ctx, const char *where, const uint8_t *src, size_t len,
-                              size_t *paths, size_t *r, size_t *m, size_t *n);
 
 /* Little-endian loads and stores of unaligned bytes. */
 static inline uint16_t br_le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }

@@ -4,7 +4,8 @@
  *     u64 N (little-endian) | N bytes of JSON header | data section
  *
  * and the header maps each tensor name to {dtype, shape, data_offsets [begin, end)}
- * relative to the data section, plus an optional "__metadata__" of strings. */
+ * relative to the data section, plus an optional "__metadata__" of strings. What
+ * the metadata say of BLR layers is read above this file (st_open.c, st_blr.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -544,7 +545,7 @@ static int ends_with(const char *s, const char *suffix) {
 static br_status finish_open(builder *b) {
     BR_TRY(finish_meta(b));
     if (!b->f->by_name) BR_TRY(index_names(b));
-    return br_st_scan_blr(b->ctx, b->f);
+    return BR_OK;
 }
 
 /* The end of every open: on success so far the file is finished and handed to
@@ -560,7 +561,7 @@ static br_status end_open(builder *b, br_status st, br_st_file **out) {
     return BR_OK;
 }
 
-br_status br_st_open(br_ctx *ctx, const char *path, br_st_file **out) {
+br_status br_st_open_plain(br_ctx *ctx, const char *path, br_st_file **out) {
     if (!out) return br_fail(ctx, BR_E_ARG, "br_st_open: out is NULL");
     *out = NULL;
     if (!path || !*path) return br_fail(ctx, BR_E_ARG, "br_st_open: path is NULL or empty");
@@ -599,8 +600,8 @@ br_status br_st_open(br_ctx *ctx, const char *path, br_st_file **out) {
     return end_open(&b, st, out);
 }
 
-br_status br_st_open_memory(br_ctx *ctx, const char *name, const void *bytes, size_t size,
-                            br_st_file **out) {
+br_status br_st_open_memory_plain(br_ctx *ctx, const char *name, const void *bytes, size_t size,
+                                  br_st_file **out) {
     *out = NULL;
     br_st_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(name)) || !(f->shards = calloc(1, sizeof *f->shards)) ||

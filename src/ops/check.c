@@ -4,8 +4,6 @@
 
 #include "ops/check.h"
 
-br_status br_check_ctx(const br_ctx *ctx) { return ctx ? BR_OK : BR_E_ARG; }
-
 br_status br_check_buf(br_ctx *ctx, const char *fn, const char *arg, const br_buf *b, br_dtype dt,
                        size_t need) {
     if (!b) return br_fail(ctx, BR_E_ARG, "%s: %s is NULL", fn, arg);

@@ -9,9 +9,6 @@
 extern "C" {
 #endif
 
-/* ctx non-NULL (returns BR_E_ARG without a message otherwise). */
-br_status br_check_ctx(const br_ctx *ctx);
-
 /* `b` non-NULL, of ctx, of dtype dt, holding at least `need` elements. */
 br_status br_check_buf(br_ctx *ctx, const char *fn, const char *arg, const br_buf *b, br_dtype dt,
                        size_t need);

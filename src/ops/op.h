@@ -1,56 +1,17 @@
 /* Op descriptors: what the front-end hands a backend, and what a graph records.
- * One kind per backend op; composites (plane_linear, weight_grad, gram_acc) are
- * sequences of these. Every size here has been checked by the front-end: element
- * counts fit BR_MAX_ELEMS (except fill and copy counts, bounded only by the buffer:
- * up to 2^40) and every buffer holds what the shapes need. */
+ * One kind per backend op (core/op_kind.h); composites (plane_linear, weight_grad,
+ * gram_acc) are sequences of these. Every size here has been checked by the
+ * front-end: element counts fit BR_MAX_ELEMS (except fill and copy counts, bounded
+ * only by the buffer: up to 2^40) and every buffer holds what the shapes need. */
 #ifndef BR_OPS_OP_H
 #define BR_OPS_OP_H
 
 #include "core/internal.h"
+#include "core/op_kind.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum br_op_kind {
-    BR_OP_FILL = 0,
-    BR_OP_COPY,
-    BR_OP_MM,
-    BR_OP_MM_BITS,
-    BR_OP_CVT,
-    BR_OP_CVT_MULTI,
-    BR_OP_CVT_COLS,
-    BR_OP_CVT_T,
-    BR_OP_EXPAND,
-    BR_OP_COLSUM,
-    BR_OP_COLSUM_FUSED,
-    BR_OP_SCALE_ACC,
-    BR_OP_SCALE_ACC2,
-    BR_OP_F16_TO_F32,
-    BR_OP_ADD,
-    BR_OP_SPLIT_QG,
-    BR_OP_DENSE_FWD,
-    BR_OP_DENSE_BWD,
-    BR_OP_ADAM,
-    BR_OP_ADAM_CAT,
-    BR_OP_SUMSQ,
-    BR_OP_SUMSQ_CAT,
-    BR_OP_CVT_PAD,       /* sign_ops.c: staging into wider rows, pad columns zero */
-    BR_OP_STEP_CTRL,     /* sign_ops.c: gradient norms → step schedule, refusal */
-    BR_OP_SIGN_STEP,     /* sign_ops.c: latent Adam / exact-flip scores, budgeted flips */
-    BR_OP_EXPAND_SCALED, /* layer_ops.c: sign bitmap → scaled f16 plane, transposed */
-    BR_OP_SIGN_ROWDOT,   /* layer_ops.c: sign gradients and Σ_k s·M per row */
-    BR_OP_CVT_BOTH,      /* layer_ops.c: cvt_pad and cvt_t from one read */
-    BR_OP_SIGN_STEPS,    /* sign_ops.c: sign steps of up to BR_SIGN_STEPS_MAX matrices */
-    BR_OP_MM_STAGE,      /* gemm.c: br_mm with c, its result staged as br_cvt_both would */
-    BR_OP_MM_TN,         /* gemm.c: br_mm on act and plane stored k-rows-first */
-    BR_OP_MM_TN2,        /* gemm.c: two MM_TN products in one op (one launch where it can) */
-    /* layer_ops.c: two EXPAND_SCALED in one op (one launch) */
-    BR_OP_EXPAND_SCALED2,
-    BR_OP_MM_COLSUM, /* gemm.c: br_mm feeding colsum_fused (CVT_B) in one op */
-    /* ops of later layers (sign optimizer, ...) are added above this line */
-    BR_OP_COUNT
-} br_op_kind;
 
 /* "cvt", "mm_bits", ... */
 const char *br_op_name(br_op_kind kind);

@@ -19,7 +19,11 @@
  * core/gemm_panels.h, each one single-threaded sgemm (OpenBLAS held at one thread
  * by br_blas_serial_begin/end), the panels spread over an OpenMP team as large as
  * OpenBLAS's thread count was. Each panel also converts its act rows and runs its
- * own epilogue, so those run on the team too. */
+ * own epilogue, so those run on the team too.
+ *
+ * The ops that end in another op (mm_tn2's rowdots, mm_stage, mm_colsum) are here,
+ * with the GEMM they start with: each calls down into the op it feeds
+ * (cpu_layer_ops.c, cpu_reduce.c), which never calls back into this file. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,4 +288,66 @@ br_status br_cpu_mm_tn2(br_ctx *ctx, const br_op *op) {
         BR_TRY(br_cpu_sign_rowdot(ctx, &rd));
     }
     return BR_OK;
+}
+
+/* ---------------------------------------------------------------- mm_stage */
+
+/* br_mm into out (or a buffer of its own when out is NULL), then br_cvt_both of it:
+ * the definition of the op, as the CUDA backend's fused epilogue must match it. An
+ * f16 c: the plain product (oscale 1, no c: acc itself), then the epilogue the GEMM
+ * applies with c, fl(fl(oscale·acc) + fl(beta·c)), on c's f32 values. */
+br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op) {
+    const br_mm_stage_args *a = &op->u.mm_stage;
+    br_op mm = {.kind = BR_OP_MM};
+    mm.u.mm = a->mm;
+    const int c16 = br_buf_dtype(a->mm.g.c) == BR_F16;
+    if (c16) {
+        mm.u.mm.g.c = NULL;
+        mm.u.mm.g.beta = 0.0f;
+        mm.u.mm.g.oscale = 1.0f;
+    }
+    br_buf *own = NULL;
+    if (!mm.u.mm.out) {
+        BR_TRY(br_buf_new(ctx, BR_F32, a->mm.g.m * a->mm.g.n, &own));
+        mm.u.mm.out = own;
+    }
+    br_status st = br_cpu_mm(ctx, &mm);
+    if (st == BR_OK && c16) {
+        float *o = br_ptr(mm.u.mm.out), alpha = a->mm.g.oscale, beta = a->mm.g.beta;
+        const uint16_t *c = br_ptr(a->mm.g.c);
+        size_t count = a->mm.g.m * a->mm.g.n;
+        OMP("omp parallel for schedule(static) if (count >= PARALLEL_MIN_ELEMS)")
+        for (size_t i = 0; i < count; i++) {
+            float scaled = o[i] * alpha, cterm = beta * br_half_to_float(c[i]);
+            o[i] = scaled + cterm;
+        }
+    }
+    if (st == BR_OK) {
+        br_op cb = {.kind = BR_OP_CVT_BOTH};
+        cb.u.cvt_both = (br_cvt_both_args){.src = mm.u.mm.out,
+                                           .col = NULL,
+                                           .dst = a->dst,
+                                           .dst_t = a->dst_t,
+                                           .m = a->mm.g.m,
+                                           .k = a->mm.g.n,
+                                           .ld = a->ld,
+                                           .scale = a->scale};
+        st = br_cpu_cvt_both(ctx, &cb);
+    }
+    br_buf_free(own);
+    return st;
+}
+
+/* ---------------------------------------------------------------- mm_colsum */
+
+/* br_mm into b (cs.b is mm.out), then colsum_fused of it: the definition of the op,
+ * which the CUDA backend's fused epilogue must match bit for bit. */
+br_status br_cpu_mm_colsum(br_ctx *ctx, const br_op *op) {
+    const br_mm_colsum_args *a = &op->u.mm_colsum;
+    br_op mm = {.kind = BR_OP_MM};
+    mm.u.mm = a->mm;
+    BR_TRY(br_cpu_mm(ctx, &mm));
+    br_op cs = {.kind = BR_OP_COLSUM_FUSED};
+    cs.u.colsum_fused = a->cs;
+    return br_cpu_colsum_fused(ctx, &cs);
 }

@@ -5,6 +5,7 @@
 #define BR_BACKEND_CPU_OPS_H
 
 #include "core/backend.h"
+#include "ops/op.h"
 
 /* OMP("omp ...") is that OpenMP pragma in a build with OpenMP, nothing without. */
 #if defined(BR_HAVE_OPENMP) && defined(_OPENMP)
@@ -24,6 +25,8 @@ br_status br_cpu_mm(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm_bits(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm_tn(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm_tn2(br_ctx *ctx, const br_op *op);
+br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op);
+br_status br_cpu_mm_colsum(br_ctx *ctx, const br_op *op);
 /* cpu_stage.c */
 br_status br_cpu_cvt(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_multi(br_ctx *ctx, const br_op *op);
@@ -57,7 +60,5 @@ br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op);
 br_status br_cpu_expand_scaled2(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op);
-br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op);
-br_status br_cpu_mm_colsum(br_ctx *ctx, const br_op *op);
 
 #endif

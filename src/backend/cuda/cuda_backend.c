@@ -351,6 +351,8 @@ static br_status cuda_set_stream(br_ctx *ctx, void *stream, int own) {
     return BR_OK;
 }
 
+cudaStream_t br_cuda_current_stream(br_ctx *ctx) { return br_cuda_state(ctx)->stream; }
+
 static void *cuda_stream(const br_ctx *ctx) {
     const br_cuda *s = (const br_cuda *)ctx->be_state;
     return s->legacy_stream ? NULL : (void *)s->stream;

@@ -5,7 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cuda_handles.h"
 #include "core/backend.h"
+#include "ops/op.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,8 +55,7 @@ static inline br_cuda *br_cuda_state(br_ctx *ctx) {
     return s;
 }
 
-/* Turn a CUDA error into a failed status with the call and location in the message. */
-br_status br_cuda_check(br_ctx *ctx, cudaError_t e, const char *what, const char *file, int line);
+/* Return br_cuda_check's failed status (cuda_handles.h) where `call` fails. */
 #define BR_CUDA_TRY(ctx, call)                                                                     \
     do {                                                                                           \
         cudaError_t br_cuda_e_ = (call);                                                           \
