@@ -404,7 +404,7 @@ static Problem stage_problem(const br_mm_stage_args &a) {
  * costs more than the staging pass it saves (layer step 0.3522 / 0.3090 / 0.5863 ms
  * against 0.3309 / 0.2878 / 0.5483 unfused at the bench shapes; 0.386 /
  * 0.311 / 0.670 on the ping-pong tile, whose overlap does not make up for it); it is
- * kept, tested bit for bit, for a faster epilogue (docs/wip/stage-wide). */
+ * kept, tested bit for bit, for a faster epilogue (docs/PERFORMANCE.md). */
 static bool stage_fused(br_ctx *ctx, const Problem &p) {
     const char *e = getenv("BITRANK_MM_STAGE");
     if (!e || strcmp(e, "fused") != 0 || !p.o16t) return false; /* it writes both outputs */

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Every kernel of the layer step at the third bench shape, isolated by ncu (graph
-# nodes one by one, clocks as found, caches flushed between kernels: the small
-# memory-bound kernels read cold), then the step under env variants, alternated.
-# Setup here: mkdir -p build-ab-in && cp docs/wip/ncu-step.sh build-ab-in/
-#   (optional) build-ab-in/ncu.variants: one line of VAR=value words per variant
-# Device call (run tool, carry ["build-ab-in"]): bash build-ab-in/ncu-step.sh
+# Device time of every kernel of the BLR layer training step at bench_layer's third
+# shape, each graph node isolated by ncu (--graph-profiling node, clocks as found,
+# gpu__time_duration.sum, two replayed steps; ncu flushes the caches between
+# kernels, so the small memory-bound kernels read cold), then, if
+# build-ab-in/ncu.variants exists (one line of VAR=value words per variant), the
+# step at that shape under each variant, alternated with the default, three rounds.
+# Builds build-n (sm_90a, bench_layer only). About 70 s on a fresh machine.
+#   bash dev/ncu-step.sh                  (device call; carry ["build-ab-in"] for variants)
+# NCU_SKIP / NCU_COUNT (default 70 / 28): kernels skipped before the profiled ones
+# and kernels profiled; when the step's kernels change, check that the rows printed
+# are two whole steps. scripts/ncu-layer is the general form (any shape, the L2 left
+# warm with NCU_CACHE=none).
 cd "$(dirname "$0")/.." || exit 1
 export PATH="$PATH:/usr/local/cuda/bin"
 out=${OUT:-/tmp}
@@ -17,7 +23,7 @@ echo "build: $(($(date +%s) - t0)) s"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
 # about 70 kernels go before the replays' third step; 28 is two steps
 timeout 110 "$ncu" --clock-control none --graph-profiling node --metrics gpu__time_duration.sum \
-  --launch-skip 70 --launch-count 28 --csv ./build-n/bench_layer --shape 3 \
+  --launch-skip "${NCU_SKIP:-70}" --launch-count "${NCU_COUNT:-28}" --csv ./build-n/bench_layer --shape 3 \
   >"$out/ncu.csv" 2>"$out/ncu.err"
 echo "ncu rc=$? ($(($(date +%s) - t0)) s)"
 python3 - "$out/ncu.csv" <<'PY'

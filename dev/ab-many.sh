@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# A/B of several docs/wip patches in one device call: the tree as carried ("head")
-# and head + each patch, built side by side for sm_90a; the layer step of each,
-# interleaved, two rounds (plus the env variants a patch names in
-# build-ab-in/<name>.variants, one `VAR=value ... --bench-arg ...` per line, and
-# build-ab-in/head.variants for head); then every test suite
-# on cuda for head and each patched tree, the trees in parallel. About 7 minutes for three.
+# A/B of the BLR layer training step on the lent GPU, several changes in one device
+# call: the working tree as carried ("head") and head + each named change, built side
+# by side for sm_90a; the step (bench_layer, all three shapes) of each, interleaved,
+# two rounds, with the env variants named for it; then every CUDA test suite on head
+# and on each changed tree, the trees in parallel. About 7 minutes for three changes.
 #
-# A name with <name>.tar in build-ab-in is a whole tree instead of a patch (git archive
-# of another commit: the A/B of a change too large for a patch's reverse).
-# Setup here (the script and patches travel in an ignored folder named in carry):
-#   mkdir -p build-ab-in && cp docs/wip/ab-many.sh docs/wip/*/*.patch docs/wip/*/*.variants build-ab-in/
-# Device call (run tool, carry ["build-ab-in"]):
-#   bash build-ab-in/ab-many.sh stage-wide pdl f16-epi-wide
-# The device copies the working tree when the call starts: edit nothing it carries
-# until the call is under way.
+# The changes go in build-ab-in/ (ignored by git, so the device call must carry it):
+#   <name>.patch     a patch against the carried tree (write it to /tmp, then copy:
+#                    `git diff > tracked-file` puts the truncated file in the patch)
+#   <name>.tar       instead, a whole tree (`git archive <commit> -o build-ab-in/<name>.tar`):
+#                    the A/B against a change too large to revert as a patch
+#   <name>.variants  optional, one variant per line: `VAR=value ... --bench_layer-option ...`
+#   head.variants    the same for head
+# Device call (run tool, carry ["build-ab-in"]), from the repository root:
+#   bash dev/ab-many.sh <name> ...        (no names: head and its variants alone)
+# AB_NO_TESTS=1: timings only. One line per timed tree/variant: the median ms at
+# shapes 1 / 2 / 3; logs in $OUT (else build-ab-out). The device copies the working
+# tree when the call starts: edit nothing it carries until the call is under way.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
-# no patch names: head alone (with its variants)
 out=${OUT:-$root/build-ab-out}
 mkdir -p "$out"
 export PATH="$PATH:/usr/local/cuda/bin"

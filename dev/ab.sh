@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# A/B of a docs/wip patch on the lent H200: the tree as carried ("head") against the
-# tree + the patch ("fix"), both built for sm_90a only.
+# A/B of one change on the lent GPU, in three steps: the working tree as carried
+# ("head") against it + build-ab-in/<name>.patch ("fix"), both built for sm_90a;
+# then bench_layer (two interleaved rounds), bench_ops' sumsq and cvt_both rows and
+# bench_gemm --layer-only (every GEMM of the layer step) on both; then every CUDA
+# test suite on the patched tree. dev/ab-many.sh does several changes in one call.
 #
-# Setup here (the script and patches travel in an ignored folder named in carry):
-#   mkdir -p build-ab-in && cp docs/wip/ab.sh docs/wip/*/*.patch build-ab-in/
-# Device call (run tool, carry ["build-ab-in"]), about 3 min per patch:
-#   for p in stage-wide f16-epi-wide; do
-#     bash build-ab-in/ab.sh build $p && bash build-ab-in/ab.sh bench $p && bash build-ab-in/ab.sh test $p
-#   done
-# The device copies the working tree when the call starts: edit nothing it carries
-# until the call is under way (2026-11-30: a patch stopped applying that way).
+# build-ab-in/ is ignored by git, so the device call must carry it. Write the patch
+# to /tmp, then copy it there (`git diff > tracked-file` puts the truncated file in
+# the patch). Device call (run tool, carry ["build-ab-in"]), about 3 min a patch:
+#   bash dev/ab.sh build <name> && bash dev/ab.sh bench <name> && bash dev/ab.sh test <name>
+# Logs in $OUT/<name> (else build-ab-out/<name>). The device copies the working tree
+# when the call starts: edit nothing it carries until the call is under way.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
