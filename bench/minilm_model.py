@@ -10,8 +10,14 @@ Methods, each compressing the 36 linears of the 6 encoder blocks to bpw bits per
             model's own forward, each block's linears trained jointly against the
             original block's output, two paths
   distill   model, then bitrank.distill: the whole compressed model trained against
-            the original (hidden-state and embedding terms) on --distill-seqs
-            calibration sequences for --distill-steps steps (seconds: both together)
+            the original (hidden-state and embedding terms) for --distill-steps steps
+            on --distill-data: "sentences" (the default), every calibration sentence
+            of bitrank.text.calibration_sentences (all fortune files not held out,
+            with --distill-kjv also the King James Bible's), one per sequence padded
+            to --distill-len tokens, the way the model is used; or "stream", the
+            calibration text cut into --distill-seqs windows of --seq-len tokens;
+            batch 64 sentences (16 windows), lr and sign_lr 1e-2, other options by
+            --distill-arg (seconds: model and distill together)
   cli       `bitrank compress` (the per-layer path: each layer fit to the original
             model's recorded inputs), as bench/minilm_e2e.py runs it
   svd       fp16 activation-aware truncated SVD at the same bits (minilm_e2e.svd_method)
@@ -92,10 +98,19 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, help="compress_model's steps= (model only)")
     p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="another keyword argument of compress_model (repeatable; JSON values)")
-    p.add_argument("--distill-steps", type=int, default=1500)
-    p.add_argument("--distill-seqs", type=int, default=1024,
-                   help="calibration sequences of the distillation (the first ones are the "
-                        "compression's)")
+    p.add_argument("--distill-steps", type=int, default=6000)
+    p.add_argument("--distill-data", choices=("sentences", "stream"), default="sentences",
+                   help="the distillation's sequences: one calibration sentence each, or "
+                        "windows of the calibration text")
+    p.add_argument("--distill-seqs", type=int, default=0,
+                   help="how many (0: every sentence; stream: 1024; there the first ones "
+                        "are the compression's)")
+    p.add_argument("--distill-len", type=int, default=64,
+                   help="tokens a sentence is padded or cut to (sentences)")
+    p.add_argument("--distill-kjv", action="store_true",
+                   help="add the King James Bible's sentences (bitrank.kjv; --kjv-text, or "
+                        "$BITRANK_KJV_TEXT, or Debian's bible-kjv)")
+    p.add_argument("--kjv-text", help="the KJV's plain-text copy (python -m bitrank.kjv)")
     p.add_argument("--distill-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="another keyword argument of bitrank.distill (repeatable; JSON values)")
     p.add_argument("--extra", default="", help="more arguments of `bitrank compress` (cli only)")
@@ -188,13 +203,38 @@ def run_distill(model, seqs, dseqs, tokenizer, bpw, args, compressed):
         compressed[bpw] = run_model(model, seqs, tokenizer, bpw, args)
     m_c, got_bpw, secs_c, body = compressed.pop(bpw)
     t0 = time.perf_counter()
-    kw = dict(steps=args.distill_steps, batch_size=16, device=args.device, seed=e2e.SEED)
+    kw = dict(steps=args.distill_steps, batch_size=64 if args.distill_data == "sentences"
+              else 16, lr=1e-2, sign_lr=1e-2, device=args.device, seed=e2e.SEED)
     kw.update(args.distill_kwargs)
     rep = distill(m_c, model, dseqs, **kw)
     secs = time.perf_counter() - t0
     log(rep.table())
     return m_c.eval(), got_bpw, secs_c + secs, {"compress": body, "distill": rep.to_dict(),
                                                 "distill_seconds": secs}
+
+
+def distill_data(tokenizer, args):
+    """(the distillation's calibration: ids or a dict with the mask, its sentences or
+    None)."""
+    from bitrank.calib import calibration_ids
+    if args.distill_data == "stream":
+        _, ids = e2e.calibration_sequences(tokenizer, args.distill_seqs or 1024, args.seq_len)
+        log(f"distillation: {len(ids)} sequences x {args.seq_len} tokens")
+        return ids, None
+    extra = []
+    if args.distill_kjv:
+        from bitrank import kjv
+        try:
+            extra = [c[2] for c in kjv.kjv_chapters(text=args.kjv_text)]
+        except (OSError, ValueError, RuntimeError) as e:
+            raise BenchError(f"--distill-kjv: {e}") from None
+    files, sents = fortunes.calibration_sentences(args.distill_seqs or None, seed=e2e.SEED,
+                                                  extra=extra)
+    ids, mask = calibration_ids(sents, tokenizer, None, args.distill_len, pack=False)
+    log(f"distillation: {len(ids)} sentences of {len(files)} fortune files"
+        f"{' and the KJV' if extra else ''}, padded to {args.distill_len} tokens "
+        f"({int(mask.sum())} tokens, {int((mask[:, -1] > 0).sum())} cut)")
+    return {"input_ids": ids, "attention_mask": mask}, sents
 
 
 def run_cli(model, files, orig_w, bpw, args):
@@ -266,10 +306,9 @@ def main(argv=None):
 
     # calibration: the same token sequences for every method
     calib_files, seqs = e2e.calibration_sequences(tokenizer, args.calib_seqs, args.seq_len)
-    dseqs = None
+    dseqs = distill_sentences = None
     if "distill" in args.methods:
-        _, dseqs = e2e.calibration_sequences(tokenizer, args.distill_seqs, args.seq_len)
-        log(f"distillation: {len(dseqs)} sequences x {args.seq_len} tokens")
+        dseqs, distill_sentences = distill_data(tokenizer, args)
     n_calib = int(seqs.numel())
     log(f"calibration: {len(seqs)} sequences x {args.seq_len} = {n_calib} tokens from "
         f"{calib_files}")
@@ -296,6 +335,11 @@ def main(argv=None):
     overlap = sum(s in calib_text for s in set(sents) | {x for p in pairs for x in p})
     log(f"held-out: {len(sents)} sentences, {len(pairs)} pairs from {held_files}; "
         f"{overlap} of them occur verbatim in the calibration files")
+    if distill_sentences is not None:
+        held = set(sents) | {x for p in pairs for x in p}
+        n_in = len(held & set(distill_sentences))
+        if n_in:
+            raise BenchError(f"{n_in} held-out sentences are among the distillation's")
     ref = bitrank_eval.embed_set(model, tokenizer, sents, pairs, args.device, args.seq_len)
 
     def fidelity(m):

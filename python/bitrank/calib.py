@@ -36,16 +36,41 @@ def _texts_of(calibration):
     return texts
 
 
-def calibration_ids(calibration, tokenizer=None, n_samples=None, seq_len=128):
+def _one_text_per_row(texts, tokenizer, prefix, suffix, seq_len):
+    """(ids, mask) [len(texts)][seq_len]: each text's tokens cut to fit between the
+    special tokens, then padded with the tokenizer's pad token (mask 0 there). Texts
+    with no token are dropped."""
+    body = seq_len - len(prefix) - len(suffix)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    ids = torch.full((len(texts), seq_len), 0 if pad is None else pad, dtype=torch.long)
+    mask = torch.zeros((len(texts), seq_len), dtype=torch.long)
+    row = 0
+    for i in range(0, len(texts), 256):
+        for seq in tokenizer(texts[i:i + 256], add_special_tokens=False)["input_ids"]:
+            if not seq:
+                continue
+            toks = prefix + list(seq[:body]) + suffix
+            ids[row, :len(toks)] = torch.tensor(toks, dtype=torch.long)
+            mask[row, :len(toks)] = 1
+            row += 1
+    if row == 0:
+        raise ValueError("calibration: every text is empty after tokenization")
+    return ids[:row], mask[:row]
+
+
+def calibration_ids(calibration, tokenizer=None, n_samples=None, seq_len=128, pack=True):
     """Token ids [N][L] (LongTensor) and attention mask [N][L] for the calibration.
 
     calibration is one of:
       - a LongTensor [N][L] or a list of equal-length id lists: used as they are
         (n_samples, if given, keeps the first n_samples rows);
       - a dict with "input_ids" (and optionally "attention_mask");
-      - strings (a list, or a dataset with a text column) with a tokenizer: the text is
-        tokenized as one stream and cut into n_samples sequences of seq_len tokens,
-        each wrapped in the tokenizer's special tokens (as the model saw in training).
+      - strings (a list, or a dataset with a text column) with a tokenizer: with pack
+        the text is tokenized as one stream and cut into n_samples sequences of seq_len
+        tokens; without pack each text is one sequence (the first n_samples texts),
+        cut at seq_len and padded to it, its padding masked out: the form to calibrate
+        a sentence encoder on sentences, the lengths it is used at. Each sequence is
+        wrapped in the tokenizer's special tokens (as the model saw in training).
     Refuses calibration that yields no full sequence (a mistake, not a reason to run
     on nothing)."""
     mask = None
@@ -68,6 +93,9 @@ def calibration_ids(calibration, tokenizer=None, n_samples=None, seq_len=128):
         body = seq_len - len(prefix) - len(suffix)
         if body < 1:
             raise ValueError(f"seq_len {seq_len} leaves no room for text after special tokens")
+        if not pack:
+            return _one_text_per_row(texts[:n_samples] if n_samples else texts,
+                                     tokenizer, prefix, suffix, seq_len)
         need = n * body
         stream = []
         for i in range(0, len(texts), 256):

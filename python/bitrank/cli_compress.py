@@ -18,6 +18,9 @@ def add_arguments(p):
                    help="calibration text file (default: the fortunes calibration text)")
     p.add_argument("--samples", type=int, default=128, help="calibration sequences (128)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (128)")
+    p.add_argument("--per-text", action="store_true",
+                   help="each paragraph of the text its own sequence, padded to --seq-len "
+                        "(a sentence encoder's calibration), not one stream cut into windows")
     p.add_argument("--bpw", type=float, default=1.0, help="bits per weight per layer (1.0)")
     p.add_argument("--paths", type=int, default=2, choices=(1, 2))
     p.add_argument("--steps", type=int, default=400, help="joint training steps per block")
@@ -78,7 +81,8 @@ def run(args):
     calibration = calibration_text(args)
     report = bitrank.compress_model(model, calibration, tokenizer=tok, bpw=args.bpw,
                                     paths=args.paths, n_samples=args.samples,
-                                    seq_len=args.seq_len, device=device, steps=args.steps,
+                                    seq_len=args.seq_len, pack=not args.per_text, device=device,
+                                    steps=args.steps,
                                     layer_steps=args.layer_steps, target=args.target,
                                     batch_size=args.batch_size, exclude=args.exclude)
     print(report.table())

@@ -18,6 +18,9 @@ def add_arguments(p):
                    help="training text file (default: the fortunes calibration text)")
     p.add_argument("--samples", type=int, default=256, help="training sequences (256)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (128)")
+    p.add_argument("--per-text", action="store_true",
+                   help="each paragraph of the text its own sequence, padded to --seq-len "
+                        "(a sentence encoder's calibration), not one stream cut into windows")
     p.add_argument("--steps", type=int, default=1000, help="optimizer steps (1000)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (1)")
@@ -57,6 +60,7 @@ def run(args):
     report = distill(student, teacher, data, tokenizer=tok, steps=args.steps,
                      batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
                      sign_lr=args.sign_lr, n_samples=args.samples, seq_len=args.seq_len,
+                     pack=not args.per_text,
                      kl_weight=args.kl_weight, hidden_weight=args.hidden_weight,
                      embed_weight=args.embed_weight, engine=args.engine,
                      train_other=not args.no_train_other, checkpoint_dir=args.checkpoint_dir,

@@ -347,12 +347,13 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                    seq_len=128, device=None, steps=400, lr=2e-2, sign_lr=2e-2, batch_size=8,
                    heldout=0.125, layer_steps=None, target="block", train_other=True,
                    include=None, exclude=None, max_layer_tokens=16384, eval_every=50,
-                   seed=0, progress=True, layer_options=None):
+                   seed=0, progress=True, layer_options=None, pack=True):
     """Compress `model` (a transformers model; changed in place) into BLRLinear layers.
 
     calibration: token ids [N][L], a dict with input_ids/attention_mask, or text (a
       list of strings or a dataset; needs `tokenizer`), cut into n_samples (default
-      128 for text) sequences of seq_len tokens.
+      128 for text) sequences of seq_len tokens; pack=False: each text one sequence,
+      padded (bitrank.calib.calibration_ids).
     bpw, paths: bits per weight per layer, one or two paths (each layer's rank is the
       largest within the budget).
     steps: joint training steps per block (0: the per-layer path alone), lr the
@@ -387,7 +388,7 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                       "OMP_WAIT_POLICY=PASSIVE.", RuntimeWarning, stacklevel=2)
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else (lambda s: None)
 
-    ids, mask = calibration_ids(calibration, tokenizer, n_samples, seq_len)
+    ids, mask = calibration_ids(calibration, tokenizer, n_samples, seq_len, pack)
     n_seq = ids.shape[0]
     n_batches = math.ceil(n_seq / batch_size)
     n_hold = max(1, round(n_batches * heldout)) if heldout > 0 else 0

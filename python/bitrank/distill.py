@@ -298,12 +298,14 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             eval_data=None, kl_weight=1.0, hidden_weight=1.0, embed_weight=1.0,
             vocab_slice=8192, engine="torch", train_other=True, warmup=None, keep="best",
             eval_every=100, log_every=50, checkpoint_dir=None, checkpoint_every=200,
-            resume=True, stop_at=None, device=None, seed=0, cuda_graph=True, progress=True):
+            resume=True, stop_at=None, device=None, seed=0, cuda_graph=True, progress=True,
+            pack=True):
     """Train `student` (a compressed model, its linears BLRLinear; changed in place)
     to reproduce `teacher` (the original model, not changed) on `data`.
 
     data: calibration as compress_model takes it (token ids [N][L], a dict, or text
-      with `tokenizer`, cut into n_samples sequences of seq_len tokens); the last
+      with `tokenizer`, cut into n_samples sequences of seq_len tokens, or with
+      pack=False each text one sequence padded to seq_len); the last
       `heldout` fraction of the sequences (or eval_data, given as data is) is held
       out for the eval curve and for choosing the kept state (keep="best"; "last"
       keeps the final one).
@@ -340,9 +342,9 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     device = torch.device(device)
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else (lambda s: None)
 
-    ids, mask = calibration_ids(data, tokenizer, n_samples, seq_len)
+    ids, mask = calibration_ids(data, tokenizer, n_samples, seq_len, pack)
     if eval_data is not None:
-        e_ids, e_mask = calibration_ids(eval_data, tokenizer, None, ids.shape[1])
+        e_ids, e_mask = calibration_ids(eval_data, tokenizer, None, ids.shape[1], pack)
         t_ids, t_mask = ids, mask
     else:
         n_hold = max(1, round(ids.shape[0] * heldout)) if heldout > 0 else 0

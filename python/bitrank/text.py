@@ -93,6 +93,43 @@ def heldout_entries(seed=0, fortune_dir=None):
     return names, shuffled(read_entries(names, fortune_dir), seed)
 
 
+def other_files(fortune_dir=None):
+    """The fortune files of fortune_dir (FORTUNE_DIR) that are neither held out nor in
+    CALIB_FILES, sorted: Debian's package ships about sixteen more (`fortunes`,
+    `startrek`, `tao`, ...), text to calibrate on when CALIB_FILES' is not enough. A
+    fortune file is a plain file whose name has no dot (not its .dat index)."""
+    fortune_dir = fortune_dir or FORTUNE_DIR
+    available([], fortune_dir)  # the directory's check
+    known = set(CALIB_FILES) | set(HELDOUT_FILES)
+    return sorted(n for n in os.listdir(fortune_dir)
+                  if "." not in n and n not in known
+                  and os.path.isfile(os.path.join(fortune_dir, n)))
+
+
+def calibration_sentences(n=None, seed=0, extra=(), all_files=True, min_words=6,
+                          max_words=60, fortune_dir=None):
+    """(file names, sentences): the distinct sentences of min_words..max_words words of
+    the calibration files (with all_files also other_files'), then of the texts of
+    `extra` (say the KJV's chapters, bitrank.kjv), shuffled together with seed; the
+    first n (all when n is None). A sentence that occurs in a held-out entry is never
+    one of them, whichever file it comes from (the package repeats some entries
+    across files)."""
+    names = available(CALIB_FILES, fortune_dir)
+    if all_files:
+        names += other_files(fortune_dir)
+    held = set()
+    for entry in read_entries(heldout_files(fortune_dir), fortune_dir):
+        held.update(split_sentences(entry))
+    sents, seen = [], set(held)
+    for text in list(read_entries(names, fortune_dir)) + [" ".join(t.split()) for t in extra]:
+        for s in split_sentences(text):
+            if min_words <= len(s.split()) <= max_words and s not in seen:
+                seen.add(s)
+                sents.append(s)
+    sents = shuffled(sents, seed)
+    return names, sents if n is None else sents[:n]
+
+
 def select_sentences(entries, n_sents, n_pairs, min_words=6, max_words=60):
     """(sentences, pairs) taken from entries in their order. Sentences have
     min_words..max_words words and are distinct; a pair is two consecutive such

@@ -147,6 +147,30 @@ def test_distill_lowers_the_heldout_loss(make, tmp_path):
     assert torch.equal(a, b)
 
 
+def test_padding_is_masked_out_of_the_loss():
+    """One text per sequence (calibration_ids(pack=False)) pads with a mask: what the
+    padded positions hold changes neither the loss nor its gradient."""
+    teacher, student, ids = pair(tiny_bert)
+    g = torch.Generator().manual_seed(SEED)
+    lengths = torch.randint(3, ids.shape[1], (6,), generator=g)
+    mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+    a = ids[:6].clone()
+    b = torch.where(mask.bool(), a, torch.randint(0, 90, a.shape, generator=g))
+    assert not torch.equal(a, b)
+    student.train(False)
+    out = []
+    for x in (a, b):
+        student.zero_grad(set_to_none=True)
+        loss, parts = distill_loss(student, teacher, x, mask)
+        loss.backward()
+        out.append((parts.clone(), [p.grad.clone() for p in student.parameters()
+                                    if p.grad is not None]))
+    assert torch.allclose(out[0][0], out[1][0], rtol=1e-5, atol=1e-6), (out[0][0], out[1][0])
+    assert out[0][1] and len(out[0][1]) == len(out[1][1])
+    for ga, gb in zip(out[0][1], out[1][1]):
+        assert torch.allclose(ga, gb, rtol=1e-4, atol=1e-6)
+
+
 def test_library_engine_runs_the_library():
     teacher, student, ids = pair(tiny_llama)
     ref = copy.deepcopy(student)
@@ -278,6 +302,9 @@ def test_cli_distill(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["steps"] == 4
     loaded = bitrank.load(str(out))
     assert sum(isinstance(m, BLRLinear) for m in loaded.modules()) == 14
+    # each paragraph its own sequence (padded), as a sentence encoder is calibrated
+    r = cli(str(student_dir), "-o", str(tmp_path / "out-per-text"), "--per-text", *common)
+    assert r.returncode == 0, r.stderr
     # refused: an output that is not empty, a student that does not exist
     r = cli(str(student_dir), "-o", str(out), *common)
     assert r.returncode == 1 and "not empty" in r.stderr

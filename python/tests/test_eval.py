@@ -322,6 +322,68 @@ def test_select_sentences_and_load_text(tmp_path):
         tx.load_text(str(tmp_path / "blank.txt"))
 
 
+def write_fortunes(d, files):
+    """A fortune directory: each file's entries separated by % lines, a .dat beside it."""
+    d.mkdir()
+    for name, entries in files.items():
+        (d / name).write_text("\n%\n".join(entries) + "\n%\n")
+        (d / f"{name}.dat").write_bytes(b"\0" * 8)
+    return str(d)
+
+
+def test_calibration_sentences_never_hold_a_heldout_sentence(tmp_path):
+    shared = "This sentence is in a held-out file and in another one."
+    d = write_fortunes(tmp_path / "f", {
+        "science": ["Alpha beta gamma delta epsilon zeta. " + shared, "Too short."],
+        "wisdom": [shared + " Held out words only here and nowhere else."],
+        "startrek": ["Space the final frontier of the ship and crew.",
+                     "Alpha beta gamma delta epsilon zeta."],  # a repeat: kept once
+    })
+    assert tx.other_files(d) == ["startrek"]
+    names, sents = tx.calibration_sentences(fortune_dir=d)
+    assert names == ["science", "startrek"]
+    assert sorted(sents) == ["Alpha beta gamma delta epsilon zeta.",
+                             "Space the final frontier of the ship and crew."]
+    names, sents = tx.calibration_sentences(fortune_dir=d, all_files=False,
+                                            extra=["In the beginning God created the heaven "
+                                                   "and the earth. " + shared])
+    assert names == ["science"]
+    assert sorted(sents) == ["Alpha beta gamma delta epsilon zeta.",
+                             "In the beginning God created the heaven and the earth."]
+    assert tx.calibration_sentences(1, fortune_dir=d)[1] == \
+        tx.calibration_sentences(fortune_dir=d)[1][:1]
+    with pytest.raises(tx.TextMissing):
+        tx.other_files(str(tmp_path / "nowhere"))
+
+
+def test_calibration_ids_one_text_per_row(seed):
+    from bitrank.calib import calibration_ids
+    rng = np.random.default_rng(seed)
+    texts = random_sentences(rng, 9, 1, 14) + [""]
+    class Tokenizer(WordTokenizer):  # one that leaves out [CLS] [SEP] when asked
+        pad_token_id = 0
+
+        def __call__(self, sentences, add_special_tokens=True, **kw):
+            one = isinstance(sentences, str)
+            enc = super().__call__([sentences] if one else sentences, **kw)
+            if not add_special_tokens:
+                enc["input_ids"] = [x[1:-1] for x in enc["input_ids"]]
+            return {k: v[0] for k, v in enc.items()} if one else enc
+    tok = Tokenizer(97)
+    ids, mask = calibration_ids(texts, tok, None, 10, pack=False)
+    assert ids.shape == mask.shape == (9, 10)  # the empty text dropped
+    for row, text in enumerate(texts[:9]):
+        want = tok([text])["input_ids"][0]
+        want = want[:9] + [2] if len(want) > 10 else want  # cut inside [CLS] ... [SEP]
+        assert ids[row, :len(want)].tolist() == want
+        assert mask[row].tolist() == [1] * len(want) + [0] * (10 - len(want))
+        assert ids[row, len(want):].eq(0).all()
+    ids3, mask3 = calibration_ids(texts, tok, 3, 10, pack=False)
+    assert torch.equal(ids3, ids[:3]) and torch.equal(mask3, mask[:3])
+    with pytest.raises(ValueError, match="empty"):
+        calibration_ids(["", ""], tok, None, 10, pack=False)
+
+
 # ------------------------------------------------------------------ the CLI
 
 def run_cli(capsys, *argv):
