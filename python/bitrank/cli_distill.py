@@ -27,6 +27,13 @@ def add_arguments(p):
     p.add_argument("--lr", type=float, default=5e-3, help="scales' step, relative (5e-3)")
     p.add_argument("--sign-lr", type=float, default=5e-3, help="sign latents' step (5e-3)")
     p.add_argument("--engine", choices=("torch", "library"), default="torch")
+    p.add_argument("--sign-mode", choices=("latent", "exact"), default="latent",
+                   help="latent signs, or the library's exact-flip optimizer (--engine "
+                        "library)")
+    p.add_argument("--flip-budget", type=float, default=1e-3,
+                   help="exact: most flips per step, a fraction of a sign matrix (1e-3)")
+    p.add_argument("--curvature", type=float, default=1.0,
+                   help="exact: the loss's second derivative in a layer's output (1)")
     p.add_argument("--kl-weight", type=float, default=1.0)
     p.add_argument("--hidden-weight", type=float, default=1.0)
     p.add_argument("--embed-weight", type=float, default=1.0)
@@ -44,6 +51,10 @@ def run(args):
     from bitrank.cli_compress import calibration_text, check_paths, load_original, \
         resolve_device
     from bitrank.distill import distill
+    if args.sign_mode == "exact" and args.engine != "library":
+        raise UserError("--sign-mode exact is the library's sign optimizer: add --engine library")
+    if args.sign_mode == "exact" and not (args.flip_budget > 0 and args.curvature > 0):
+        raise UserError("--sign-mode exact needs --flip-budget and --curvature above 0")
     for path, what in ((args.student, "the compressed model"), (args.teacher, "the teacher")):
         if not os.path.exists(path):
             raise UserError(f"{path}: no such file or directory ({what})")
@@ -63,6 +74,8 @@ def run(args):
                      pack=not args.per_text,
                      kl_weight=args.kl_weight, hidden_weight=args.hidden_weight,
                      embed_weight=args.embed_weight, engine=args.engine,
+                     sign_mode=args.sign_mode, flip_budget=args.flip_budget,
+                     curvature=args.curvature,
                      train_other=not args.no_train_other, checkpoint_dir=args.checkpoint_dir,
                      device=device)
     print(report.table())

@@ -283,7 +283,7 @@ def _from_train_form(student, names, device):
 def _options_key(opts):
     keep = ("engine", "steps", "lr", "sign_lr", "batch_size", "grad_accum", "kl_weight",
             "hidden_weight", "embed_weight", "train_other", "seed", "warmup", "sequences",
-            "seq_len")
+            "seq_len", "sign_mode", "flip_budget", "curvature")
     return {k: opts[k] for k in keep if k in opts}
 
 
@@ -299,7 +299,7 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             vocab_slice=8192, engine="torch", train_other=True, warmup=None, keep="best",
             eval_every=100, log_every=50, checkpoint_dir=None, checkpoint_every=200,
             resume=True, stop_at=None, device=None, seed=0, cuda_graph=True, progress=True,
-            pack=True):
+            pack=True, sign_mode="latent", flip_budget=1e-3, curvature=1.0):
     """Train `student` (a compressed model, its linears BLRLinear; changed in place)
     to reproduce `teacher` (the original model, not changed) on `data`.
 
@@ -320,6 +320,12 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
       options (a run with other options there is refused). stop_at: end this run
       after that step (its checkpoint written; the schedule is still the one of
       `steps`), for jobs cut into time slots.
+    sign_mode: "latent" (both engines: a latent real per sign, stepped by sign_lr) or,
+      with engine="library", "exact": the library's exact-flip sign optimizer (no
+      latents; a sign flips where the predicted change of the loss of flipping it
+      alone, from its gradient and the layer's curvature sums, is negative, at most
+      flip_budget of a sign matrix per step; `curvature` scales the prediction's
+      quadratic term, the loss's second derivative in a layer's output).
     cuda_graph: on a CUDA device with engine="torch", the training step (the
       teacher's and the student's forward, the backward and Adam's step) is captured
       once as a CUDA graph and replayed: a small model's step is otherwise bound by
@@ -329,6 +335,13 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     t0 = time.time()
     if engine not in ("torch", "library"):
         raise ValueError(f"distill: engine must be 'torch' or 'library', not {engine!r}")
+    if sign_mode not in ("latent", "exact"):
+        raise ValueError(f"distill: sign_mode must be 'latent' or 'exact', not {sign_mode!r}")
+    if sign_mode == "exact" and engine != "library":
+        raise ValueError("distill: sign_mode 'exact' is the library's sign optimizer: it needs "
+                         "engine='library'")
+    if sign_mode == "exact" and not (flip_budget > 0 and curvature > 0):
+        raise ValueError("distill: sign_mode 'exact' needs flip_budget > 0 and curvature > 0")
     if keep not in ("best", "last"):
         raise ValueError(f"distill: keep must be 'best' or 'last', not {keep!r}")
     if steps < 0 or batch_size < 1 or grad_accum < 1:
@@ -361,7 +374,9 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
                 grad_accum=grad_accum, kl_weight=kl_weight, hidden_weight=hidden_weight,
                 embed_weight=embed_weight, train_other=train_other, seed=seed, warmup=warmup,
                 sequences=int(t_ids.shape[0]), seq_len=int(ids.shape[1]), keep=keep,
-                vocab_slice=vocab_slice)
+                vocab_slice=vocab_slice, sign_mode=sign_mode)
+    if sign_mode == "exact":
+        opts.update(flip_budget=flip_budget, curvature=curvature)
     report = DistillReport(engine=engine, device=str(device), sequences=int(t_ids.shape[0]),
                            heldout_sequences=int(e_ids.shape[0]), options=opts)
 
@@ -385,6 +400,7 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         trained = [m for _, m in blr]
         for m in trained:
             m.sign_grads = True
+            m.curvature = sign_mode == "exact"
     groups = []
     seen = set()
     for m in trained:
@@ -425,9 +441,11 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     if engine == "library":
         # steps relative to each scale's magnitude (rel_floor), latents from ±1: the
         # torch engine's lr and sign_lr mean the same there
+        signs = dict(sign_mode="latent" if sign_lr > 0 else "off", sign_tau=1.0)
+        if sign_mode == "exact":
+            signs = dict(sign_mode="exact", flip_budget=flip_budget, curvature=curvature)
         lib_opt = LibraryOptimizer(trained, lr=lr, sign_lr=sign_lr,
-                                   sign_mode="latent" if sign_lr > 0 else "off",
-                                   rel_floor=(1e-6, 1e-6, 1e-6), sign_tau=1.0)
+                                   rel_floor=(1e-6, 1e-6, 1e-6), **signs)
 
     # the sequences of every micro-batch of the run, drawn at the start: a new random
     # order of the training sequences each epoch, batches taken in turn (a resumed run
@@ -623,8 +641,8 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     if lib_opt is not None:
         lib_opt.free()
         for m in trained:
-            m.sign_grads = False
-            m.grad_u = m.grad_v = None
+            m.sign_grads = m.curvature = False
+            m.grad_u = m.grad_v = m.sum_a2 = m.sum_x2 = None
     if engine == "torch":
         _from_train_form(student, names, device)
     for par in student.parameters():

@@ -63,6 +63,12 @@ class BLRLinear(nn.Module):
         self.sign_grads = False
         self.grad_u = None
         self.grad_v = None
+        # curvature = True (with sign_grads): the backward also sums Σ_t a[t][k]² per
+        # path and Σ_t x[t][j]² into sum_a2 [paths][rank], sum_x2 [in_features], what
+        # LibraryOptimizer's exact-flip sign mode predicts a flip's effect from
+        self.curvature = False
+        self.sum_a2 = None
+        self.sum_x2 = None
         self._state = {}  # device -> _LayerState (the library's layer, its scratch)
         self._fwd_id = 0
 
@@ -269,6 +275,13 @@ class _LayerState:
         return keep
 
 
+def _layer_flags(mod):
+    """br_blr_new's flags for what the module's backward must form."""
+    if mod.curvature:
+        return _lib.BLR_SIGN_GRADS | _lib.BLR_CURVATURE
+    return _lib.BLR_SIGN_GRADS if mod.sign_grads else 0
+
+
 def _gscale(dy, h, l):
     """A power of two that keeps dy·gs and the backward's b⊙l·gs inside f16's normal
     range (include/bitrank.h, br_blr_backward): |dy|max·gs near 2^12, and the typical
@@ -294,7 +307,7 @@ class _BLRFunction(torch.autograd.Function):
     def forward(ctx, x2, h, l, g, mod):
         _BLRFunction.calls["forward"] += 1
         st = mod._layer_state(x2.device)
-        flags = _lib.BLR_SIGN_GRADS if mod.sign_grads else 0
+        flags = _layer_flags(mod)
         x32 = _aligned(x2.detach().float().contiguous())
         ntok = x32.shape[0]
         st.stream()
@@ -321,7 +334,7 @@ class _BLRFunction(torch.autograd.Function):
         st = mod._layer_state(x32.device)
         ntok = x32.shape[0]
         st.stream()
-        flags = _lib.BLR_SIGN_GRADS if mod.sign_grads else 0
+        flags = _layer_flags(mod)
         keep = []
         if st.last_fwd != ctx.fwd_id or flags != st.flags:
             # another forward used the scratch since (or the flags changed): redo ours
@@ -349,7 +362,7 @@ class _BLRFunction(torch.autograd.Function):
             keep.append(st.copy_out(p, _lib.BLR_DH, dh[p], _lib.BR_F32))
             keep.append(st.copy_out(p, _lib.BLR_DL, dl[p], _lib.BR_F32))
             keep.append(st.copy_out(p, _lib.BLR_DG, dg[p], _lib.BR_F32))
-        if mod.sign_grads:
+        if flags & _lib.BLR_SIGN_GRADS:
             gu = _alloc(P, m, r32, device=x32.device)
             gv = _alloc(P, n, r32, device=x32.device)
             for p in range(P):
@@ -360,6 +373,15 @@ class _BLRFunction(torch.autograd.Function):
             gu, gv = gu[:, :, :r], gv[:, :, :r]
             mod.grad_u = gu if mod.grad_u is None else mod.grad_u + gu
             mod.grad_v = gv if mod.grad_v is None else mod.grad_v + gv
+        if flags & _lib.BLR_CURVATURE:
+            a2 = _alloc(P, r32, device=x32.device)
+            x2 = _alloc(n, device=x32.device)
+            for p in range(P):
+                keep.append(st.copy_out(p, _lib.BLR_SUM_A2, a2[p], _lib.BR_F32))
+            keep.append(st.copy_out(0, _lib.BLR_SUM_X2, x2, _lib.BR_F32))
+            a2 = a2[:, :r]
+            mod.sum_a2 = a2 if mod.sum_a2 is None else mod.sum_a2 + a2
+            mod.sum_x2 = x2 if mod.sum_x2 is None else mod.sum_x2 + x2
         del keep
         return dx, dh, dl[:, :r].contiguous(), dg, None
 
@@ -368,19 +390,36 @@ class LibraryOptimizer:
     """The library's optimizer (br_blr_opt: Adam over h, l, g; the sign optimizer over
     S_U, S_V) on BLRLinear modules whose gradients come from backward passes with
     sign_grads = True. step() hands each module's gradients to the library, steps, and
-    writes the new scales and signs back into the module."""
+    writes the new scales and signs back into the module.
+
+    sign_mode: "latent" (Adam on a latent real per sign), "exact" (a sign flips where
+    the predicted change of the loss of flipping it alone is negative, the most
+    negative first: needs module.curvature = True, a flip_budget such as 1e-3, and the
+    loss's curvature in y, `curvature`), or "off". Other keywords are br_opt_cfg
+    fields (include/bitrank.h)."""
 
     def __init__(self, modules, lr=1e-3, sign_lr=1e-2, sign_mode="latent", **cfg):
         self.modules = list(modules)
         self.lr, self.sign_lr = lr, sign_lr
-        self.mode = {"off": _lib.SIGN_OFF, "latent": _lib.SIGN_LATENT}[sign_mode]
+        modes = {"off": _lib.SIGN_OFF, "latent": _lib.SIGN_LATENT, "exact": _lib.SIGN_EXACT}
+        if sign_mode not in modes:
+            raise ValueError(f"LibraryOptimizer: sign_mode must be one of {sorted(modes)}, "
+                             f"not {sign_mode!r}")
+        if sign_mode == "exact" and not cfg.get("flip_budget"):
+            raise ValueError("LibraryOptimizer: sign_mode 'exact' needs a flip_budget (e.g. "
+                             "1e-3): its predictions hold for one flip at a time")
+        self.mode = modes[sign_mode]
         self.cfg_extra = cfg
         self._opts = {}
 
     def _opt(self, mod):
         dev = mod.h.device
         st = mod._layer_state(dev)
-        if st.flags != _lib.BLR_SIGN_GRADS:
+        if self.mode == _lib.SIGN_EXACT:
+            if st.flags != _lib.BLR_SIGN_GRADS | _lib.BLR_CURVATURE:
+                raise RuntimeError("LibraryOptimizer: sign_mode 'exact' needs a backward with "
+                                   "module.curvature = True before step()")
+        elif not st.flags & _lib.BLR_SIGN_GRADS:
             raise RuntimeError("LibraryOptimizer: run a backward with module.sign_grads = True "
                                "before step()")
         key = id(mod)
@@ -414,6 +453,7 @@ class LibraryOptimizer:
             for p in (mod.h, mod.l, mod.g):
                 p.grad = None
             mod.grad_u = mod.grad_v = None
+            mod.sum_a2 = mod.sum_x2 = None
 
     @torch.no_grad()
     def step(self):
@@ -437,6 +477,16 @@ class LibraryOptimizer:
                     if g is not None:
                         full[:, :r] = g[p]
                     keep.append(st.copy_in(p, which, full, _lib.BR_F32))
+                if self.mode == _lib.SIGN_EXACT:
+                    a2 = torch.zeros(r32, device=mod.h.device)
+                    if mod.sum_a2 is not None:
+                        a2[:r] = mod.sum_a2[p]
+                    keep.append(st.copy_in(p, _lib.BLR_SUM_A2, a2, _lib.BR_F32))
+            if self.mode == _lib.SIGN_EXACT:
+                x2 = mod.sum_x2 if mod.sum_x2 is not None else torch.zeros(st.n,
+                                                                          device=mod.h.device)
+                keep.append(st.copy_in(0, _lib.BLR_SUM_X2, x2.float().contiguous(),
+                                       _lib.BR_F32))
             st.ctx.check(st.lib.br_blr_opt_step(opt))
             for p in range(st.paths):
                 words = torch.empty(st.m, r32 // 32, dtype=torch.int32, device=mod.h.device)

@@ -197,3 +197,65 @@ def test_library_optimizer_trains(device):
     assert not torch.equal(mod.u, u0), "no sign flipped"
     assert losses[-1] < 0.7 * losses[0], losses
     opt.free()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_curvature_sums_against_f64(device):
+    """module.curvature: the backward's Σ_t a[t][k]² per path (a_p = (x⊙g_p)·S_V,p) and
+    Σ_t x[t][j]², summed over backwards until zero_grad as the sign gradients are."""
+    rng = np.random.default_rng(SEED + 23)
+    m, n, r, paths = 70, 90, 40, 2
+    mod, (su, sv, h, l, g) = random_layer(rng, m, n, r, paths, device)
+    mod.sign_grads = mod.curvature = True
+    xs = [rng.normal(0, 1, (t, n)) for t in (30, 17)]
+    for x in xs:
+        y = mod(torch.from_numpy(x).float().to(device))
+        (y * torch.from_numpy(rng.normal(0, 1, y.shape)).float().to(device)).sum().backward()
+    x_all = np.concatenate(xs)
+    a2 = np.stack([(((x_all * g[p]) @ sv[p]) ** 2).sum(0) for p in range(paths)])
+    assert mod.sum_a2.shape == (paths, r) and mod.sum_x2.shape == (n,)
+    assert rel(mod.sum_a2, torch.from_numpy(a2)) < 6e-3, rel(mod.sum_a2, torch.from_numpy(a2))
+    assert rel(mod.sum_x2, torch.from_numpy((x_all ** 2).sum(0))) < 1e-5
+    LibraryOptimizer([mod], sign_mode="off").zero_grad()
+    assert mod.sum_a2 is None and mod.sum_x2 is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_library_optimizer_exact_flips(device):
+    """sign_mode="exact": the library's exact-flip sign optimizer, on the curvature
+    sums of the module's backward, flips at most the budget per step and brings the
+    layer closer to a target layer; without curvature sums or a budget it is refused."""
+    rng = np.random.default_rng(SEED + 29)
+    teacher, _ = random_layer(rng, 64, 64, 32, 1, device)
+    mod, _ = random_layer(rng, 64, 64, 32, 1, device)
+    with torch.no_grad():
+        mod.h.copy_(teacher.h)
+        mod.g.copy_(teacher.g)
+        mod.bias.copy_(teacher.bias)
+    x = torch.from_numpy(rng.normal(0, 1, (256, 64))).float().to(device)
+    with torch.no_grad():
+        target = teacher(x)
+    with pytest.raises(ValueError, match="flip_budget"):
+        LibraryOptimizer([mod], sign_mode="exact")
+    budget = 1 / 64
+    opt = LibraryOptimizer([mod], lr=0.0, sign_mode="exact", flip_budget=budget,
+                           curvature=2.0 / target.numel())
+    mod.sign_grads = True
+    opt.zero_grad()
+    ((mod(x) - target) ** 2).mean().backward()
+    with pytest.raises(RuntimeError, match="curvature"):
+        opt.step()
+    mod.curvature = True
+    losses = []
+    for _ in range(25):
+        opt.zero_grad()
+        loss = ((mod(x) - target) ** 2).mean()
+        loss.backward()
+        u0, v0 = mod.u.clone(), mod.v.clone()
+        opt.step()
+        flips = [int(np.unpackbits((a ^ b).cpu().numpy()).sum()) for a, b in
+                 ((mod.u, u0), (mod.v, v0))]
+        assert all(f <= max(1, int(budget * 64 * 32)) for f in flips), flips
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.8 * losses[0], losses
+    opt.free()
