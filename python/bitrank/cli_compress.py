@@ -19,8 +19,9 @@ def add_arguments(p):
     p.add_argument("--samples", type=int, default=128, help="calibration sequences (128)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (128)")
     p.add_argument("--per-text", action="store_true",
-                   help="each paragraph of the text its own sequence, padded to --seq-len "
-                        "(a sentence encoder's calibration), not one stream cut into windows")
+                   help="each paragraph of the --calib text (of the default text, each "
+                        "sentence) its own sequence, padded to --seq-len (a sentence "
+                        "encoder's calibration), not one stream cut into windows")
     p.add_argument("--bpw", type=float, default=1.0, help="bits per weight per layer (1.0)")
     p.add_argument("--paths", type=int, default=2, choices=(1, 2))
     p.add_argument("--steps", type=int, default=400, help="joint training steps per block")
@@ -65,10 +66,13 @@ def load_original(path, dtype):
 
 
 def calibration_text(args):
-    """The --calib file's paragraphs, or the fortunes calibration entries."""
+    """The --calib file's paragraphs, or the fortunes calibration entries (with
+    --per-text their sentences: bitrank.text.calibration_sentences)."""
     from bitrank import text
     if args.calib:
         return text.paragraphs(text.load_text(args.calib))
+    if getattr(args, "per_text", False):
+        return text.calibration_sentences(seed=0)[1]
     return text.calibration_entries(seed=0)[1]
 
 

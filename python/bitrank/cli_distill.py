@@ -19,8 +19,9 @@ def add_arguments(p):
     p.add_argument("--samples", type=int, default=256, help="training sequences (256)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (128)")
     p.add_argument("--per-text", action="store_true",
-                   help="each paragraph of the text its own sequence, padded to --seq-len "
-                        "(a sentence encoder's calibration), not one stream cut into windows")
+                   help="each paragraph of the --calib text (of the default text, each "
+                        "sentence) its own sequence, padded to --seq-len (a sentence "
+                        "encoder's calibration), not one stream cut into windows")
     p.add_argument("--steps", type=int, default=1000, help="optimizer steps (1000)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (1)")

@@ -354,6 +354,18 @@ def test_calibration_sentences_never_hold_a_heldout_sentence(tmp_path):
         tx.calibration_sentences(fortune_dir=d)[1][:1]
     with pytest.raises(tx.TextMissing):
         tx.other_files(str(tmp_path / "nowhere"))
+    # the CLIs' default text: entries, or with --per-text these sentences
+    import argparse
+    from bitrank.cli_compress import calibration_text
+    old = tx.FORTUNE_DIR
+    tx.FORTUNE_DIR = d
+    try:
+        assert calibration_text(argparse.Namespace(calib=None, per_text=True)) == \
+            tx.calibration_sentences(seed=0)[1]
+        assert calibration_text(argparse.Namespace(calib=None, per_text=False)) == \
+            tx.calibration_entries(seed=0)[1]
+    finally:
+        tx.FORTUNE_DIR = old
 
 
 def test_calibration_ids_one_text_per_row(seed):
