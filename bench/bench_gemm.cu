@@ -8,8 +8,8 @@
  *
  * --quick skips the per-tile wgmma measurements; --no-wgmma runs everything on the
  * mma.sync family (a Hopper kernel that faults cannot take the other numbers down);
- * --layer adds the GEMMs of a BLR layer step (bench_layer below: before/after the
- * skinny tiles and split-K, with the epilogue), --layer-only runs just those.
+ * --layer adds the GEMMs of a BLR layer step (bench_layer below: as the layer calls
+ * them, with the epilogue, and every tile × split), --layer-only runs just those.
  *
  * Before timing: a correctness sweep over awkward shapes (every family, plane kind
  * and tile against an f64 host reference), then at each benchmark shape each
@@ -239,7 +239,6 @@ struct Variant {
 /* The A sources built for a tile of a plane kind (f16: shared memory only). */
 std::vector<WgmmaASource> asources(PlaneKind kind, WgmmaTile tile) {
     if (kind == PLANE_F16) return {A_SMEM};
-    if (tile == TILE_PP128x128) return {A_REG2};
     if (tile == TILE_256x112 || tile == TILE_128x128 || tile == TILE_128x192 || tile == TILE_256x96)
         return {A_SMEM, A_REG2, A_REG4};
     return {A_SMEM, A_REG2};
@@ -606,9 +605,8 @@ size_t front_end_ws(size_t m, size_t n, size_t k) {
 /* The GEMMs of one BLR layer step at T = 4096 tokens, P = 2 (src/blr/blr_forward.c
  * and blr_backward.c): A = x16·W_Vᵀ, y = A'·Y_Uᵀ (K = 2r, + c = the target),
  * B = dy16·W_Uᵀ, M_U = dyT·A'T ᵀ, N_V = xT·B'T ᵀ, dx = B'·X_Vᵀ (K = 2r), every one a
- * dense f16 GEMM. "before": the tile the picker chose before the skinny-shape work
- * (four tiles, no split) on the plain product; "after": br_mm with the epilogue, as
- * the layer calls it. Each "after" result is checked against f64 on sampled rows. */
+ * dense f16 GEMM, timed as br_mm with the epilogue, as the layer calls it, and
+ * checked against f64 on sampled rows. */
 struct LayerGemm {
     const char *name;
     int M, N, K, lda, act_off;
@@ -622,8 +620,8 @@ void bench_layer(br_ctx *ctx, br_rng *r) {
     const int T = 4096;
     static const int layers[3][3] = {{3584, 1024, 384}, {1024, 3584, 384}, {6144, 1024, 512}};
     fprintf(stderr, "\nlayer GEMMs (T = %d, P = 2), median of %d; bytes at 4.2 TB/s\n", T, g_runs);
-    fprintf(stderr, "%-18s %-20s %9s %7s %-16s %9s %7s %-18s %8s %9s\n", "m,n,r / GEMM", "M,N,K",
-            "before us", "TF/s", "tile", "after us", "TF/s", "tile/splits", "bytes us", "rel err");
+    fprintf(stderr, "%-18s %-20s %9s %7s %-18s %8s %9s\n", "m,n,r / GEMM", "M,N,K", "us", "TF/s",
+            "tile/splits", "bytes us", "rel err");
     for (const auto &L : layers) {
         const int m = L[0], n = L[1], rk = L[2];
         const LayerGemm gemms[] = {
@@ -703,39 +701,29 @@ void bench_layer(br_ctx *ctx, br_rng *r) {
                 fprintf(stderr, "FAIL layer %d,%d,%d %s: rel err vs f64 %.3g\n", m, n, rk, G.name,
                         err);
             }
-            /* before: the legacy tile on the plain product (no epilogue, no split) */
+            /* the picker's choice for the timed call */
             Problem prob;
             memset(&prob, 0, sizeof prob);
             prob.m = (int)M, prob.n = (int)N, prob.k = (int)K, prob.kind = G.kind;
             prob.ws_bytes = front_end_ws(M, N, K);
-            WgmmaTile t_old = TILE_AUTO, t_new = TILE_AUTO;
-            WgmmaASource a_old = A_AUTO, a_new = A_AUTO;
+            WgmmaTile t_new = TILE_AUTO;
+            WgmmaASource a_new = A_AUTO;
             int splits = 1;
-            pick_wgmma(prob, s->sm_count, &t_old, &a_old, nullptr, true);
             pick_wgmma(prob, s->sm_count, &t_new, &a_new, &splits);
             br_mm_args a;
             memset(&a, 0, sizeof a);
             a.act = av, a.plane = pb, a.out = ob, a.layout = BR_BITS_ROWS;
             a.g.m = M, a.g.n = N, a.g.k = K, a.g.ldo = N, a.g.lda = lda, a.g.oscale = 1.0f;
-            const double us_before =
-                s->has_wgmma ? median_us(st, 1,
-                                         [&](int) {
-                                             BR_OK_OR_DIE(ctx, run(ctx, a, G.kind, FAMILY_WGMMA,
-                                                                   t_old, a_old));
-                                         })
-                             : 0.0;
             const double us_after = median_us(st, 1, after);
             const double flop = 2.0 * M * N * K;
             const double bytes = (double)M * K * 2 +
                                  (G.kind == PLANE_F16 ? N * K * 2.0 : N * K / 8.0) +
                                  M * N * 4.0 * (G.epi ? 2 : 1);
-            char shape[40], mnk[40], tb[40], ta[40];
+            char shape[40], mnk[40], ta[40];
             snprintf(shape, sizeof shape, "%d,%d,%d %s", m, n, rk, G.name);
             snprintf(mnk, sizeof mnk, "%zu,%zu,%zu", M, N, K);
-            snprintf(tb, sizeof tb, "%s/%s", tile_name(t_old), asource_name(a_old));
             snprintf(ta, sizeof ta, "%s/%s/%d", tile_name(t_new), asource_name(a_new), splits);
-            fprintf(stderr, "%-18s %-20s %9.1f %7.1f %-16s %9.1f %7.1f %-18s %8.1f %9.2g\n", shape,
-                    mnk, us_before, us_before > 0 ? flop / us_before * 1e-6 : 0.0, tb, us_after,
+            fprintf(stderr, "%-18s %-20s %9.1f %7.1f %-18s %8.1f %9.2g\n", shape, mnk, us_after,
                     flop / us_after * 1e-6, ta, bytes / 4.2e12 * 1e6, err);
             /* the dense GEMMs: every tile × split measured, for tuning pick_wgmma */
             std::string grid;
@@ -766,11 +754,9 @@ void bench_layer(br_ctx *ctx, br_rng *r) {
                         flop / best_us * 1e-6, grid.c_str());
             }
             printf("{\"bench\":\"gemm_layer\",\"layer\":\"%d,%d,%d\",\"gemm\":\"%s\",\"m\":%zu,"
-                   "\"n\":%zu,\"k\":%zu,\"before_us\":%.2f,\"before_tile\":\"%s\","
-                   "\"after_us\":%.2f,\"after_tile\":\"%s\",\"tflops_after\":%.1f,"
-                   "\"rel_err\":%.3g}\n",
-                   m, n, rk, G.name, M, N, K, us_before, tb, us_after, ta, flop / us_after * 1e-6,
-                   err);
+                   "\"n\":%zu,\"k\":%zu,\"after_us\":%.2f,\"after_tile\":\"%s\","
+                   "\"tflops_after\":%.1f,\"rel_err\":%.3g}\n",
+                   m, n, rk, G.name, M, N, K, us_after, ta, flop / us_after * 1e-6, err);
             fflush(stdout);
             br_buf_free(av), br_buf_free(ap), br_buf_free(pb), br_buf_free(ob);
         }

@@ -677,21 +677,20 @@ static void mm_epilogue(void) {
 static void mm_tiles_splitk(void) {
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(12);
-    static const char *const tiles[] = {"256x128", "256x112", "128x256",  "128x128",
-                                        "128x192", "256x96",  "pp128x128"};
+    static const char *const tiles[] = {"256x128", "256x112", "128x256",
+                                        "128x128", "128x192", "256x96"};
     /* A sources built per tile (bitmaps; f16 planes take the plane from shared memory):
-     * reg4 where built, smem except for the ping-pong tile */
-    static const int reg4[] = {0, 1, 0, 1, 1, 1, 0}, smem[] = {1, 1, 1, 1, 1, 1, 0};
+     * smem and reg2 everywhere, reg4 where built */
+    static const int reg4[] = {0, 1, 0, 1, 1, 1};
     /* small: every tile once, every (plane kind, A source) once: bit 3·kind + src of
      * the tile's mask (f16 256x128, rows reg4 256x112, rows and cols reg2 128x256,
-     * rows smem 128x128, cols reg4 128x192, cols smem 256x96, f16 and rows reg2
-     * pp128x128) */
-    static const unsigned small_set[] = {1u << 0, 1u << 5, 1u << 4 | 1u << 7, 1u << 3,
-                                         1u << 8, 1u << 6, 1u << 0 | 1u << 4};
+     * rows smem 128x128, cols reg4 128x192, cols smem 256x96) */
+    static const unsigned small_set[] = {1u << 0, 1u << 5, 1u << 4 | 1u << 7,
+                                         1u << 3, 1u << 8, 1u << 6};
     const size_t nt = sizeof tiles / sizeof tiles[0];
     for (size_t t = 0; t < nt; t++)
         for (int kind = 0; kind < 3; kind++)
-            for (int src = kind && !smem[t] ? 1 : 0; src < (kind ? 2 + reg4[t] : 1); src++) {
+            for (int src = 0; src < (kind ? 2 + reg4[t] : 1); src++) {
                 static const char *const srcs[] = {"smem", "reg2", "reg4"};
                 if (t_small() && !((small_set[t] >> (3 * kind + src)) & 1u)) continue;
                 char env[32], label[48];
@@ -717,11 +716,9 @@ static void mm_tiles_splitk(void) {
             }
     unsetenv("BITRANK_GEMM_TILE");
 
-    /* ping-pong with several units per consumer (the grid capped by
-     * BITRANK_GEMM_CTAS): the consumers' turns and their skipping of each other's
-     * stages, with more k blocks per unit (10) than pipeline stages; plain and full
-     * epilogues, a bitmap, split-K */
-    setenv("BITRANK_GEMM_TILE", "pp128x128", 1);
+    /* several units per CTA (the grid capped by BITRANK_GEMM_CTAS) on the picked
+     * tile, with more k blocks per unit (10) than pipeline stages: the stage ring's
+     * phases carried from unit to unit; plain and full epilogues, bitmaps, split-K */
     for (int v = 0; v < 5; v++) {
         if (t_small() && v > 1) break;
         const int kind = v == 2 ? 1 : v == 3 ? 2 : 0, plain = v == 1 || v == 3;
@@ -740,13 +737,12 @@ static void mm_tiles_splitk(void) {
                                          : 1,
                        .beta = 0.75f};
         char label[64];
-        snprintf(label, sizeof label, "pp128x128 on %s CTA(s)%s", ctas,
+        snprintf(label, sizeof label, "auto tile on %s CTA(s)%s", ctas,
                  v == 4 ? ", split-K 3" : "");
         epi_run(ctx, &r, &sp, label);
         unsetenv("BITRANK_GEMM_SPLITK");
     }
     unsetenv("BITRANK_GEMM_CTAS");
-    unsetenv("BITRANK_GEMM_TILE");
 
     /* split-K: forced 3 (32 k blocks: 11 + 11 + 10), on the default and two other tiles */
     setenv("BITRANK_GEMM_SPLITK", "3", 1);
@@ -1295,8 +1291,7 @@ static void tn_run(br_ctx *ctx, br_rng *r, const tn_spec *sp) {
  * full suite, with the grid on one CTA too (several tiles per CTA). */
 static void each_mn_tile(br_ctx *ctx, br_rng *r, void (*run)(br_ctx *, br_rng *, const void *),
                          const void *arg) {
-    static const char *const tiles[] = {"256x128", "128x256",   "128x128",
-                                        "128x192", "pp128x128", "256x96"};
+    static const char *const tiles[] = {"256x128", "128x256", "128x128", "128x192"};
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
         for (int one = 0; one < 2; one++) {
             if (t_small() && one) continue;

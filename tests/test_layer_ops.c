@@ -854,16 +854,15 @@ static uint16_t *rand_f16(br_rng *r, size_t n, float scale) {
  * for bit: dst and dst_t whole (poisoned first, so pads must be written +0), out when
  * kept (apart, in place over c, or NULL); and the staged values against an f64 product.
  * Shapes of every tile size's remainders, the layer's output GEMM, buffers at odd
- * offsets and widths that are not multiples of 4 (the composed path on CUDA), each
- * with and without BITRANK_MM_STAGE=fused (the CUDA staging kernel), then every
- * wgmma tile of that kernel forced through BITRANK_GEMM_TILE at one shape. c16: c
+ * offsets and widths that are not multiples of 4 (the composed path on CUDA), then
+ * every wgmma tile forced through BITRANK_GEMM_TILE at one shape. c16: c
  * given as f16 (at the same offset), against the definition on an f32 c holding
  * its values (keep 2, in place over c, is not one of its forms); no_t: dst_t NULL
  * (with c16 and out NULL the CUDA f16-c staging kernel, where aligned), and dst_t's
  * poison must survive. */
 static void mm_stage_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k, size_t ld,
-                          size_t off, int keep, float alpha, float scale, const char *tile,
-                          int c16, int no_t) {
+                          size_t off, int keep, float alpha, float scale, const char *tile, int c16,
+                          int no_t) {
     size_t nd = br_pad_rows(m) * ld, nt = br_pad_rows(n) * br_pad_tokens(m);
     uint16_t *act = rand_f16(rng, m * k, 1.0f), *plane = rand_f16(rng, n * k, 1.0f);
     uint16_t *ch = c16 ? rand_f16(rng, m * n, 4.0f) : NULL;
@@ -898,10 +897,11 @@ static void mm_stage_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k
           "mm_stage %zux%zux%zu ld=%zu off=%zu keep=%d tile=%s c16=%d no_t=%d: dst differs in %zu "
           "of %zu (first %zu)",
           m, n, k, ld, off, keep, tile, c16, no_t, bad, nd, t_first_diff16(got, want, nd));
-    CHECK(bad_t == 0,
-          "mm_stage %zux%zux%zu off=%zu keep=%d tile=%s c16=%d no_t=%d: dst_t differs in %zu of %zu "
-          "(first %zu)",
-          m, n, k, off, keep, tile, c16, no_t, bad_t, nt, t_first_diff16(got_t, want_t, nt));
+    CHECK(
+        bad_t == 0,
+        "mm_stage %zux%zux%zu off=%zu keep=%d tile=%s c16=%d no_t=%d: dst_t differs in %zu of %zu "
+        "(first %zu)",
+        m, n, k, off, keep, tile, c16, no_t, bad_t, nt, t_first_diff16(got_t, want_t, nt));
     if (bo) {
         float *go = t_download_f32(ctx, bo, m * n), *wo = t_download_f32(ctx, ro, m * n);
         bad = t_bits_differ32(go, wo, m * n);
@@ -954,17 +954,11 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
         int keep = (int)(c % 3); /* 0: out NULL, 1: out apart, 2: in place over c */
         float alpha = (c % 2 ? -1.0f : 1.0f) * (float)(0.1 + br_rng_unit(&rng));
         float scale = c % 2 ? 64.0f : (float)(0.5 + br_rng_unit(&rng)); /* |v·scale| < 65504 */
-        /* CUDA: the fused kernel (BITRANK_MM_STAGE=fused) and the unfused path */
-        for (int fused = 0; fused < 2; fused++) {
-            if (fused) setenv("BITRANK_MM_STAGE", "fused", 1);
-            mm_stage_case(ctx, &rng, m, n, k, ld, off, keep, alpha, scale, fused ? "fused" : "auto",
-                          0, 0);
-            /* an f16 c (fused asked for: the composed path all the same) */
-            if (c > 0)
-                mm_stage_case(ctx, &rng, m, n, k, ld, off, keep == 2 ? (int)(c % 2) : keep, alpha,
-                              scale, fused ? "fused" : "auto", 1, 0);
-            unsetenv("BITRANK_MM_STAGE");
-        }
+        mm_stage_case(ctx, &rng, m, n, k, ld, off, keep, alpha, scale, "auto", 0, 0);
+        /* an f16 c (with dst_t: the composed path) */
+        if (c > 0)
+            mm_stage_case(ctx, &rng, m, n, k, ld, off, keep == 2 ? (int)(c % 2) : keep, alpha,
+                          scale, "auto", 1, 0);
         /* an f16 c, out not kept, no dst_t: the layer's form (BITRANK_MM_STAGE16=0: the
          * composed path on CUDA) */
         for (int composed = 0; composed < 2; composed++) {
@@ -974,14 +968,11 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
             unsetenv("BITRANK_MM_STAGE16");
         }
     }
-    static const char *const tiles[] = {"256x128", "256x112", "128x256",  "128x128",
-                                        "128x192", "256x96",  "pp128x128"};
+    static const char *const tiles[] = {"256x128", "256x112", "128x256",
+                                        "128x128", "128x192", "256x96"};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
         setenv("BITRANK_GEMM_TILE", tiles[i], 1);
-        setenv("BITRANK_MM_STAGE", "fused", 1);
-        mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i], 0,
-                      0);
-        unsetenv("BITRANK_MM_STAGE");
+        mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i], 0, 0);
         /* the f16-c staging kernel on this tile (n a multiple of 8), then with every
          * tile of the grid on one CTA */
         mm_stage_case(ctx, &rng, 333, 296, 96, 320, 0, 0, -0.3f, 512.0f, tiles[i], 1, 1);
@@ -990,17 +981,6 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
         unsetenv("BITRANK_GEMM_CTAS");
         unsetenv("BITRANK_GEMM_TILE");
     }
-    /* ping-pong on one CTA: 9 units of 10 k blocks, the consumers taking turns */
-    setenv("BITRANK_GEMM_TILE", "pp128x128", 1);
-    setenv("BITRANK_GEMM_CTAS", "1", 1);
-    for (int fused = 0; fused < 2; fused++) {
-        if (fused) setenv("BITRANK_MM_STAGE", "fused", 1);
-        mm_stage_case(ctx, &rng, 333, 300, 640, 320, 0, fused, 0.7f, 256.0f, "pp128x128 1 CTA", 0,
-                      0);
-        unsetenv("BITRANK_MM_STAGE");
-    }
-    unsetenv("BITRANK_GEMM_CTAS");
-    unsetenv("BITRANK_GEMM_TILE");
     br_ctx_free(ctx);
 }
 
@@ -1068,16 +1048,10 @@ static uint16_t *rand_f16_nz(br_rng *r, size_t n) {
  * outputs that start alike: sum random (accumulate) or NaN (overwritten) in its
  * groups, random between them (must survive); dst NaN (its pad rows must be written
  * +0). act has br_pad_rows(m) rows of lda with NaN past row m and column k (never to
- * be read: a fused epilogue that sums a row past m gives NaN), col NaN between its
- * groups. env: "0" sets BITRANK_MM_COLSUM=0 for the fused op (CUDA: its unfused
- * path); a tile name forces that tile unsplit (BITRANK_GEMM_TILE, BITRANK_GEMM_SPLITK=1)
- * for both sides, so that the product's bits are the same on both, and
- * BITRANK_MM_COLSUM=1 for the fused op (CUDA: the fused kernel on that tile where it
- * is built and the shape allows it); NULL: nothing set (the backend's default). graph: the fused
- * op recorded and launched as a graph. */
+ * be read: a sum over a row past m gives NaN), col NaN between its groups. graph:
+ * the fused op recorded and launched as a graph. */
 static void mm_colsum_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t k, size_t group,
-                           size_t stride, size_t lda, size_t off, int accumulate, const char *env,
-                           int graph) {
+                           size_t stride, size_t lda, size_t off, int accumulate, int graph) {
     const float gs = 16.0f; /* the layer's gradient scale: oscale 1/gs, dst's scale gs */
     const size_t ld = lda ? lda : k, na = br_pad_rows(m) * ld, nd = br_pad_rows(m) * n;
     const size_t span = group ? (n / group - 1) * stride + group : n;
@@ -1108,16 +1082,9 @@ static void mm_colsum_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t 
     br_fuse f[2];
     for (int v = 0; v < 2; v++)
         f[v] = (br_fuse){.kind = BR_FUSE_CVT_B, .col = bcol, .dst = dst[v], .scale = gs};
-    const int tile = env && strcmp(env, "0") != 0;
-    if (tile) {
-        setenv("BITRANK_GEMM_TILE", env, 1);
-        setenv("BITRANK_GEMM_SPLITK", "1", 1);
-    }
     CHECK_OK(ctx, br_mm(ctx, bact, bplane, b[0], g));
     CHECK_OK(ctx, br_colsum_fused_grouped(ctx, ba, b[0], sum[0], m, n, &f[0], group, stride,
                                           accumulate));
-    /* the fused path on, whatever the backend's default */
-    if (env) setenv("BITRANK_MM_COLSUM", tile ? "1" : env, 1);
     if (graph) {
         br_graph *gr = NULL;
         CHECK_OK(ctx, br_graph_begin(ctx));
@@ -1130,23 +1097,20 @@ static void mm_colsum_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t 
         CHECK_OK(ctx, br_mm_colsum_grouped(ctx, bact, bplane, b[1], g, ba, sum[1], &f[1], group,
                                            stride, accumulate));
     }
-    unsetenv("BITRANK_MM_COLSUM");
-    unsetenv("BITRANK_GEMM_TILE");
-    unsetenv("BITRANK_GEMM_SPLITK");
     float *s0 = t_download_f32(ctx, sum[0], span), *s1 = t_download_f32(ctx, sum[1], span);
     uint16_t *d0 = t_download_f16(ctx, dst[0], nd), *d1 = t_download_f16(ctx, dst[1], nd);
     size_t bad = t_bits_differ32(s0, s1, span), bad_d = t_bits_differ16(d0, d1, nd), kept = 0;
     for (size_t i = 0; group && i < span; i++) /* between the groups: the preset */
         kept += i % stride >= group && memcmp(&s1[i], &sum0[i], 4) != 0;
     CHECK(bad == 0 && kept == 0,
-          "mm_colsum %zux%zux%zu group=%zu stride=%zu lda=%zu off=%zu acc=%d env=%s graph=%d: "
+          "mm_colsum %zux%zux%zu group=%zu stride=%zu lda=%zu off=%zu acc=%d graph=%d: "
           "sum differs in %zu of %zu (first %zu), %zu between the groups written",
-          m, n, k, group, stride, lda, off, accumulate, env ? env : "-", graph, bad, span,
+          m, n, k, group, stride, lda, off, accumulate, graph, bad, span,
           t_first_diff32(s0, s1, span), kept);
     CHECK(bad_d == 0,
-          "mm_colsum %zux%zux%zu group=%zu stride=%zu lda=%zu off=%zu acc=%d env=%s graph=%d: "
+          "mm_colsum %zux%zux%zu group=%zu stride=%zu lda=%zu off=%zu acc=%d graph=%d: "
           "dst differs in %zu of %zu (first %zu)",
-          m, n, k, group, stride, lda, off, accumulate, env ? env : "-", graph, bad_d, nd,
+          m, n, k, group, stride, lda, off, accumulate, graph, bad_d, nd,
           t_first_diff16(d0, d1, nd));
     free(s0), free(s1), free(d0), free(d1);
     free(act), free(vals), free(plane), free(a), free(col), free(sum0);
@@ -1157,9 +1121,7 @@ static void mm_colsum_case(br_ctx *ctx, br_rng *rng, size_t m, size_t n, size_t 
 
 /* The layer's B and dℓ shapes (T × P·r, K = mpad, ℓ in groups of r a path apart),
  * plain columns (one with lda past k), tiny and odd ones (buffers at odd offsets); each
- * accumulating and overwriting, with nothing set, BITRANK_MM_COLSUM=0 (CUDA: the
- * unfused path) and each fused tile forced on both sides (CUDA falls back where the
- * shape does not allow it: the same bits either way), and once as a graph. */
+ * accumulating and overwriting, directly and as a graph. */
 static void mm_colsum_matches_mm_then_colsum_fused(void) {
     br_ctx *ctx = t_ctx();
     br_rng rng = t_rng_for(72);
@@ -1169,16 +1131,12 @@ static void mm_colsum_matches_mm_then_colsum_fused(void) {
                                        {300, 384, 64, 0, 0, 72, 0},
                                        {64, 128, 32, 0, 0, 0, 3},
                                        {129, 200, 96, 100, 130, 104, 3}};
-    static const char *const envs[] = {NULL, "0", "128x256", "128x128", "256x128"};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const size_t *s = shapes[c];
         if (too_big(s[0] * s[1])) continue;
-        for (int acc = 0; acc < 2; acc++) {
-            for (size_t e = 0; e < sizeof envs / sizeof envs[0]; e++)
-                mm_colsum_case(ctx, &rng, s[0], s[1], s[2], s[3], s[4], s[5], s[6], acc, envs[e],
-                               0);
-            mm_colsum_case(ctx, &rng, s[0], s[1], s[2], s[3], s[4], s[5], s[6], acc, NULL, 1);
-        }
+        for (int acc = 0; acc < 2; acc++)
+            for (int graph = 0; graph < 2; graph++)
+                mm_colsum_case(ctx, &rng, s[0], s[1], s[2], s[3], s[4], s[5], s[6], acc, graph);
     }
     br_ctx_free(ctx);
 }

@@ -44,7 +44,7 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     /* B, and from it dℓ of every path written (or, accumulating, added) in place into
      * the layer's gradients, ℓ read in place: groups of r, a path apart (one op, so a
      * backend may form dℓ and B' in the GEMM's epilogue without B going through
-     * memory: the CUDA one can, BITRANK_MM_COLSUM=1, not yet by default) */
+     * memory) */
     br_gemm gb = {.m = ntok, .n = R, .k = l->mpad, .oscale = 1.0f / gs};
     br_fuse fl = {.kind = BR_FUSE_CVT_B, .col = sp[BR_BLR_L], .dst = sh->act, .scale = gs};
     BR_TRY(br_mm_colsum_grouped(ctx, sh->stage, sh->plane, sh->b, gb, s->a, sp[BR_BLR_DL], &fl, r,

@@ -122,7 +122,6 @@ const char *tile_name(WgmmaTile tile) {
     case TILE_128x128: return "128x128";
     case TILE_128x192: return "128x192";
     case TILE_256x96: return "256x96";
-    case TILE_PP128x128: return "pp128x128";
     default: return "auto";
     }
 }
@@ -131,8 +130,7 @@ int tile_tokens(WgmmaTile tile) {
     switch (tile) {
     case TILE_256x112: return 112;
     case TILE_256x128:
-    case TILE_128x128:
-    case TILE_PP128x128: return 128;
+    case TILE_128x128: return 128;
     case TILE_128x192: return 192;
     case TILE_256x96: return 96;
     default: return 256;
@@ -155,11 +153,8 @@ const char *asource_name(WgmmaASource src) {
  * waves = ⌈tiles · splits / SMs⌉. The speeds were measured on the H200 with
  * bench_gemm (128x192 and 256x96 estimated from their shared-memory
  * traffic per flop). Splits 2..8 where the workspace holds the partials and every
- * unit keeps ≥ 4 k blocks. Bitmaps expand into A-fragment registers, 2 sets. The
- * ping-pong tile (only with BITRANK_GEMM_PP=1): a CTA per two units, 0.1 µs per
- * unit (its fill and epilogue overlap the other consumer's main loop). */
-void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src, int *splits,
-                bool legacy) {
+ * unit keeps ≥ 4 k blocks. Bitmaps expand into A-fragment registers, 2 sets. */
+void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src, int *splits) {
     struct Cand {
         WgmmaTile tile;
         int bj, bt;
@@ -167,12 +162,10 @@ void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *s
     };
     static const Cand dense[] = {{TILE_128x256, 128, 256, 1.0},  {TILE_256x128, 256, 128, 1.0},
                                  {TILE_256x112, 256, 112, 1.0},  {TILE_128x128, 128, 128, 0.8},
-                                 {TILE_128x192, 128, 192, 0.97}, {TILE_256x96, 256, 96, 0.95},
-                                 {TILE_PP128x128, 128, 128, 1.0}};
-    static const Cand bits[] = {{TILE_128x256, 128, 256, 1.0},   {TILE_256x128, 256, 128, 0.78},
-                                {TILE_256x112, 256, 112, 0.75},  {TILE_128x128, 128, 128, 0.67},
-                                {TILE_128x192, 128, 192, 0.95},  {TILE_256x96, 256, 96, 0.72},
-                                {TILE_PP128x128, 128, 128, 0.78}};
+                                 {TILE_128x192, 128, 192, 0.97}, {TILE_256x96, 256, 96, 0.95}};
+    static const Cand bits[] = {{TILE_128x256, 128, 256, 1.0},  {TILE_256x128, 256, 128, 0.78},
+                                {TILE_256x112, 256, 112, 0.75}, {TILE_128x128, 128, 128, 0.67},
+                                {TILE_128x192, 128, 192, 0.95}, {TILE_256x96, 256, 96, 0.72}};
     static_assert(sizeof dense / sizeof dense[0] == TILE_COUNT, "one candidate per tile");
     const Cand *cand = p.kind == PLANE_F16 ? dense : bits;
     const long long sms = sm_count > 0 ? sm_count : 1;
@@ -181,29 +174,20 @@ void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *s
     WgmmaTile best = cand[0].tile;
     int best_splits = 1;
     double best_cost = 0;
-    /* ping-pong tiles only where BITRANK_GEMM_PP=1 (read on every call): not yet
-     * measured against the others */
-    const char *pp_env = getenv("BITRANK_GEMM_PP");
-    const bool pp = !legacy && pp_env && !strcmp(pp_env, "1");
-    for (int i = 0; i < (legacy ? 4 : TILE_COUNT); i++) {
-        if (cand[i].tile == TILE_PP128x128 && !pp) continue;
-        /* MN-major: whole 64-token boxes (256x96 only when forced: not yet measured) */
+    for (int i = 0; i < TILE_COUNT; i++) {
+        /* MN-major: whole 64-token boxes (the tiles its kernels are built for) */
         if (p.mn && cand[i].bt % 64 != 0) continue;
         const long long tiles_t = (p.m + cand[i].bt - 1) / cand[i].bt;
         const long long tiles = (long long)((p.n + cand[i].bj - 1) / cand[i].bj) * tiles_t;
-        for (int sp = 1; sp <= (splits && !legacy ? 8 : 1); sp++) {
+        for (int sp = 1; sp <= (splits ? 8 : 1); sp++) {
             const int unit_kb = (nkb + sp - 1) / sp;
             if (sp > 1 &&
                 (unit_kb < 4 || split_ws_bytes(sp, (int)(tiles_t * cand[i].bt), p.n) > p.ws_bytes))
                 break;
-            /* a ping-pong unit's fill and epilogue overlap the other consumer's loop */
             const double unit_s =
                 2.0 * cand[i].bj * cand[i].bt * 64.0 * unit_kb / (sm_flops * cand[i].speed) +
-                (cand[i].tile == TILE_PP128x128 ? 0.1e-6 : 0.5e-6);
-            /* ping-pong: a CTA per two units (its consumers' main loops take turns) */
-            const long long ctas = cand[i].tile == TILE_PP128x128
-                                       ? std::min((tiles * sp + 1) / 2, sms)
-                                       : std::min(tiles * sp, sms);
+                0.5e-6;
+            const long long ctas = std::min(tiles * sp, sms);
             double cost = (double)((tiles * sp + ctas - 1) / ctas) * unit_s;
             if (sp > 1) cost += (double)sp * p.m * ((p.n + 3) / 4 * 4) * 4 / bandwidth + 2e-6;
             if ((i == 0 && sp == 1) || cost < best_cost)
@@ -386,31 +370,14 @@ br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name
 
 /* The problem of an MM_STAGE op, staging outputs included. */
 static Problem stage_problem(const br_mm_stage_args &a) {
-    const size_t m = a.mm.g.m, n = a.mm.g.n;
+    const size_t m = a.mm.g.m;
     Problem p = problem_of(a.mm, PLANE_F16);
     p.o16 = static_cast<uint16_t *>(br_ptr(a.dst));
     p.o16t = a.dst_t ? static_cast<uint16_t *>(br_ptr(a.dst_t)) : nullptr;
     p.ld16 = (long long)a.ld;
-    p.ld16t = a.dst_t ? (long long)br_pad_tokens(m) : 0;
     p.rows16 = (int)br_pad_rows(m);
-    p.rows16t = a.dst_t ? (int)br_pad_rows(n) : 0;
     p.s16 = a.scale;
     return p;
-}
-
-/* Whether an MM_STAGE op runs fused (the staging wgmma kernel), else as the
- * product (in out, or the workspace) followed by cvt_both. The fused kernel runs
- * only where BITRANK_MM_STAGE=fused (read on every call): on the H200 its epilogue
- * costs more than the staging pass it saves (layer step 0.3522 / 0.3090 / 0.5863 ms
- * against 0.3309 / 0.2878 / 0.5483 unfused at the bench shapes; 0.386 /
- * 0.311 / 0.670 on the ping-pong tile, whose overlap does not make up for it); it is
- * kept, tested bit for bit, for a faster epilogue (docs/PERFORMANCE.md). */
-static bool stage_fused(br_ctx *ctx, const Problem &p) {
-    const char *e = getenv("BITRANK_MM_STAGE");
-    if (!e || strcmp(e, "fused") != 0 || !p.o16t) return false; /* it writes both outputs */
-    Family f = FAMILY_AUTO;
-    if (pick_family(ctx, p, "mm_stage", &f) != BR_OK) return false;
-    return f == FAMILY_WGMMA && stage_aligned(p);
 }
 
 /* Whether an MM_STAGE op with an f16 c runs fused, on the EPI_STAGE16 kernel (the
@@ -435,7 +402,7 @@ static bool stage16_fused(br_ctx *ctx, const Problem &p, WgmmaTile *tile) {
 } // namespace br_gemm_cuda
 
 /* An f16 c: the EPI_STAGE16 kernel where it applies (stage16_fused), else the plain
- * product and the staging pass applying c (never the f32-c staging kernel). */
+ * product and the staging pass applying c. An f32 c: always the latter. */
 static bool c_is_f16(const br_mm_stage_args &a) { return br_buf_dtype(a.mm.g.c) == BR_F16; }
 
 /* The problem of an MM_STAGE op with an f16 c for the EPI_STAGE16 kernel. */
@@ -448,9 +415,7 @@ static br_gemm_cuda::Problem stage16_problem(const br_mm_stage_args &a) {
 
 extern "C" size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a) {
     br_gemm_cuda::WgmmaTile tile;
-    if (a->mm.out ||
-        (!c_is_f16(*a) && br_gemm_cuda::stage_fused(ctx, br_gemm_cuda::stage_problem(*a))) ||
-        (c_is_f16(*a) && br_gemm_cuda::stage16_fused(ctx, stage16_problem(*a), &tile)))
+    if (a->mm.out || (c_is_f16(*a) && br_gemm_cuda::stage16_fused(ctx, stage16_problem(*a), &tile)))
         return 0;
     return a->mm.g.m * a->mm.g.n * sizeof(float); /* room for the product */
 }
@@ -466,22 +431,11 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
         const Problem staged = stage16_problem(a);
         WgmmaTile tile;
         if (stage16_fused(ctx, staged, &tile)) return launch_wgmma_f16_stage16(ctx, staged, tile);
-    } else {
-        const Problem staged = stage_problem(a);
-        if (stage_fused(ctx, staged)) {
-            WgmmaTile tile;
-            WgmmaASource src;
-            int splits = 1;
-            pick_wgmma(staged, br_cuda_state(ctx)->sm_count, &tile, &src);
-            env_overrides(&tile, &src, &splits);
-            return launch_wgmma_f16_stage(ctx, staged, tile);
-        }
-        if (a.mm.out) { /* the product with c in out, then staged */
-            Problem p = problem_of(a.mm, PLANE_F16);
-            BR_TRY(run_problem(ctx, p, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
-            return br_cuda_cvt_both_ptr(ctx, p.out, nullptr, dst, dst_t, m, n, a.ld, a.scale,
-                                        nullptr, 1.0f, 0.0f);
-        }
+    } else if (a.mm.out) { /* the product with c in out, then staged */
+        Problem p = problem_of(a.mm, PLANE_F16);
+        BR_TRY(run_problem(ctx, p, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
+        return br_cuda_cvt_both_ptr(ctx, p.out, nullptr, dst, dst_t, m, n, a.ld, a.scale, nullptr,
+                                    1.0f, 0.0f);
     }
     /* The plain product (acc exactly: oscale 1, no c) in out, or the workspace when out
      * is not kept; the staging pass applies c's epilogue, reading c there instead of in
@@ -512,72 +466,14 @@ extern "C" br_status br_cuda_mm(br_ctx *ctx, const br_op *op) {
                              br_gemm_cuda::TILE_AUTO);
 }
 
-/* MM_COLSUM: where the plain product would run unsplit on the 128x256 or 128x128 tile
- * (the pick and BITRANK_GEMM_TILE / BITRANK_GEMM_SPLITK as br_mm takes them, so the
- * product's bits are br_mm's) and the column sums' row blocks are 64 tokens (up to
- * 16384 tokens), the EPI_COLSUM kernel writes b' and the blocks' partials and
- * colsum_fin adds them: b never goes through memory. Elsewhere br_mm into mm.out,
- * then colsum_fused. BITRANK_MM_COLSUM (read on every call: the A/B switch and test
- * hook): 0 the unfused path, 1 the fused one where it applies, a tile name that tile
- * for the fused kernel; unset: kColsumFused. Off by default: on the H200 (bench_layer
- * at the third shape, where B runs on 128x256) the fused step took 0.4173
- * ms against 0.4038 unfused; without the column-sum pass the fused kernel was 8 to 11
- * µs faster than the unfused pair, so the pass (latency-bound: 8 warps an SM, one
- * serial chain a thread) is what to speed up (docs/PERFORMANCE.md). */
-static const bool kColsumFused = false;
-extern "C" br_status br_cuda_colsum_fin(br_ctx *ctx, const float *part, float *sum, size_t k,
-                                        size_t nb, int accumulate, size_t group, size_t stride);
-namespace br_gemm_cuda {
-static bool colsum_fused_tile(br_ctx *ctx, const br_mm_colsum_args &a, const Problem &p,
-                              WgmmaTile *tile) {
-    const char *e = getenv("BITRANK_MM_COLSUM");
-    if (e ? !strcmp(e, "0") : !kColsumFused) return false;
-    if (a.cs.fuse.kind != BR_FUSE_CVT_B || a.cs.fuse.dst_t || !a.cs.fuse.col ||
-        br_colsum_block_rows(a.cs.rows) != 64)
-        return false;
-    Family f = FAMILY_AUTO;
-    if (pick_family(ctx, p, "mm_colsum", &f) != BR_OK || f != FAMILY_WGMMA) return false;
-    /* run_problem's choice for the product alone: fused only where it runs unsplit */
-    WgmmaASource src = A_AUTO;
-    int splits;
-    *tile = TILE_AUTO;
-    plan_wgmma(ctx, p, a.mm.ws_bytes, tile, &src, &splits);
-    if (splits > 1) return false;
-    tile_from_env("BITRANK_MM_COLSUM", tile);
-    return *tile == TILE_128x256 || *tile == TILE_128x128;
-}
-} // namespace br_gemm_cuda
-
+/* MM_COLSUM: br_mm into mm.out, then colsum_fused. */
 extern "C" br_status br_cuda_mm_colsum(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
     const br_mm_colsum_args &a = op->u.mm_colsum;
-    const br_colsum_fused_args &cs = a.cs;
-    Problem p = problem_of(a.mm, PLANE_F16);
-    WgmmaTile tile;
-    if (colsum_fused_tile(ctx, a, p, &tile)) {
-        const size_t nb = br_colsum_blocks(cs.rows);
-        void *part = nullptr;
-        BR_TRY(br_cuda_workspace(ctx, nb * cs.k * sizeof(float), &part));
-        p.out = nullptr;
-        p.o16 = static_cast<uint16_t *>(br_ptr(cs.fuse.dst));
-        p.ld16 = (long long)cs.k;
-        p.rows16 = (int)br_pad_rows(cs.rows);
-        p.s16 = cs.fuse.scale;
-        p.cs_a = static_cast<const float *>(br_ptr(cs.a));
-        p.cs_lda = (long long)cs.k;
-        p.cs_col = static_cast<const float *>(br_ptr(cs.fuse.col));
-        p.cs_group = (int)cs.group;
-        p.cs_stride = (int)cs.stride;
-        p.cs_part = static_cast<float *>(part);
-        BR_TRY(launch_wgmma_f16_colsum(ctx, p, tile));
-        return br_cuda_colsum_fin(ctx, static_cast<const float *>(part),
-                                  static_cast<float *>(br_ptr(cs.sum)), cs.k, nb, !cs.overwrite,
-                                  cs.group, cs.stride);
-    }
     BR_TRY(run(ctx, a.mm, PLANE_F16, FAMILY_AUTO, TILE_AUTO));
     br_op sub = *op;
     sub.kind = BR_OP_COLSUM_FUSED;
-    sub.u.colsum_fused = cs;
+    sub.u.colsum_fused = a.cs;
     return br_cuda_colsum_fused(ctx, &sub);
 }
 
@@ -654,12 +550,12 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
 
 /* MM_TN2: both products in one launch of the MN-major plain kernel where each would
  * run on it unsplit and plain with the same k, the second's tiles after the
- * first's: M_U's last wave leaves SMs idle that N_V's tiles then fill. Else (a
- * forced ping-pong tile, or BITRANK_MM_TN2=0, read on every call: an A/B hook)
- * each as MM_TN, in turn. With rowdot (br_mm_tn2_rowdot), both sides' rowdots
- * after the products, in one launch. (The rowdots in the kernel's epilogue, the gradients straight
- * from the accumulators, measured slower on the H200: 0.4168 ms against
- * 0.4099 at the third bench shape with the gradients out by TMA.) */
+ * first's: M_U's last wave leaves SMs idle that N_V's tiles then fill. Else
+ * (BITRANK_MM_TN2=0, read on every call: an A/B hook) each as MM_TN, in turn. With
+ * rowdot (br_mm_tn2_rowdot), both sides' rowdots after the products, in one launch.
+ * (The rowdots in the kernel's epilogue, the gradients straight from the
+ * accumulators, measured slower on the H200: 0.4168 ms against 0.4099 at the third
+ * bench shape with the gradients out by TMA.) */
 extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
     const br_mm_tn2_args &two = op->u.mm_tn2;
@@ -674,16 +570,12 @@ extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
         p[i].ldp = (long long)m[i].ldp;
         pair = mm_tn_direct(ctx, m[i]) && plain_problem(p[i]);
     }
-    WgmmaTile tile = TILE_AUTO;
     if (pair) {
-        tile = pick_wgmma_pair(p[0], p[1], br_cuda_state(ctx)->sm_count);
+        WgmmaTile tile = pick_wgmma_pair(p[0], p[1], br_cuda_state(ctx)->sm_count);
         WgmmaASource src = A_SMEM;
         int splits = 1; /* the hook's split factor: not used here */
         tile_from_env("BITRANK_MM_TN_TILE", &tile);
         env_overrides(&tile, &src, &splits);
-        pair = tile != TILE_PP128x128; /* a CTA per two tiles of one product */
-    }
-    if (pair) {
         BR_TRY(launch_wgmma_f16_mn(ctx, p[0], tile, &p[1]));
     } else {
         for (int i = 0; i < 2; i++) {

@@ -10,32 +10,17 @@ br_status launch_wgmma_f16(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaA
                             : launch_wgmma_kind<PLANE_F16, EPI_FULL>(ctx, p, tile, src);
 }
 
-br_status launch_wgmma_f16_stage(br_ctx *ctx, const Problem &p, WgmmaTile tile) {
-    return launch_wgmma_kind<PLANE_F16, EPI_STAGE>(ctx, p, tile, A_SMEM);
-}
-
 br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile) {
     switch (tile) {
-    case TILE_256x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, EPI_STAGE16, false>(ctx, p);
-    case TILE_256x112: return launch_wgmma_shape<PLANE_F16, 2, 112, 0, EPI_STAGE16, false>(ctx, p);
-    case TILE_128x256: return launch_wgmma_shape<PLANE_F16, 1, 256, 0, EPI_STAGE16, false>(ctx, p);
-    case TILE_128x128: return launch_wgmma_shape<PLANE_F16, 1, 128, 0, EPI_STAGE16, false>(ctx, p);
-    case TILE_128x192: return launch_wgmma_shape<PLANE_F16, 1, 192, 0, EPI_STAGE16, false>(ctx, p);
-    case TILE_256x96: return launch_wgmma_shape<PLANE_F16, 2, 96, 0, EPI_STAGE16, false>(ctx, p);
-    case TILE_PP128x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, EPI_STAGE16, true>(ctx, p);
+    case TILE_256x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, EPI_STAGE16>(ctx, p);
+    case TILE_256x112: return launch_wgmma_shape<PLANE_F16, 2, 112, 0, EPI_STAGE16>(ctx, p);
+    case TILE_128x256: return launch_wgmma_shape<PLANE_F16, 1, 256, 0, EPI_STAGE16>(ctx, p);
+    case TILE_128x128: return launch_wgmma_shape<PLANE_F16, 1, 128, 0, EPI_STAGE16>(ctx, p);
+    case TILE_128x192: return launch_wgmma_shape<PLANE_F16, 1, 192, 0, EPI_STAGE16>(ctx, p);
+    case TILE_256x96: return launch_wgmma_shape<PLANE_F16, 2, 96, 0, EPI_STAGE16>(ctx, p);
     default: break;
     }
     return br_fail(ctx, BR_E_UNSUPPORTED, "mm_stage: no f16-c staging kernel for the %s tile",
-                   tile_name(tile));
-}
-
-br_status launch_wgmma_f16_colsum(br_ctx *ctx, const Problem &p, WgmmaTile tile) {
-    switch (tile) {
-    case TILE_128x256: return launch_wgmma_shape<PLANE_F16, 1, 256, 0, EPI_COLSUM, false>(ctx, p);
-    case TILE_128x128: return launch_wgmma_shape<PLANE_F16, 1, 128, 0, EPI_COLSUM, false>(ctx, p);
-    default: break;
-    }
-    return br_fail(ctx, BR_E_UNSUPPORTED, "mm_colsum: no column-sum kernel for the %s tile",
                    tile_name(tile));
 }
 

@@ -238,17 +238,6 @@ template <int KIND, bool WITH_T> __global__ void colsum_fused_kernel(fused_job j
     }
 }
 
-/* The second pass alone, for the GEMM whose epilogue wrote the partials (MM_COLSUM):
- * sum (in groups) = or += the blocks' partials part [nb][k] added in block order. */
-extern "C" br_status br_cuda_colsum_fin(br_ctx *ctx, const float *part, float *sum, size_t k,
-                                        size_t nb, int accumulate, size_t group, size_t stride) {
-    BR_CUDA_LAUNCH_WAITING(ctx, br_cuda_state(ctx), "colsum_fin_kernel", colsum_fin_kernel,
-                           (unsigned)((k + THREADS - 1) / THREADS), THREADS, 0, part, sum,
-                           (unsigned)k, (unsigned)nb, accumulate, (unsigned)group,
-                           (unsigned)stride);
-    return BR_OK;
-}
-
 template <int KIND> static br_status fused_launch(br_ctx *ctx, const fused_job &j) {
     br_cuda *s = br_cuda_state(ctx);
     unsigned ncols = j.dst_t ? j.kpad : j.k;

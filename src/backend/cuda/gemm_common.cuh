@@ -40,19 +40,13 @@ struct Problem {
      * operands); out as always */
     bool mn = false;
     long long ldp = 0;
-    /* MM_STAGE (launch_wgmma_f16_stage): out (may be NULL) staged as f16(out·s16) into
-     * o16 [rows16][ld16] and, transposed, o16t [rows16t][ld16t], +0 outside m × n */
+    /* MM_STAGE (launch_wgmma_f16_stage16): the result staged as f16(out·s16) into
+     * o16 [rows16][ld16], +0 outside m × n; o16t: the op's transposed output (the
+     * kernel runs only without one) */
     uint16_t *o16 = nullptr, *o16t = nullptr;
-    long long ld16 = 0, ld16t = 0;
-    int rows16 = 0, rows16t = 0;
+    long long ld16 = 0;
+    int rows16 = 0;
     float s16 = 1.0f;
-    /* MM_COLSUM (launch_wgmma_f16_colsum): the product b is not stored; part [nb][n]
-     * (nb = ⌈m/64⌉) takes Σ over each 64-token block of cs_a⊙b (cs_a f32 [m][cs_lda]),
-     * and o16 [rows16][ld16] f16(b·col·s16), col in groups (cs_group, cs_stride) */
-    const float *cs_a = nullptr, *cs_col = nullptr;
-    long long cs_lda = 0;
-    int cs_group = 0, cs_stride = 0;
-    float *cs_part = nullptr;
 };
 
 /* Workspace bytes of a split-K run: `splits` partial blocks of mpad (tokens padded to
@@ -83,10 +77,7 @@ enum WgmmaTile {
     TILE_128x128 = 3, /* 128 × 128: more CTAs for narrow planes */
     TILE_128x192 = 4, /* 128 × 192: 4096 tokens × 768 plane rows fill 132 SMs in one wave */
     TILE_256x96 = 5,  /* 256 × 96: the same area, fewer plane-row tiles */
-    /* ping-pong: 128 × 128 per consumer warpgroup, two tiles per CTA at a time, the
-     * epilogue of one beside the main loop of the other (bitmaps: reg2 only) */
-    TILE_PP128x128 = 6,
-    TILE_COUNT = 7,
+    TILE_COUNT = 6,
 };
 
 /* Where the Hopper bitmap kernels take the ±1 plane (wgmma's A operand) from. */
@@ -104,16 +95,10 @@ br_status launch_simple(br_ctx *ctx, const Problem &p);
 br_status launch_wgmma_f16(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
 br_status launch_wgmma_rows(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
 br_status launch_wgmma_cols(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src);
-/* The f16-plane kernels with the MM_STAGE epilogue (p.o16, p.o16t set; p.c required). */
-br_status launch_wgmma_f16_stage(br_ctx *ctx, const Problem &p, WgmmaTile tile);
 /* The f16-plane kernels with the EPI_STAGE16 epilogue (p.c16, p.o16 set; no out, no
  * o16t). */
 br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile);
-/* The f16-plane kernels with the EPI_COLSUM epilogue (p.cs_*, p.o16 set; no out, no c,
- * no colscale, no split): the 128x256 and 128x128 tiles (128-token boxes; 256x128
- * spills 680 bytes with this epilogue, ptxas 13.0). */
-br_status launch_wgmma_f16_colsum(br_ctx *ctx, const Problem &p, WgmmaTile tile);
-/* The MN-major f16 kernels (p.mn, MM_TN): tiles of 96, 128, 192 or 256 tokens; with
+/* The MN-major f16 kernels (p.mn, MM_TN): tiles of 128, 192 or 256 tokens; with
  * p2 (MM_TN2), p2's product in the same launch, its tiles after p's (both plain, the
  * same k). */
 br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile,
@@ -129,10 +114,9 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
               WgmmaTile tile = TILE_AUTO, WgmmaASource src = A_AUTO);
 /* The tile, A source and split-K factor AUTO picks for a problem on `sm_count`
  * multiprocessors: splits > 1 only where p.ws_bytes holds the partials (splits NULL:
- * never). legacy: only the first four tiles, no split (the picker without the skinny-shape
- * tiles; the benchmark's "before"). */
+ * never). */
 void pick_wgmma(const Problem &p, int sm_count, WgmmaTile *tile, WgmmaASource *src,
-                int *splits = nullptr, bool legacy = false);
+                int *splits = nullptr);
 /* The tile AUTO picks for two MN-major plain problems of the same k in one launch
  * (MM_TN2): pick_wgmma's cost over both problems' tiles together, no split. */
 WgmmaTile pick_wgmma_pair(const Problem &p1, const Problem &p2, int sm_count);

@@ -39,26 +39,11 @@
  * out, so its boxes are filled by straight-line multiplies and stores; runtime
  * tests per element (c or not, colscale or not), unrolled over 128 accumulators,
  * make the epilogue about 3.5× larger in code and branchy. EPI_FULL: colscale, c
- * and split-K. EPI_STAGE (f16 planes, the MM_STAGE op): v = acc·oscale + beta·c
- * leaves as f16(v·s16) twice, tokens-major and transposed (the next GEMMs' K-major
- * operands), through f16 boxes beside c's, and as f32 out only when asked: the
- * layer's loss gradient goes to its backward without an f32 pass through memory.
- * TMA only (the launcher sends unaligned operands to the unfused path). EPI_COLSUM
- * (the MM_COLSUM op): the product b = acc·oscale is not stored; it goes through the
- * f32 boxes, where each thread then runs one column sum Σ a⊙b over 64 tokens in
- * token order (colsum_fused's term and order, a read from global memory, prefetched
- * into L2 under the main loop), and b' = f16(b·col·s16) leaves from the boxes by
- * rows: the layer's dℓ and B' without B's round trip through memory.
- *
- * Ping-pong (kPP, the pp128x128 tile): each consumer owns whole tiles of 64·kWgM
- * plane rows × BT tokens, the CTA's units alternating between the two, and their
- * main loops take turns (a turn barrier each), so that one consumer's epilogue runs
- * beside the other's main loop. The stages, now a tile's alone, are deeper (as
- * many as fit). On the H200 (bench_gemm --layer-only) it helps where
- * the epilogue is heavy (the output GEMM with c at 4096 × 3584 × 768: 79 → 69 µs)
- * and not elsewhere (the plain product there 45.6 → 46.1 µs; long-K GEMMs with few
- * tiles lose: a CTA per two tiles leaves SMs idle), so the picker takes it only
- * where BITRANK_GEMM_PP=1. Bitmaps: register fragments only.
+ * and split-K. EPI_STAGE16 (f16 planes, the MM_STAGE op with an f16 c): the f16 c
+ * of the whole tile loads under its main loop into f16 boxes, and v = acc·oscale +
+ * beta·c leaves as f16(v·s16) written over it in place: the layer's loss gradient
+ * goes to its backward without an f32 pass through memory. TMA only (the launcher
+ * sends unaligned operands to the unfused path).
  *
  * MN-major operands (kMN, the MM_TN op: act [k][m] and plane [k][n], k rows first,
  * as the layer's token-major matrices are stored): TMA loads [64 k][64] boxes along
@@ -110,10 +95,10 @@ struct WgmmaArgs {
     int splits, nkb_unit, mpad; /* split-K: units = tiles · splits (1: no split) */
     float oscale;
     int tma_store; /* the output block allows TMA stores (see above) */
-    /* EPI_STAGE: f16(out·s16) to o16 [rows16][ld16] and o16t [rows16t][ld16t] */
-    uint16_t *o16, *o16t;
-    long long ld16, ld16t;
-    int rows16, rows16t;
+    /* EPI_STAGE16: f16(out·s16) to o16 [rows16][ld16] */
+    uint16_t *o16;
+    long long ld16;
+    int rows16;
     float s16;
     int c_at;            /* EPI_STAGE16: the k block of a unit at which c's loads are issued */
     const uint16_t *c16; /* EPI_STAGE16: c [m][ldc16] (read again only for a NaN) */
@@ -126,13 +111,6 @@ struct WgmmaArgs {
     float oscale2;
     float *out2;
     long long ldo2;
-    /* EPI_COLSUM: part [⌈m/64⌉][n] of the column sums of ca⊙b per 64-token block, ca
-     * f32 [m][lda_c]; b' to o16 (ld16, rows16, s16) with col[j] in groups; ca_pf: the
-     * tile's ca is prefetched into L2 at k block c_at */
-    const float *ca, *col;
-    long long lda_c;
-    int col_group, col_stride, ca_pf;
-    float *part;
 #ifdef BR_WGMMA_TRACE
     /* debugging builds: consumer thread 0's clock at each phase of its first tiles,
      * [cta][consumer][tile][BR_TRACE_STAMPS] into br_trace_buf (0: none; trace_flag) */
@@ -144,28 +122,18 @@ constexpr int BR_TRACE_CTAS = 160, BR_TRACE_TILES = 16, BR_TRACE_STAMPS = 7;
 static __device__ long long br_trace_buf[BR_TRACE_CTAS * 2 * BR_TRACE_TILES * BR_TRACE_STAMPS];
 #endif
 
-/* The epilogue a kernel is built with (see the top of this file). */
-enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE = 2, EPI_STAGE16 = 3, EPI_COLSUM = 4 };
-/* Sets of epilogue boxes in shared memory: two for the f16-plane kernels with an
- * epilogue (EPI_FULL: c of the next round loads into the other; EPI_STAGE: the
- * second holds the f16 boxes), else one; 0 for EPI_STAGE16, whose area holds a
+/* The epilogue a kernel is built with (see the top of this file); the numbers are
+ * those BITRANK_TRACE_EPI names. */
+enum EpiKind { EPI_PLAIN = 0, EPI_FULL = 1, EPI_STAGE16 = 3 };
+/* Sets of epilogue boxes in shared memory: one; 0 for EPI_STAGE16, whose area holds a
  * whole tile of f16 boxes instead. */
-constexpr int epi_box_sets(int kind, int epi) {
-    return epi == EPI_STAGE16 ? 0 : kind == PLANE_F16 && epi == EPI_STAGE ? 2 : 1;
-}
+constexpr int epi_box_sets(int epi) { return epi == EPI_STAGE16 ? 0 : 1; }
 
-/* The most pipeline stages of `stage_bytes` that fit beside `fixed` bytes (≤ 8). */
-constexpr int stages_fitting(int stage_bytes, int fixed) {
-    return (227 * 1024 - fixed) / stage_bytes < 8 ? (227 * 1024 - fixed) / stage_bytes : 8;
-}
-
-template <int kKind, int kWgM, int kBT, int kASets, int kEpiSets = 1, bool kPP = false>
-struct WgmmaCfg {
+template <int kKind, int kWgM, int kBT, int kASets, int kEpiSets = 1> struct WgmmaCfg {
     static constexpr bool kSmemA = kKind == PLANE_F16 || kASets == 0;
     static constexpr bool kExpand = kKind != PLANE_F16 && kASets == 0; /* producer expands */
-    /* plane rows per tile: a tile per CTA split between the consumers, or (ping-pong)
-     * a tile per consumer */
-    static constexpr int kBJ = (kPP ? 64 : 128) * kWgM;
+    /* plane rows per tile, split between the consumers */
+    static constexpr int kBJ = 128 * kWgM;
     static constexpr int kBK = 64; /* k per stage: one 128-byte swizzle row of f16 */
     static constexpr int kActBytes = kBT * kBK * 2;
     static constexpr int kColsRowWords = kBJ / 32 + 1; /* COLS stage row, padded: no conflicts */
@@ -177,29 +145,22 @@ struct WgmmaCfg {
     static constexpr int kEpiRounds = kBT / kEpiRows;
     static constexpr int kEpiBufBytes = kEpiRows * 32 * 4;
     /* [tokens][32 rows] boxes a consumer fills per round: 2 (all its warps at once),
-     * or 1 where f16 plane stages leave no room */
-    static constexpr int kEpiBoxes = kKind == PLANE_F16 ? (kEpiSets > 1 ? 1 : 2) : kSmemA ? 1 : 2;
-    /* kEpiSets = 2: two sets of a consumer's boxes, so that c for round q + 1 loads
-     * while round q runs (the f16 kernels with an epilogue); a fourth stage only
-     * where it still fits beside them */
+     * or 1 where the expanded bitmap's stages leave no room */
+    static constexpr int kEpiBoxes = kKind == PLANE_F16 || !kSmemA ? 2 : 1;
     /* kEpiSets = 0 (EPI_STAGE16): each consumer's whole tile of f16 [kEpiRows][32]
-     * boxes, 64·kWgM plane rows × kBT tokens × 2 bytes */
+     * boxes, 64·kWgM plane rows × kBT tokens × 2 bytes; 1: one set of a consumer's
+     * boxes */
     static constexpr int kEpiBytes =
-        kEpiSets == 0 ? 2 * kWgM * kBT * 128 : 2 * kEpiSets * kEpiBoxes * kEpiBufBytes;
-    /* ping-pong: as many as fit (the epilogue of one consumer runs beside the other's
-     * main loop, which the stages then feed alone) */
-    static constexpr int kStages = kPP ? stages_fitting(kActBytes + kPlaneBytes, kEpiBytes + 3072)
-                                   : !(kSmemA || kBT > 128) ? 8
+        kEpiSets == 0 ? 2 * kWgM * kBT * 128 : 2 * kEpiBoxes * kEpiBufBytes;
+    static constexpr int kStages = !(kSmemA || kBT > 128) ? 8
                                    : 4 * (kActBytes + kPlaneBytes) + kEpiBytes + 3072 <= 227 * 1024
                                        ? 4
                                        : 3;
     static constexpr int kPlaneOff = kStages * kActBytes;
     static constexpr int kEpiOff = (kPlaneOff + kStages * kPlaneBytes + 1023) / 1024 * 1024;
     static constexpr int kBarOff = kEpiOff + kEpiBytes;
-    /* + one c-load barrier per consumer and set, + (ping-pong) one turn barrier per
-     * consumer, + base alignment slack */
-    static constexpr int kSmem =
-        kBarOff + 2 * kStages * 8 + 2 * (kEpiSets > 1 ? kEpiSets : 1) * 8 + 2 * 8 + 1024;
+    /* + one c-load barrier per consumer and set, + base alignment slack */
+    static constexpr int kSmem = kBarOff + 2 * kStages * 8 + 2 * 8 + 1024;
     /* full barrier: the TMA thread's arrive (+ tx bytes), plus one arrive per
      * expanding producer warp, or one cp.async arrive per copying lane */
     static constexpr int kFullArrivals = kKind == PLANE_F16 ? 1 : kExpand ? 1 + 4 : 1 + 32;
@@ -211,8 +172,7 @@ struct WgmmaCfg {
                                   4 * kWgM % (kASets > 0 ? kASets : 1) == 0),
                   "fragment sets must divide a stage's steps");
     static_assert(kSmem <= 227 * 1024, "shared memory");
-    static_assert(kEpiSets <= 1 || kEpiBoxes == 1, "two box sets: one box per round");
-    static_assert(!kPP || !kExpand, "ping-pong: the producer warpgroup only loads");
+    static_assert(kEpiSets == 0 || kEpiSets == 1, "box sets");
     static_assert(kStages >= 2, "pipeline stages");
 };
 
@@ -271,11 +231,6 @@ __device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap *map, int c0, 
                  "r"(c0), "r"(c1)
                  : "memory");
 }
-/* The cache line of global `p` into L2 (a hint; an ordinary load-unit instruction,
- * where the bulk form queues on the TMA unit beside the main loop's loads). */
-__device__ __forceinline__ void prefetch_l2_line(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
 __device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, int c0, int c1) {
     asm volatile(
         "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
@@ -304,9 +259,6 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 __device__ __forceinline__ void sts16(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"((uint16_t)v) : "memory");
 }
-__device__ __forceinline__ void sts32u(uint32_t addr, uint32_t v) {
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
 __device__ __forceinline__ void sts32(uint32_t addr, float v) {
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
@@ -331,13 +283,6 @@ __device__ __forceinline__ float ldsf(uint32_t addr) {
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
     return v;
 }
-/* Four floats from a 16-byte aligned shared address. */
-__device__ __forceinline__ void lds128f(float (&v)[4], uint32_t addr) {
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-                 : "r"(addr)
-                 : "memory");
-}
 __device__ __forceinline__ void sts128(uint32_t addr, uint32_t x, uint32_t y, uint32_t z,
                                        uint32_t w) {
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x), "r"(y), "r"(z),
@@ -352,16 +297,6 @@ template <int kRegs> __device__ __forceinline__ void regs_claim() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
-#ifndef BR_WGMMA_LANE0_RELEASE
-/* Experiment switch, off by default (build with -DBR_WGMMA_LANE0_RELEASE=1 to measure
- * what the per-thread release costs): register-A consumers release per warp too,
- * lane 0 alone (8 arrivals), the form racecheck flagged. The other lanes'
- * ld.shared of a stage are ordered before lane 0's arrive by the __syncwarp that
- * starts the next k block (the loop releases the previous k block's stage) or by
- * the one before the tile's last release, but racecheck does not credit that
- * ordering and reports hazards. */
-#define BR_WGMMA_LANE0_RELEASE 0
-#endif
 /* A consumer warp frees a stage it has finished with. Where the consumers read the
  * stage only through wgmma (the f16 plane and the producer-expanded bitmap), lane 0
  * arrives for its warp once wgmma_wait has retired those reads (8 arrivals). Where
@@ -370,7 +305,7 @@ template <int kRegs> __device__ __forceinline__ void regs_claim() {
  * thread's own earlier accesses, and compute-sanitizer racecheck holds us to that. */
 template <bool kAllLanes>
 __device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
-    if ((kAllLanes && !BR_WGMMA_LANE0_RELEASE) || lane == 0) mbar_arrive(empty_bar);
+    if (kAllLanes || lane == 0) mbar_arrive(empty_bar);
 }
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -397,13 +332,6 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
 __device__ __forceinline__ uint64_t sw128_mn_desc(uint32_t saddr) {
     return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)(8192 >> 4) << 16 |
            (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
-}
-/* The same in [64 k][32] boxes of 64-byte rows, 64-byte swizzle (tokens in 32s: the
- * 96-token tile): boxes 4096 bytes apart, 8-row k groups 512 bytes apart. Adding 64
- * moves the start 1024 bytes = 16 k rows. */
-__device__ __forceinline__ uint64_t sw64_mn_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | (uint64_t)(4096 >> 4) << 16 |
-           (uint64_t)(512 >> 4) << 32 | (uint64_t)2 << 62;
 }
 
 /* ---------------------------------------------------------------- bit expansion */
@@ -479,39 +407,34 @@ __device__ __forceinline__ void expand_stage(const StageBits<kWgM> &b, uint32_t 
 
 /* ---------------------------------------------------------------- the kernel */
 
-template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP, bool kMN>
-__global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
-    const __grid_constant__ CUtensorMap tm_act, const __grid_constant__ CUtensorMap tm_plane,
-    const __grid_constant__ CUtensorMap tm_out, const __grid_constant__ CUtensorMap tm_c,
-    const __grid_constant__ CUtensorMap tm_16, const __grid_constant__ CUtensorMap tm_16t,
-    const __grid_constant__ CUtensorMap tm_act2, const __grid_constant__ CUtensorMap tm_plane2,
-    const __grid_constant__ CUtensorMap tm_out2, const WgmmaArgs a) {
+template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kMN>
+__global__ void __launch_bounds__(384, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tm_act,
+                      const __grid_constant__ CUtensorMap tm_plane,
+                      const __grid_constant__ CUtensorMap tm_out,
+                      const __grid_constant__ CUtensorMap tm_c,
+                      const __grid_constant__ CUtensorMap tm_16,
+                      const __grid_constant__ CUtensorMap tm_act2,
+                      const __grid_constant__ CUtensorMap tm_plane2,
+                      const __grid_constant__ CUtensorMap tm_out2, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
+    constexpr bool kFullEpi = kEpi != EPI_PLAIN;
     /* kernels that may run two products (a.tiles1 < a.tiles): MN-major, plain */
     constexpr bool kPair = kMN && !kFullEpi;
-    constexpr bool kStage16 = kEpi == EPI_STAGE16, kColsum = kEpi == EPI_COLSUM;
-    static_assert(!(kStage || kStage16) || kKind == PLANE_F16,
-                  "the staging epilogues are built for f16 planes");
-    static_assert(!kMN || (kKind == PLANE_F16 && kBT % 32 == 0 && !kStage && !kStage16),
-                  "MN-major operands: f16 planes, whole 32-wide boxes of tokens");
-    /* MN-major tokens in 64-byte boxes where they are not whole 64s (the 96 tile) */
-    constexpr bool kActSw64 = kMN && kBT % 64 != 0;
-    constexpr int kActBox = kActSw64 ? 32 : 64;
-    constexpr int kArea = epi_box_sets(kKind, kEpi);
-    /* box sets c rotates through (EPI_STAGE: set 0 takes c, set 1 the f16 boxes) */
+    constexpr bool kStage16 = kEpi == EPI_STAGE16;
+    static_assert(!kStage16 || kKind == PLANE_F16, "the staging epilogue is built for f16 planes");
+    static_assert(!kMN || (kKind == PLANE_F16 && kBT % 64 == 0 && !kStage16),
+                  "MN-major operands: f16 planes, whole 64-wide boxes of tokens");
+    constexpr int kArea = epi_box_sets(kEpi);
+    /* box sets c rotates through */
     constexpr int kSets = kEpi == EPI_FULL ? kArea : 1;
-    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kArea, kPP>;
-    static_assert(!kColsum || (kKind == PLANE_F16 && !kMN && !kPP && Cfg::kEpiRows == 128 &&
-                               Cfg::kEpiBoxes == 2),
-                  "EPI_COLSUM: f16 planes, K-major, two 128-token boxes a round");
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, kArea>;
     constexpr int S = Cfg::kStages;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t act_s = base, plane_s = base + Cfg::kPlaneOff, epi_s = base + Cfg::kEpiOff;
     const uint32_t full = base + Cfg::kBarOff, empty = full + 8 * S; /* barrier s at +8·s */
-    const uint32_t cbar = empty + 8 * S;        /* + 8·(consumer·sets + set): c boxes landed */
-    const uint32_t turn = cbar + 8 * 2 * kSets; /* + 8·consumer: its main loop may start */
+    const uint32_t cbar = empty + 8 * S; /* + 8·(consumer·sets + set): c boxes landed */
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
     /* k blocks per work unit (all of k without split), units: tiles × splits */
@@ -522,18 +445,12 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
             mbar_init(full + 8 * s, Cfg::kFullArrivals);
-            /* consumers' arrivals: per warp, or per thread (release_stage), of both
-             * consumers or (ping-pong) of the one whose tile the stage holds */
-            mbar_init(empty + 8 * s,
-                      (Cfg::kSmemA || BR_WGMMA_LANE0_RELEASE ? 8 : 256) / (kPP ? 2 : 1));
+            /* both consumers' arrivals: per warp, or per thread (release_stage) */
+            mbar_init(empty + 8 * s, Cfg::kSmemA ? 8 : 256);
         }
         if (kFullEpi)
             for (int b = 0; b < 2 * kSets; b++)
                 mbar_init(cbar + 8 * b, 1);
-        if (kPP) {
-            mbar_init(turn, 1);
-            mbar_init(turn + 8, 1);
-        }
         mbar_init_fence();
     }
     __syncthreads();
@@ -584,9 +501,9 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
                 mbar_arrive_expect_tx(bar, Cfg::kTxBytes);
                 if (kMN) { /* [64 k][64] boxes along the tokens, then along the plane rows */
 #pragma unroll
-                    for (int b = 0; b < kBT / kActBox; b++)
-                        tma_load(act_s + s * Cfg::kActBytes + b * kActBox * 128, map_act, bar,
-                                 t0 + kActBox * b, kb * Cfg::kBK);
+                    for (int b = 0; b < kBT / 64; b++)
+                        tma_load(act_s + s * Cfg::kActBytes + b * 8192, map_act, bar, t0 + 64 * b,
+                                 kb * Cfg::kBK);
 #pragma unroll
                     for (int b = 0; b < Cfg::kBJ / 64; b++)
                         tma_load(pdst + b * 8192, map_plane, bar, j0 + 64 * b, kb * Cfg::kBK);
@@ -658,7 +575,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
         regs_claim<224>();
     else
         regs_claim<232>();
-    const int cw = wg - 1; /* which half of the CTA's plane rows, or (ping-pong) of its tiles */
+    const int cw = wg - 1; /* which half of the CTA's plane rows */
 #ifdef BR_WGMMA_TRACE
     /* stamp st of the consumer's nth tile: 0 start, 1 first stage landed, 2 main loop
      * done, 3 c landed, 4 epilogue values written, 5 stores issued; 6: %globaltimer at
@@ -680,7 +597,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
 #define BR_STAMP(n, st) ((void)0)
 #endif
     /* this consumer's first plane row in the tile, in 64-row blocks */
-    const int wrow = kPP ? 0 : cw * kWgM;
+    const int wrow = cw * kWgM;
     const int g = lane / 4, t = lane % 4;
     float acc[kWgM][kBT / 2];
 
@@ -714,15 +631,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
             tma_load(box_addr(set, b - b0), &tm_c, bar, jc + 32 * b, tc);
     };
 
-    /* Ping-pong: the CTA's units alternate between the consumers (its n-th unit is
-     * consumer n % 2's), whose main loops take turns: a consumer starts its unit's
-     * main loop once the other has waited for all of its own unit's stages, so the
-     * one's epilogue runs beside the other's main loop. The turn also keeps the
-     * stage barriers' parity waits sound: a consumer skips the other's stages, and
-     * waits on a stage only after the phase before the one it waits for completed. */
-    constexpr int kStride = kPP ? 2 : 1;
-    for (int nth = kPP ? cw : 0, unit = blockIdx.x + nth * gridDim.x; unit < units;
-         nth += kStride, unit += kStride * gridDim.x) {
+    for (int nth = 0, unit = blockIdx.x; unit < units; nth++, unit += gridDim.x) {
         /* the second product's tiles (kPair) follow the first's: its extents, output */
         const bool two = kPair && unit >= a.tiles1;
         const int tile = kFullEpi ? unit % a.tiles : two ? unit - a.tiles1 : unit;
@@ -769,42 +678,21 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
                 tma_load(box16(q), &tm_c, bar, j0 + (wrow + q / Cfg::kEpiRounds) * 64,
                          t0 + q % Cfg::kEpiRounds * Cfg::kEpiRows);
         };
-        const int c_at = kStage16 || kColsum ? std::min(a.c_at, nkb - 1) : -1;
-        /* EPI_COLSUM: this consumer's part of the tile's a (kBT tokens × 64·kWgM
-         * columns) into L2 late in the main loop, one row piece per thread and token
-         * (tokens past m not; columns past n cut to whole 16 bytes), so that the
-         * epilogue's reads of a wait on L2 rather than on HBM */
-        auto prefetch_ca = [&]() {
-            constexpr int kLines = 2 * kWgM; /* 128-byte lines of a row's 64·kWgM floats */
-            const int jc = j0 + wrow * 64;
-            for (int i = tid; i < kBT * kLines; i += 128) {
-                const int tok = t0 + i / kLines, jl = jc + 32 * (i % kLines);
-                if (tok < a.m && jl < a.n) prefetch_l2_line(a.ca + (long long)tok * a.lda_c + jl);
-            }
-        };
-
-        /* ping-pong: the other consumer's last unit has had all its stages (its n-th
-         * main loop ended: phase n of this consumer's turn barrier) */
-        if (kPP && nth > 0) mbar_wait(turn + 8 * cw, (uint32_t)((nth - 1) / 2) & 1u);
+        const int c_at = kStage16 ? std::min(a.c_at, nkb - 1) : -1;
 
         /* A stage is released once the wgmmas reading it are known complete: wgmma
          * groups stay in flight across steps and k blocks. */
         int held = -1;
         for (int kb = 0; kb < nkb; kb++) {
             if (kStage16 && kb == c_at && tid == 0) load_c16();
-            if (kColsum && kb == c_at && a.ca_pf) prefetch_ca();
             mbar_wait(full + 8 * s, phase);
             if (kb == 0) BR_STAMP(nth, 1);
-            /* the last stage has landed: the other consumer's turn */
-            if (kPP && kb == nkb - 1 && tid == 0) mbar_arrive(turn + 8 * (1 - cw));
             __syncwarp();
             const uint32_t act_tile = act_s + s * Cfg::kActBytes;
             const uint32_t plane_tile = plane_s + s * Cfg::kPlaneBytes;
-            /* K-major: 16 k are 32 bytes on; MN-major: 16 rows of 128 (64) bytes */
-            constexpr int kStep = kMN ? 128 : 2, kStepB = kActSw64 ? 64 : kStep;
-            const uint64_t desc_b = kActSw64 ? sw64_mn_desc(act_tile)
-                                    : kMN    ? sw128_mn_desc(act_tile)
-                                             : sw128_desc(act_tile);
+            /* K-major: 16 k are 32 bytes on; MN-major: 16 rows of 128 bytes */
+            constexpr int kStep = kMN ? 128 : 2;
+            const uint64_t desc_b = kMN ? sw128_mn_desc(act_tile) : sw128_desc(act_tile);
             if (Cfg::kSmemA) {
                 wgmma_fence();
 #pragma unroll
@@ -815,7 +703,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
                         const uint32_t a_tile = plane_tile + ((wrow + mi) * 64) * 128;
                         const uint64_t desc_a = kMN ? sw128_mn_desc(a_tile) : sw128_desc(a_tile);
                         Wgmma<kBT>::template ss<kMN ? 1 : 0>(acc[mi], desc_a + kStep * kk,
-                                                             desc_b + kStepB * kk);
+                                                             desc_b + kStep * kk);
                     }
                 wgmma_commit();
                 wgmma_wait<1>(); /* the previous k block's group is done */
@@ -868,7 +756,6 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
         }
         wgmma_wait<0>();
         BR_STAMP(nth, 2);
-        if (!Cfg::kSmemA && BR_WGMMA_LANE0_RELEASE) __syncwarp();
         release_stage<!Cfg::kSmemA>(empty + 8 * held, lane);
 
         /* acc[mi][4c + 2h + e] = outᵀ[row g + 8h of warp's 16][token 8c + 2t + e] */
@@ -1018,188 +905,6 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
                 }
                 bulk_commit();
             }
-        } else if (kStage) { /* always by TMA: the launcher checks the alignment */
-            /* Per round (one [kEpiRows tokens][32 plane rows] box, c in set 0's box):
-             * each value v = (acc·oscale) + beta·c is written as f16(v·s16) to the
-             * f16 box (tokens × 32 rows, 64-byte swizzle: o16's rows) and, tokens
-             * 2t, 2t+1 as one word, to the transposed boxes (32 rows × 16 tokens,
-             * 32-byte swizzle: o16t's rows), both in set 1; with out also v in place
-             * of c. Without out, c's box is free once every thread has read it, so
-             * the next round's c loads right after this round's stores are issued. */
-            constexpr int kC = Cfg::kEpiRows / 8;
-            const int col = 16 * (warp & 1) + g, box = warp / 2;
-            const float beta = a.beta, s16 = a.s16;
-            const bool keep = a.out != nullptr;
-            const uint32_t cb = box_addr(0, 0), hb = box_addr(1, 0), tb = hb + Cfg::kEpiRows * 64;
-#pragma unroll
-            for (int mi = 0; mi < kWgM; mi++)
-#pragma unroll
-                for (int r = 0; r < Cfg::kEpiRounds; r++)
-#pragma unroll
-                    for (int b0 = 0; b0 < 2; b0++) {
-                        const int q = (mi * Cfg::kEpiRounds + r) * 2 + b0;
-                        const int jc = j0 + (wrow + mi) * 64 + 32 * b0;
-                        const int tc = t0 + r * Cfg::kEpiRows;
-                        if (tid == 0 && q > 0) {
-                            bulk_wait_read();            /* the last round's stores read */
-                            if (keep) load_c(j0, t0, q); /* c's box was out's too */
-                        }
-                        named_barrier(1 + cw, 128); /* the f16 boxes are free */
-                        mbar_wait(cbar + 8 * cw, cphase & 1u);
-                        cphase ^= 1u;
-                        if (box == b0) {
-                            const bool edge = tc + Cfg::kEpiRows > a.m || jc + 32 > a.n;
-#pragma unroll
-                            for (int c = 0; c < kC; c++) {
-                                const int cc = r * kC + c;
-                                uint32_t pk0 = 0, pk1 = 0;
-#pragma unroll
-                                for (int e = 0; e < 2; e++) {
-                                    const int row = 8 * c + 2 * t + e, x = row & 7;
-                                    const uint32_t line = cb + row * 128 + (col & 3) * 4;
-                                    const uint32_t a0 = line + (((col >> 2) ^ x) << 4);
-                                    const uint32_t a1 = line + ((((col + 8) >> 2) ^ x) << 4);
-                                    const float v0 = __fadd_rn(scaled(mi, 0, acc[mi][4 * cc + e]),
-                                                               __fmul_rn(beta, ldsf(a0)));
-                                    const float v1 =
-                                        __fadd_rn(scaled(mi, 1, acc[mi][4 * cc + 2 + e]),
-                                                  __fmul_rn(beta, ldsf(a1)));
-                                    if (keep) {
-                                        sts32(a0, v0);
-                                        sts32(a1, v1);
-                                    }
-                                    uint32_t h0 = br_dev_f16_bits(__fmul_rn(v0, s16));
-                                    uint32_t h1 = br_dev_f16_bits(__fmul_rn(v1, s16));
-                                    if (edge) { /* pads past m or n: +0 */
-                                        const bool past = tc + row >= a.m;
-                                        if (past || jc + col >= a.n) h0 = 0;
-                                        if (past || jc + col + 8 >= a.n) h1 = 0;
-                                    }
-                                    const uint32_t hl = hb + row * 64, sw = (row >> 1) & 3;
-                                    sts16(hl + (((col >> 3) ^ sw) << 4) + (col & 7) * 2, h0);
-                                    sts16(hl + ((((col + 8) >> 3) ^ sw) << 4) + (col & 7) * 2, h1);
-                                    pk0 |= h0 << (16 * e);
-                                    pk1 |= h1 << (16 * e);
-                                }
-                                const uint32_t ts = tb + (c >> 1) * 1024; /* 16 tokens each */
-                                sts32u(ts + col * 32 + (((c & 1) ^ ((col >> 2) & 1)) << 4) + 4 * t,
-                                       pk0);
-                                sts32u(ts + (col + 8) * 32 +
-                                           (((c & 1) ^ (((col + 8) >> 2) & 1)) << 4) + 4 * t,
-                                       pk1);
-                            }
-                        }
-                        fence_proxy_async();
-                        named_barrier(1 + cw, 128);
-                        if (tid == 0) {
-                            if (jc < a.ld16 && tc < a.rows16) tma_store(&tm_16, hb, jc, tc);
-                            if (jc < a.rows16t)
-                                for (int u = 0; u < Cfg::kEpiRows / 16; u++)
-                                    if (tc + 16 * u < a.ld16t)
-                                        tma_store(&tm_16t, tb + u * 1024, tc + 16 * u, jc);
-                            if (keep && jc < a.n && tc < a.m) tma_store(&tm_out, cb, jc, tc);
-                            bulk_commit();
-                            if (!keep && q + 1 < kQ) load_c(j0, t0, q + 1);
-                        }
-                    }
-        } else if (kColsum) {
-            /* Per round (mi, r): the consumer's two [128 tokens][32 plane rows] boxes take
-             * b = acc·oscale as the plain epilogue's do (warp w box w/2, column
-             * 16·(w&1) + g and + 8); then thread tid runs one column sum of the round:
-             * plane row (output column) jj = tid % 64 of the round's 64, tokens 64·(tid
-             * / 64) .. + 63 of the box, in token order from 0 with fmaf(a, b, ·) as
-             * colsum_fused sums a 64-row block (only tokens < m): a warp reads 32
-             * consecutive floats of a row of a (coalesced, in L2 by the prefetch) and
-             * one 128-byte line of a box (conflict-free). The partial goes to
-             * part[block][column]; colsum_fin adds the blocks. Then b' = f16(b·col·s16)
-             * leaves by rows from the same boxes (tokens < rows16, +0 past m). */
-            constexpr int kC = Cfg::kEpiRows / 8; /* 8-token groups per box */
-            const int col = 16 * (warp & 1) + g, box = warp / 2;
-            const int jj = tid & 63, cbox = jj >> 5, ccol = jj & 31, blk = tid >> 6;
-#pragma unroll /* acc's indices stay static */
-            for (int q = 0; q < kWgM * Cfg::kEpiRounds; q++) {
-                const int mi = q / Cfg::kEpiRounds, r = q % Cfg::kEpiRounds;
-                named_barrier(1 + cw, 128); /* the last round's sums have read the boxes */
-                const uint32_t buf = box_addr(0, box);
-#pragma unroll
-                for (int c = 0; c < kC; c++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int row = 8 * c + 2 * t + e, cc = r * kC + c, x = row & 7;
-                        const uint32_t line = buf + row * 128 + (col & 3) * 4;
-                        sts32(line + (((col >> 2) ^ x) << 4), scaled(mi, 0, acc[mi][4 * cc + e]));
-                        sts32(line + ((((col + 8) >> 2) ^ x) << 4),
-                              scaled(mi, 1, acc[mi][4 * cc + 2 + e]));
-                    }
-                named_barrier(1 + cw, 128); /* the boxes are filled */
-                const int jc = j0 + (wrow + mi) * 64, tc = t0 + r * Cfg::kEpiRows;
-                /* the column sum: a's values 32 at a time in flight (two load round
-                 * trips a round; 64 at once spill beside the accumulators still live),
-                 * then the chain over the box's column; whole blocks (every token < m)
-                 * take the copy without predicates */
-                {
-                    const int j = jc + jj, tb = tc + 64 * blk; /* the block's first token */
-                    const bool jin = j < a.n;
-                    const uint32_t bline = box_addr(0, cbox) + (ccol & 3) * 4 + 64 * blk * 128;
-                    const float *ap = a.ca + (long long)tb * a.lda_c + j;
-                    auto boff = [&](int u) { /* row u of the block: static but for ccol */
-                        return (uint32_t)(u * 128) + ((uint32_t)((ccol >> 2) ^ (u & 7)) << 4);
-                    };
-                    constexpr int kA = 32;
-                    const int live = jin ? std::min(64, a.m - tb) : 0; /* tokens < m */
-                    float av[kA], sum = 0.0f;
-#pragma unroll
-                    for (int u0 = 0; u0 < 64; u0 += kA) {
-#pragma unroll
-                        for (int u = 0; u < kA; u++)
-                            av[u] = u0 + u < live ? ap[(long long)(u0 + u) * a.lda_c] : 0.0f;
-#pragma unroll
-                        for (int u = 0; u < kA; u++)
-                            if (tb + u0 + u < a.m)
-                                sum = __fmaf_rn(av[u], ldsf(bline + boff(u0 + u)), sum);
-                    }
-                    if (jin && tb < a.m) a.part[(long long)(tb / 64) * a.n + j] = sum;
-                }
-                /* b' = f16(b·col·s16) by rows: thread tid takes 4 columns (16-byte chunk
-                 * q4 = tid % 16 of the round's 64) of tokens tid / 16 + 8i, one 16-byte
-                 * shared read and one 8-byte store each (tokens ≥ m: +0; < rows16 only) */
-                {
-                    const int q4 = tid & 15, qbox = q4 >> 3, qc = q4 & 7;
-                    const int jq = jc + 32 * qbox + 4 * qc; /* the chunk's first column */
-                    const uint32_t qbase = box_addr(0, qbox);
-                    float cq[4];
-#pragma unroll
-                    for (int v = 0; v < 4; v++)
-                        cq[v] = jq + v < a.n ? a.col[br_dev_grouped((unsigned)(jq + v),
-                                                                    (unsigned)a.col_group,
-                                                                    (unsigned)a.col_stride)]
-                                             : 0.0f;
-                    const bool vec = jq + 4 <= a.n && a.ld16 % 4 == 0 &&
-                                     (uintptr_t)a.o16 % 8 == 0;
-#pragma unroll 4
-                    for (int i = 0; i < Cfg::kEpiRows / 8; i++) {
-                        const int row = (tid >> 4) + 8 * i, tok = tc + row;
-                        if (tok >= a.rows16 || jq >= a.n) continue;
-                        float bq[4];
-                        lds128f(bq, qbase + row * 128 + ((uint32_t)(qc ^ (row & 7)) << 4));
-                        uint32_t h[4];
-#pragma unroll
-                        for (int v = 0; v < 4; v++)
-                            h[v] = tok < a.m ? br_dev_f16_bits(__fmul_rn(__fmul_rn(bq[v], cq[v]),
-                                                                         a.s16))
-                                             : 0u;
-                        uint16_t *dq = a.o16 + (long long)tok * a.ld16 + jq;
-                        if (vec) {
-                            *reinterpret_cast<uint2 *>(dq) =
-                                make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
-                        } else {
-#pragma unroll
-                            for (int v = 0; v < 4; v++)
-                                if (jq + v < a.n) dq[v] = (uint16_t)h[v];
-                        }
-                    }
-                }
-            }
         } else if (a.tma_store) {
             /* warp w fills box w/2 (rows 32·(w/2) .. of its 64-row slice), column
              * 16·(w&1) + g (+ 8 for the row g+8 values) of it; with c the box holds
@@ -1294,13 +999,6 @@ __global__ void __launch_bounds__(384, 1) wgmma_gemm_kernel(
 
 /* ---------------------------------------------------------------- host launch */
 
-/* The staging kernel's TMA boxes: c and out (when kept) with 16-byte rows (n, ldo
- * multiples of 4), f16 outputs with 16-byte rows, every base 16-byte aligned. */
-inline bool stage_aligned(const Problem &p) {
-    return p.c && (uintptr_t)p.c % 16 == 0 && (uintptr_t)p.out % 16 == 0 && p.ldo % 4 == 0 &&
-           p.n % 4 == 0 && (uintptr_t)p.o16 % 16 == 0 && (uintptr_t)p.o16t % 16 == 0 &&
-           p.ld16 % 8 == 0 && p.ld16t % 8 == 0;
-}
 /* EPI_STAGE16's: an f16 c with 16-byte rows (ldo, n multiples of 8), no f32 out, no
  * transposed output, o16 with 16-byte rows; every base 16-byte aligned. */
 inline bool stage16_aligned(const Problem &p) {
@@ -1352,20 +1050,16 @@ static int trace_flag(int epi, int n, bool mn) {
 
 /* One launch of problem p, and with p2 (MN-major plain kernels only: both problems
  * plain, MN-major, the same k) of p2 too, its tiles after p's. */
-template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kPP, bool kMN = false>
+template <int kKind, int kWgM, int kBT, int kASets, int kEpi, bool kMN = false>
 br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = nullptr) {
-    constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage = kEpi == EPI_STAGE;
-    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, epi_box_sets(kKind, kEpi), kPP>;
+    constexpr bool kFullEpi = kEpi != EPI_PLAIN, kStage16 = kEpi == EPI_STAGE16;
+    using Cfg = WgmmaCfg<kKind, kWgM, kBT, kASets, epi_box_sets(kEpi)>;
     br_cuda *s = br_cuda_state(ctx);
-    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kEpi, kPP, kMN>;
-    constexpr bool kStage16 = kEpi == EPI_STAGE16, kColsum = kEpi == EPI_COLSUM;
+    auto kernel = wgmma_gemm_kernel<kKind, kWgM, kBT, kASets, kEpi, kMN>;
     if (kMN != p.mn)
         return br_fail(ctx, BR_E_STATE, "mm: operand layout does not match the kernel's");
     if (kStage16 && (p.splits > 1 || !stage16_aligned(p)))
         return br_fail(ctx, BR_E_STATE, "mm_stage: operands not fit for the f16-c staging kernel");
-    if (kColsum && (p.splits > 1 || p.out || p.c || p.colscale || !p.cs_a || !p.cs_col ||
-                    !p.cs_part || !p.o16))
-        return br_fail(ctx, BR_E_STATE, "mm_colsum: operands not fit for the column-sum kernel");
     static std::atomic<uint64_t> attr_set{0}; /* per device: the attribute is per device */
     const uint64_t dev_bit = s->device >= 0 && s->device < 64 ? 1ull << s->device : 0;
     if (!dev_bit || !(attr_set.load() & dev_bit)) {
@@ -1373,10 +1067,10 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
                                               Cfg::kSmem));
         attr_set.fetch_or(dev_bit);
     }
-    if (p2 && (!kMN || kFullEpi || kPP || !p2->mn || !plain_problem(p) || !plain_problem(*p2) ||
-               p2->k != p.k))
+    if (p2 &&
+        (!kMN || kFullEpi || !p2->mn || !plain_problem(p) || !plain_problem(*p2) || p2->k != p.k))
         return br_fail(ctx, BR_E_STATE, "mm_tn2: the two products do not fit one launch");
-    CUtensorMap tm_act, tm_plane, tm_out, tm_c, tm_16, tm_16t, tm_act2, tm_plane2, tm_out2;
+    CUtensorMap tm_act, tm_plane, tm_out, tm_c, tm_16, tm_act2, tm_plane2, tm_out2;
     memset(&tm_act2, 0, sizeof tm_act2);
     memset(&tm_plane2, 0, sizeof tm_plane2);
     memset(&tm_out2, 0, sizeof tm_out2);
@@ -1384,16 +1078,10 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     memset(&tm_out, 0, sizeof tm_out);
     memset(&tm_c, 0, sizeof tm_c);
     memset(&tm_16, 0, sizeof tm_16);
-    memset(&tm_16t, 0, sizeof tm_16t);
-    if (kStage && (!p.c || !p.o16 || !p.o16t || p.splits > 1))
-        return br_fail(ctx, BR_E_STATE, "mm_stage: the staging kernel needs c and both outputs");
-    if (kMN) { /* act [k][lda], plane [k][ldp]: [64 k][64] boxes, the tokens or rows inner
-                * (tokens in [64 k][32] boxes, 64-byte swizzle, where kBT % 64 != 0) */
-        constexpr bool kSw64 = kBT % 64 != 0;
+    if (kMN) { /* act [k][lda], plane [k][ldp]: [64 k][64] boxes, the tokens or rows inner */
         auto operand_maps = [&](const Problem &q, CUtensorMap *ma, CUtensorMap *mp) -> br_status {
             BR_TRY(encode_tmap_2d(ctx, ma, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, q.act, (uint64_t)q.m,
-                                  (uint64_t)q.k, (uint64_t)q.lda * 2, kSw64 ? 32 : 64, Cfg::kBK,
-                                  kSw64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B));
+                                  (uint64_t)q.k, (uint64_t)q.lda * 2, 64, Cfg::kBK));
             return encode_tmap_2d(ctx, mp, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, q.plane, (uint64_t)q.n,
                                   (uint64_t)q.k, (uint64_t)q.ldp * 2, 64, Cfg::kBK);
         };
@@ -1413,12 +1101,7 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     a.c = p.c;
     a.beta = p.beta;
     a.m = p.m, a.n = p.n, a.k = p.k, a.words = p.words;
-    a.o16 = p.o16, a.o16t = p.o16t;
-    a.ld16 = p.ld16, a.ld16t = p.ld16t, a.rows16 = p.rows16, a.rows16t = p.rows16t;
-    a.s16 = p.s16;
-    a.ca = p.cs_a, a.col = p.cs_col, a.lda_c = p.cs_lda, a.part = p.cs_part;
-    a.col_group = p.cs_group, a.col_stride = p.cs_stride;
-    a.ca_pf = 0;
+    a.o16 = p.o16, a.ld16 = p.ld16, a.rows16 = p.rows16, a.s16 = p.s16;
     /* c's loads three quarters into the main loop (BITRANK_STAGE16_C_AT=<percent>,
      * read on every call: a benchmark hook). On the H200 (bench_layer):
      * 0 % 0.2776 / 0.2337 / 0.4671 ms, 33 % 0.2762 / 0.2332 / 0.4675, 66 % 0.2761 /
@@ -1431,20 +1114,9 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
         const int pct = e ? std::max(0, std::min(100, atoi(e))) : 75;
         a.c_at = (int)((long long)((p.k + Cfg::kBK - 1) / Cfg::kBK) * pct / 100);
     }
-    /* EPI_COLSUM: a's prefetch into L2 at 85 % of the k blocks (BITRANK_COLSUM_PF_AT=
-     * <percent>, a negative one: none; read on every call: a benchmark hook; late
-     * enough that the main loop's streams do not evict it first) */
-    if (kColsum) {
-        const char *e = getenv("BITRANK_COLSUM_PF_AT");
-        const int pct = e ? std::min(100, atoi(e)) : 85;
-        a.ca_pf = pct >= 0;
-        a.c_at = (int)((long long)((p.k + Cfg::kBK - 1) / Cfg::kBK) * std::max(pct, 0) / 100);
-    }
     /* the staging's tiles also cover its outputs' pads (zero operands there: +0) */
-    const int grid_m = kStage || kStage16 || kColsum
-                           ? std::max(p.m, std::max(p.rows16, (int)p.ld16t))
-                           : p.m;
-    const int grid_n = kStage || kStage16 ? std::max(p.n, std::max((int)p.ld16, p.rows16t)) : p.n;
+    const int grid_m = kStage16 ? std::max(p.m, p.rows16) : p.m;
+    const int grid_n = kStage16 ? std::max(p.n, (int)p.ld16) : p.n;
     a.tiles_j = (grid_n + Cfg::kBJ - 1) / Cfg::kBJ;
     const int tiles_t = (grid_m + kBT - 1) / kBT;
     a.tiles = a.tiles_j * tiles_t;
@@ -1479,33 +1151,24 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
             BR_TRY(encode_tmap_2d(ctx, &tm_out2, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p2->out,
                                   (uint64_t)p2->n, (uint64_t)p2->m, (uint64_t)p2->ldo * 4, 32,
                                   Cfg::kEpiRows));
-        if (kStage && !(a.tma_store && stage_aligned(p)))
-            return br_fail(ctx, BR_E_STATE, "mm_stage: operands not aligned for TMA");
         if (a.tma_store && p.out)
             BR_TRY(encode_tmap_2d(ctx, &tm_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.out,
                                   (uint64_t)p.n, (uint64_t)p.m, (uint64_t)p.ldo * 4, 32,
                                   Cfg::kEpiRows));
-        /* EPI_STAGE: [tokens][32] f16 boxes, 64-byte swizzle; EPI_STAGE16: [tokens][64],
-         * 128-byte swizzle, c's boxes the output's geometry (written over in place) */
-        if (kStage || kStage16)
-            BR_TRY(encode_tmap_2d(
-                ctx, &tm_16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16, (uint64_t)p.ld16,
-                (uint64_t)p.rows16, (uint64_t)p.ld16 * 2, kStage16 ? 64 : 32, Cfg::kEpiRows,
-                kStage16 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B));
-        if (kStage16)
+        /* EPI_STAGE16: [tokens][64] f16 boxes, 128-byte swizzle, c's boxes the output's
+         * geometry (written over in place) */
+        if (kStage16) {
+            BR_TRY(encode_tmap_2d(ctx, &tm_16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16,
+                                  (uint64_t)p.ld16, (uint64_t)p.rows16, (uint64_t)p.ld16 * 2, 64,
+                                  Cfg::kEpiRows, CU_TENSOR_MAP_SWIZZLE_128B));
             BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.c16, (uint64_t)p.n,
                                   (uint64_t)p.m, (uint64_t)p.ldo * 2, 64, Cfg::kEpiRows,
                                   CU_TENSOR_MAP_SWIZZLE_128B));
-        if (kStage) {
-            BR_TRY(encode_tmap_2d(ctx, &tm_16t, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, p.o16t,
-                                  (uint64_t)p.ld16t, (uint64_t)p.rows16t, (uint64_t)p.ld16t * 2, 16,
-                                  32, CU_TENSOR_MAP_SWIZZLE_32B));
         }
         if (a.tma_store && p.c) /* c's boxes land where the epilogue writes out's */
             BR_TRY(encode_tmap_2d(ctx, &tm_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.c, (uint64_t)p.n,
                                   (uint64_t)p.m, (uint64_t)p.ldo * 4, 32, Cfg::kEpiRows));
     }
-    if (kColsum) a.tma_store = 0; /* nothing leaves by TMA */
     a.tiles1 = a.tiles;
     a.tiles_j2 = 1, a.m2 = 0, a.n2 = 0, a.oscale2 = 1.0f, a.out2 = nullptr, a.ldo2 = 0;
     if (p2) {
@@ -1516,10 +1179,7 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     const int units = a.tiles * a.splits;
     if (!kFullEpi && (p.colscale || p.c || a.splits > 1))
         return br_fail(ctx, BR_E_STATE, "mm: the plain wgmma kernel got an epilogue");
-    /* ping-pong: a CTA runs two units at a time, so fewer CTAs than SMs where the
-     * units would leave consumers without any */
-    const int per_cta = kPP ? 2 : 1;
-    int grid = std::min((units + per_cta - 1) / per_cta, s->sm_count);
+    int grid = std::min(units, s->sm_count);
     /* test hook, read on every call: BITRANK_GEMM_CTAS=<c> caps the persistent grid,
      * so that small problems run many units per CTA */
     if (const char *e = getenv("BITRANK_GEMM_CTAS")) grid = std::max(1, std::min(grid, atoi(e)));
@@ -1527,36 +1187,28 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     a.trace = trace_flag(kEpi, p.n, kMN);
 #endif
     BR_CUDA_LAUNCH_PDL(ctx, s, "wgmma_gemm_kernel", kernel, grid, 384, Cfg::kSmem, tm_act, tm_plane,
-                       tm_out, tm_c, tm_16, tm_16t, tm_act2, tm_plane2, tm_out2, a);
+                       tm_out, tm_c, tm_16, tm_act2, tm_plane2, tm_out2, a);
     if (a.splits > 1) return launch_reduce_splits(ctx, p, a.splits, a.mpad);
     return BR_OK;
 }
 
 /* The A source of the bitmap kernels: 0 = expanded into shared memory by the
  * producer, 2 or 4 = register fragments with that many sets in flight (4 only
- * beside fewer than 128 accumulators: ptxas would serialize the wgmmas). Ping-pong
- * tiles (kPP) take register fragments only: their producer warpgroup loads. */
-template <int kKind, int kWgM, int kBT, int kEpi, bool kPP = false>
+ * beside fewer than 128 accumulators: ptxas would serialize the wgmmas). */
+template <int kKind, int kWgM, int kBT, int kEpi>
 br_status launch_wgmma_asets(br_ctx *ctx, const Problem &p, WgmmaASource src) {
     constexpr bool kBits = kKind != PLANE_F16;
     constexpr int kReg2 = kBits ? 2 : 0, kReg4 = kBits && kWgM * kBT < 256 ? 4 : 0;
-    if constexpr (kBits && kPP) {
-        if (src == A_SMEM)
-            return br_fail(ctx, BR_E_UNSUPPORTED,
-                           "mm_bits: the ping-pong tiles take the bitmap in registers (reg2)");
-    } else if (!kBits || src == A_SMEM) {
-        return launch_wgmma_shape<kKind, kWgM, kBT, 0, kEpi, kPP>(ctx, p);
-    }
-    if (src == A_REG2) return launch_wgmma_shape<kKind, kWgM, kBT, kReg2, kEpi, kPP>(ctx, p);
+    if (!kBits || src == A_SMEM) return launch_wgmma_shape<kKind, kWgM, kBT, 0, kEpi>(ctx, p);
+    if (src == A_REG2) return launch_wgmma_shape<kKind, kWgM, kBT, kReg2, kEpi>(ctx, p);
     if constexpr (kReg4 != 0)
-        if (src == A_REG4) return launch_wgmma_shape<kKind, kWgM, kBT, kReg4, kEpi, kPP>(ctx, p);
+        if (src == A_REG4) return launch_wgmma_shape<kKind, kWgM, kBT, kReg4, kEpi>(ctx, p);
     return br_fail(ctx, BR_E_UNSUPPORTED, "mm_bits: A source %d is not built for this tile",
                    (int)src);
 }
 
 /* The kernels of one plane kind and epilogue: EPI_PLAIN for the plain product,
- * EPI_FULL for colscale, c or split-K, EPI_STAGE for MM_STAGE (see the top of this
- * file). */
+ * EPI_FULL for colscale, c or split-K (see the top of this file). */
 template <int kKind, int kEpi>
 br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, WgmmaASource src) {
     switch (tile) {
@@ -1566,30 +1218,21 @@ br_status launch_wgmma_kind(br_ctx *ctx, const Problem &p, WgmmaTile tile, Wgmma
     case TILE_128x128: return launch_wgmma_asets<kKind, 1, 128, kEpi>(ctx, p, src);
     case TILE_128x192: return launch_wgmma_asets<kKind, 1, 192, kEpi>(ctx, p, src);
     case TILE_256x96: return launch_wgmma_asets<kKind, 2, 96, kEpi>(ctx, p, src);
-    case TILE_PP128x128: return launch_wgmma_asets<kKind, 2, 128, kEpi, true>(ctx, p, src);
     default: break;
     }
     return br_fail(ctx, BR_E_ARG, "mm: unknown wgmma tile %d", (int)tile);
 }
 
 /* The MN-major kernels (p.mn: MM_TN, both operands k rows first) of one epilogue:
- * the tiles whose tokens are whole 64-wide boxes, and 256x96 (32-wide boxes, only
- * when asked for: BITRANK_MM_TN_TILE or BITRANK_GEMM_TILE). */
+ * the tiles whose tokens are whole 64-wide boxes. */
 template <int kEpi>
 br_status launch_wgmma_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile,
                           const Problem *p2 = nullptr) {
     switch (tile) {
-    case TILE_256x128:
-        return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, false, true>(ctx, p, p2);
-    case TILE_128x256:
-        return launch_wgmma_shape<PLANE_F16, 1, 256, 0, kEpi, false, true>(ctx, p, p2);
-    case TILE_128x128:
-        return launch_wgmma_shape<PLANE_F16, 1, 128, 0, kEpi, false, true>(ctx, p, p2);
-    case TILE_128x192:
-        return launch_wgmma_shape<PLANE_F16, 1, 192, 0, kEpi, false, true>(ctx, p, p2);
-    case TILE_PP128x128:
-        return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, true, true>(ctx, p, p2);
-    case TILE_256x96: return launch_wgmma_shape<PLANE_F16, 2, 96, 0, kEpi, false, true>(ctx, p, p2);
+    case TILE_256x128: return launch_wgmma_shape<PLANE_F16, 2, 128, 0, kEpi, true>(ctx, p, p2);
+    case TILE_128x256: return launch_wgmma_shape<PLANE_F16, 1, 256, 0, kEpi, true>(ctx, p, p2);
+    case TILE_128x128: return launch_wgmma_shape<PLANE_F16, 1, 128, 0, kEpi, true>(ctx, p, p2);
+    case TILE_128x192: return launch_wgmma_shape<PLANE_F16, 1, 192, 0, kEpi, true>(ctx, p, p2);
     default: break;
     }
     return br_fail(ctx, BR_E_UNSUPPORTED, "mm_tn: no MN-major kernel for the %s tile",
