@@ -92,7 +92,7 @@ static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, br_buf *
         if (g_stage_x)
             OK(br_blr_forward_loss(l, s, bx, target, inv, gs, NULL, T));
         else
-            OK(br_blr_forward_loss_staged(l, s, g_x16, NULL, target, inv, gs, NULL, T));
+            OK(br_blr_forward_loss_staged(l, s, g_x16, target, inv, gs, NULL, T));
         OK(br_blr_backward(l, s, bx, NULL, bdx, T, gs, 0));
     }
 }
@@ -133,7 +133,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     free(x), free(ys), free(ys16);
     float inv = 1.0f / (float)(T * m);
     OK(br_buf_new(g_ctx, BR_F16, br_pad_rows(T) * br_blr_stage_cols(l), &g_x16));
-    OK(br_blr_stage(l, bx, g_x16, NULL, T));
+    OK(br_blr_stage(l, bx, g_x16, T));
     br_buf *bdy = NULL, *bdx = NULL;
     OK(br_buf_new(g_ctx, BR_F32, T * m, &bdy));
     if (with_dx) OK(br_buf_new(g_ctx, BR_F32, T * n, &bdx));

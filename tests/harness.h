@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bitrank.h"
+#include "bitrank_ops.h"
 #include "core/rng.h"
 
 #define T_SKIP 77

@@ -229,7 +229,6 @@ static void staged_and_shared(void) {
         float *x = t_rand(&rng, ntok * n, 2.0f);
         br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n);
         br_buf *x16 = t_buf_poison(ctx, BR_F16, br_pad_rows(ntok) * cols, T_NAN16);
-        br_buf *xt = t_buf_poison(ctx, BR_F16, br_pad_rows(n) * br_pad_tokens(ntok), T_NAN16);
         br_buf *y1[2], *dy[2], *dx1[2];
         for (int i = 0; i < 2; i++) {
             L[i] = ref_random(&rng, ms[i], n, r, P[i], 0);
@@ -243,9 +242,9 @@ static void staged_and_shared(void) {
             dx1[i] = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
         }
         CHECK(br_blr_stage_cols(l[1]) == cols, "stage cols %zu", br_blr_stage_cols(l[1]));
-        CHECK_OK(ctx, br_blr_stage(l[0], bx, x16, xt, ntok));
+        CHECK_OK(ctx, br_blr_stage(l[0], bx, x16, ntok));
         for (int i = 0; i < 2; i++)
-            CHECK_OK(ctx, br_blr_forward_staged(l[i], s1[i], x16, xt, y1[i], ntok));
+            CHECK_OK(ctx, br_blr_forward_staged(l[i], s1[i], x16, y1[i], ntok));
         float *g1[2][3][5];
         for (int i = 0; i < 2; i++) {
             CHECK_OK(ctx, br_blr_backward(l[i], s1[i], bx, dy[i], dx1[i], ntok, 1024.0f, 0));
@@ -288,7 +287,7 @@ static void staged_and_shared(void) {
             br_blr_free(l[i]), ref_free(&L[i]);
             br_buf_free(y1[i]), br_buf_free(dy[i]), br_buf_free(dx1[i]);
         }
-        br_buf_free(x16), br_buf_free(xt), br_buf_free(bx);
+        br_buf_free(x16), br_buf_free(bx);
         br_blr_shared_free(sh);
         free(x);
     }
@@ -397,21 +396,16 @@ static void loss_forward_stages_dy(void) {
         float *want[BR_BLR_MAX_PATHS][5];
         grads_of(ctx, l, &L, want);
         /* x staged by the caller (br_blr_forward_loss_staged): the same bits */
-        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l),
-               nt = br_pad_rows(n) * br_pad_tokens(ntok);
-        br_buf *x16 = t_buf_poison(ctx, BR_F16, n16, T_NAN16),
-               *xt = t_buf_poison(ctx, BR_F16, nt, T_NAN16);
+        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l);
+        br_buf *x16 = t_buf_poison(ctx, BR_F16, n16, T_NAN16);
         for (int v = 0; v < 8; v++) {
             int keep = v & 1, staged = (v >> 1) & 1, t16 = v >= 4;
             const br_buf *target = t16 ? btg16 : btg;
             br_buf *o2 = keep ? t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32) : NULL;
             CHECK_OK(ctx, br_buf_fill(dx, 0, ntok * n, T_NAN32));
             if (staged) {
-                /* xt (never read) given or not */
-                br_buf *xtv = t16 ? NULL : xt;
-                CHECK_OK(ctx, br_blr_stage(l, bx, x16, xtv, ntok));
-                CHECK_OK(ctx,
-                         br_blr_forward_loss_staged(l, s, x16, xtv, target, alpha, gs, o2, ntok));
+                CHECK_OK(ctx, br_blr_stage(l, bx, x16, ntok));
+                CHECK_OK(ctx, br_blr_forward_loss_staged(l, s, x16, target, alpha, gs, o2, ntok));
             } else {
                 CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, target, alpha, gs, o2, ntok));
             }
@@ -454,20 +448,19 @@ static void loss_forward_stages_dy(void) {
         CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "target",
                         br_blr_forward_residual(l, s, bx, btg16, alpha, out, ntok));
         CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss(l, s, bx, btg, alpha, 1000.0f, NULL, ntok));
-        CHECK_FAILS(ctx, BR_E_ARG,
-                    br_blr_forward_loss_staged(l, s, x16, xt, NULL, alpha, gs, NULL, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss_staged(l, s, x16, NULL, alpha, gs, NULL, ntok));
         CHECK_FAILS_MSG(ctx, BR_E_ARG, "gscale",
-                        br_blr_forward_loss_staged(l, s, x16, xt, btg, alpha, 3.0f, NULL, ntok));
+                        br_blr_forward_loss_staged(l, s, x16, btg, alpha, 3.0f, NULL, ntok));
         CHECK_FAILS_MSG(ctx, BR_E_NONFINITE, "alpha",
-                        br_blr_forward_loss_staged(l, s, x16, xt, btg, NAN, gs, NULL, ntok));
+                        br_blr_forward_loss_staged(l, s, x16, btg, NAN, gs, NULL, ntok));
         br_buf *tiny = t_buf_poison(ctx, BR_F16, 1, T_NAN16);
-        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "xt",
-                        br_blr_forward_loss_staged(l, s, x16, tiny, btg, alpha, gs, NULL, ntok));
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "x16",
+                        br_blr_forward_loss_staged(l, s, tiny, btg, alpha, gs, NULL, ntok));
         CHECK_FAILS(ctx, BR_E_DTYPE,
-                    br_blr_forward_loss_staged(l, s, x16, xt, btg, alpha, gs, x16, ntok));
+                    br_blr_forward_loss_staged(l, s, x16, btg, alpha, gs, x16, ntok));
         CHECK_FAILS(ctx, BR_E_DTYPE,
-                    br_blr_forward_loss_staged(l, s, bx, xt, btg, alpha, gs, NULL, ntok));
-        br_buf_free(x16), br_buf_free(xt), br_buf_free(tiny);
+                    br_blr_forward_loss_staged(l, s, bx, btg, alpha, gs, NULL, ntok));
+        br_buf_free(x16), br_buf_free(tiny);
         for (size_t p = 0; p < P; p++)
             for (int i = 0; i < 5; i++)
                 free(want[p][i]);
@@ -799,22 +792,20 @@ static void bad_arguments(void) {
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, xo, ntok, 1024.0f, 0));
     CHECK_OK(ctx, br_blr_backward(l, s, x, dy, dx, ntok, 0.25f, 0));
     { /* staged inputs: too small, missing, wrong dtype, the scratch's own buffer */
-        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l),
-               nt = br_pad_rows(n) * br_pad_tokens(ntok);
-        br_buf *s16 = t_buf_poison(ctx, BR_F16, n16, 0), *st = t_buf_poison(ctx, BR_F16, nt, 0);
-        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward_staged(l, s, x16, st, y, ntok));
-        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward_staged(l, s, s16, x16, y, ntok));
-        CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_staged(l, s, NULL, st, y, ntok));
-        CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_forward_staged(l, s, x, st, y, ntok));
-        CHECK_OK(ctx, br_blr_stage(l, x, s16, NULL, ntok)); /* xt is optional */
-        CHECK_FAILS(ctx, BR_E_ARG, br_blr_stage(l, x, NULL, st, ntok));
-        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, x, x16, st, ntok));
-        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, small, s16, st, ntok));
-        CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_stage(l, x, s16, st, 0));
-        CHECK(br_blr_stage(NULL, x, s16, st, ntok) == BR_E_ARG, "NULL layer");
-        CHECK_OK(ctx, br_blr_stage(l, x, s16, st, ntok));
-        CHECK_OK(ctx, br_blr_forward_staged(l, s, s16, st, y, ntok));
-        br_buf_free(s16), br_buf_free(st);
+        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l);
+        br_buf *s16 = t_buf_poison(ctx, BR_F16, n16, 0), *s15 = NULL;
+        CHECK_OK(ctx, br_buf_view(s16, 0, n16 - 1, &s15));
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "x16", br_blr_forward_staged(l, s, s15, y, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_staged(l, s, NULL, y, ntok));
+        CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_forward_staged(l, s, x, y, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_stage(l, x, NULL, ntok));
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "x16", br_blr_stage(l, x, s15, ntok));
+        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, small, s16, ntok));
+        CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_stage(l, x, s16, 0));
+        CHECK(br_blr_stage(NULL, x, s16, ntok) == BR_E_ARG, "NULL layer");
+        CHECK_OK(ctx, br_blr_stage(l, x, s16, ntok));
+        CHECK_OK(ctx, br_blr_forward_staged(l, s, s16, y, ntok));
+        br_buf_free(s15), br_buf_free(s16);
     }
     CHECK(br_blr_buf(l, 0, (br_blr_part)99) == NULL, "part out of range");
     CHECK(br_blr_buf(l2, 0, BR_BLR_GU) == NULL, "no G without SIGN_GRADS");

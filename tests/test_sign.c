@@ -1,10 +1,10 @@
-/* Sign gradients and the sign optimizer's ops: G_U, G_V against f64 (SPEC §5 item 3),
- * the R-FLIP identity on an exact grid (item 4), and the internal ops cvt_pad,
+/* Sign gradients and the sign optimizer's ops: G_U, G_V against f64, the exact-flip
+ * prediction of a single flip's effect on the loss on an exact grid, and the internal ops cvt_pad,
  * step_ctrl and sign_step against scalar references and across backends. */
 #include "blr_ref.h"
 #include "ops/sign_ops.h"
 
-/* SPEC §5 item 3: G_U, G_V of the two-path layer m=256 n=384 r=128 ntok=70 within
+/* G_U, G_V of the two-path layer m=256 n=384 r=128 ntok=70 within
  * 3e-3 of f64; the curvature sums Σ_t a², Σ_t x² too. */
 static void spec_sign_grads(void) {
     br_ctx *ctx = t_ctx();
@@ -66,7 +66,7 @@ static double loss_of(const float *y, const float *ystar, size_t n) {
     return s;
 }
 
-/* SPEC §5 item 4 (R-FLIP): on an exact grid (ℓ, g, h powers of two, x multiples of
+/* The exact-flip prediction: on an exact grid (ℓ, g, h powers of two, x multiples of
  * 1/8, so every f16 operand of the forward is exact; dy on a grid of 1/16, so the
  * staged f16(dy·gs) is too, and so is the backward's B' = f16(B⊙ℓ·gs) as long as
  * |B| < 4, B = dy·W_U on a grid of 1/512), single flips change L = ½‖y − y*‖² by
@@ -162,8 +162,8 @@ static void spec_flip_exact(void) {
     }
     fprintf(stderr, "  flip ΔL vs prediction: worst %.3g (layer G), %.3g (f64 G)\n", worst_dev,
             worst_host);
-    CHECK(worst_host < 5e-4, "R-FLIP with f64 G: worst %.3g", worst_host);
-    CHECK(worst_dev < 2e-3, "R-FLIP with the layer's G: worst %.3g", worst_dev);
+    CHECK(worst_host < 5e-4, "exact-flip prediction with f64 G: worst %.3g", worst_host);
+    CHECK(worst_dev < 2e-3, "exact-flip prediction with the layer's G: worst %.3g", worst_dev);
     ref_out_free(&o);
     free(x), free(y0), free(ystar), free(dy);
     br_buf_free(bx), br_buf_free(by), br_buf_free(bdy);

@@ -259,7 +259,7 @@ static br_status stage_pool(br_trainer *t) {
         size_t nt = batch_tokens(t, b);
         BR_TRY(br_buf_view(t->x16_pool, b * n16, n16, &t->x16[b]));
         br_status st = br_buf_view(t->x_pool, b * t->T * t->n, nt * t->n, &xv);
-        if (!st) st = br_blr_stage(t->layer, xv, t->x16[b], NULL, nt);
+        if (!st) st = br_blr_stage(t->layer, xv, t->x16[b], nt);
         br_buf_free(xv);
         BR_TRY(st);
     }
@@ -586,7 +586,7 @@ br_status br_trainer_train(br_trainer *t, br_blr_host *L, const br_svid_factors 
         /* the gradient goes to the backward staged in f16; in f32 only when logged */
         const int logged = s % every == 0 || s == steps - 1;
         if (!st && t->x16_pool)
-            st = br_blr_forward_loss_staged(t->layer, t->scratch, t->x16[b], NULL, yv, (float)t->c,
+            st = br_blr_forward_loss_staged(t->layer, t->scratch, t->x16[b], yv, (float)t->c,
                                             (float)gs, logged ? t->dy : NULL, T);
         else if (!st)
             st = br_blr_forward_loss(t->layer, t->scratch, xv, yv, (float)t->c, (float)gs,
