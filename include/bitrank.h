@@ -480,37 +480,52 @@ br_status br_blr_scratch_new(const br_blr *layer, size_t ntok, br_blr_shared *sh
                              br_blr_scratch **out);
 void br_blr_scratch_free(br_blr_scratch *scratch);
 
-/* Forward: y [ntok][m] = Σ_p h_p ⊙ c_p (overwritten) for x f32 [ntok][n], 1 ≤ ntok ≤
- * the scratch's tokens, with (f16 operands, f32 accumulation)
+/* What one forward computes. Fields left zero give the plain forward of x into out. */
+typedef struct br_blr_fwd {
+    /* The input: x f32 [ntok][n], or x16, x staged by br_blr_stage (exactly one). */
+    const br_buf *x;
+    const br_buf *x16;
+    /* NULL: out = y. Else the residual out = alpha·(y − target), target f32 [ntok][m]
+     * (f16 too where gscale > 0), out being target itself or apart from it. */
+    const br_buf *target;
+    float alpha; /* with a target: finite (0 is taken literally); else not read */
+    /* With a target, a positive power of two: the loss gradient out is also staged
+     * for br_blr_backward (dy = NULL, the same gscale); 0: not staged. */
+    float gscale;
+    br_buf *out; /* f32 [ntok][m]; may be NULL only where gscale > 0 */
+    size_t ntok; /* 1 ≤ ntok ≤ the scratch's tokens */
+} br_blr_fwd;
+
+/* Forward: y [ntok][m] = Σ_p h_p ⊙ c_p for the input x f32 [ntok][n], with (f16
+ * operands, f32 accumulation)
  *     A = [a_1|…|a_P] = f16(x)·[f16(g_p⊙S_V,p)]ᵀ          (one GEMM, K = n)
  *     y = [f16(a_p⊙ℓ_p)]_p · [f16(h_p⊙S_U,p)]_pᵀ           (one GEMM, K = P·r)
  * (h enters as an f16 factor of the sign plane: every path's product and their sum
- * are one f32 accumulation). A, A'ᵀ = f16(A⊙ℓ)ᵀ and the staged f16(x)ᵀ stay in the
- * scratch for br_blr_backward. */
-br_status br_blr_forward(br_blr *layer, br_blr_scratch *s, const br_buf *x, br_buf *y, size_t ntok);
-/* The forward fused with a loss gradient: out = alpha·(y − target), formed in the
- * output GEMM's epilogue as fl(fl(alpha·acc) + fl(−alpha·target)) (acc the f32 sum y
- * is made of). target f32 [ntok][m]; out f32 [ntok][m], either target itself
- * (overwritten in place) or apart from it (BR_E_ARG on a partial overlap); alpha
- * finite. For L = ½·alpha·‖y − target‖² (e.g. alpha = 1/N for a mean), out is ∂L/∂y:
- * pass it as dy to br_blr_backward. Keeps what br_blr_forward keeps. */
-br_status br_blr_forward_residual(br_blr *layer, br_blr_scratch *s, const br_buf *x,
-                                  const br_buf *target, float alpha, br_buf *out, size_t ntok);
-/* The training step's forward: as br_blr_forward_residual, and the gradient is also
- * staged for the backward — f16(dy·gscale) and its transpose, bit for bit what
- * br_blr_backward would stage from out — straight from the GEMM's epilogue, so the
- * f32 gradient need not go through memory: out may be NULL (not written; pass it to
- * read the loss). Then call br_blr_backward with dy = NULL and the same gscale (a
- * positive power of two, as there); the result is bit-identical to
- * br_blr_forward_residual followed by br_blr_backward on its out. The staged gradient
- * lives in the scratch's shared transients: an op of another layer sharing them in
- * between overwrites it (the backward then fails with BR_E_STATE). target may also
- * be f16 [ntok][m] (apart from out): it enters as its exact f32 values, so the
- * result is bit for bit that of an f32 target holding them, from half the bytes
- * (a fixed training target stored once as f16, as a bf16 trainer would). */
-br_status br_blr_forward_loss(br_blr *layer, br_blr_scratch *s, const br_buf *x,
-                              const br_buf *target, float alpha, float gscale, br_buf *out,
-                              size_t ntok);
+ * are one f32 accumulation), written to out (f->out overwritten) as the descriptor
+ * says:
+ *   - plain: out = y.
+ *   - residual (a target): out = alpha·(y − target), formed in the output GEMM's
+ *     epilogue as fl(fl(alpha·acc) + fl(−alpha·target)) (acc the f32 sum y is made
+ *     of). For L = ½·alpha·‖y − target‖² (e.g. alpha = 1/N for a mean) out is
+ *     ∂L/∂y: pass it as dy to br_blr_backward.
+ *   - loss (a target and gscale > 0): as residual, and the gradient is also staged
+ *     for the backward — f16(dy·gscale) and its transpose, bit for bit what
+ *     br_blr_backward would stage from out — straight from the GEMM's epilogue, so
+ *     the f32 gradient need not go through memory: out may be NULL (not written;
+ *     give it to read the loss). Then call br_blr_backward with dy = NULL and the
+ *     same gscale; the result is bit-identical to the residual forward followed by
+ *     br_blr_backward on its out. The staged gradient lives in the scratch's shared
+ *     transients: an op of another layer sharing them in between overwrites it (the
+ *     backward then fails with BR_E_STATE). The target may be f16 here: it enters
+ *     as its exact f32 values, so the result is bit for bit that of an f32 target
+ *     holding them, from half the bytes (a fixed training target stored once as
+ *     f16, as a bf16 trainer would).
+ * With x16 instead of x (the training step on a fixed batch stages x once and skips
+ * that pass on every step) the result is bit-identical to the same forward of the x
+ * that was staged; x16 is read again by the backward of this forward (keep it
+ * unchanged until then) and may not overlap the scratch's own buffers. A, A'ᵀ =
+ * f16(A⊙ℓ)ᵀ and the staged input stay in the scratch for br_blr_backward. */
+br_status br_blr_forward(br_blr *layer, br_blr_scratch *s, const br_blr_fwd *f);
 /* Columns of the staged input f16(x): n rounded up to a multiple of 32. */
 size_t br_blr_stage_cols(const br_blr *layer);
 /* The staged input of any layers reading the same x f32 [ntok][n] (e.g. q, k, v):
@@ -518,18 +533,6 @@ size_t br_blr_stage_cols(const br_blr *layer);
  * read of x. It depends only on x (any layer with these n inputs may be passed), and
  * is bit-identical to the staging br_blr_forward does itself. */
 br_status br_blr_stage(const br_blr *layer, const br_buf *x, br_buf *x16, size_t ntok);
-/* br_blr_forward on a staged input (as br_blr_stage). x16 is read again by the
- * backward of this forward: keep it unchanged until then; it may not overlap the
- * scratch's own buffers. */
-br_status br_blr_forward_staged(br_blr *layer, br_blr_scratch *s, const br_buf *x16, br_buf *y,
-                                size_t ntok);
-/* br_blr_forward_loss on a staged input (as br_blr_stage): the training step on a
- * fixed batch stages x once and skips that pass on every step. Bit-identical to
- * br_blr_forward_loss on the x that was staged; x16 as for br_blr_forward_staged (it
- * is read by the backward: keep it until then). */
-br_status br_blr_forward_loss_staged(br_blr *layer, br_blr_scratch *s, const br_buf *x16,
-                                     const br_buf *target, float alpha, float gscale, br_buf *out,
-                                     size_t ntok);
 
 /* Backward of the last forward through scratch `s` (same x, same ntok; BR_E_STATE
  * before any forward): for dy f32 [ntok][m] = ∂L/∂y, the gradients of every path
@@ -546,7 +549,7 @@ br_status br_blr_forward_loss_staged(br_blr *layer, br_blr_scratch *s, const br_
  * the f16 subnormals and below the f16 maximum 65504 (e.g. 1024 for |dy| ~ 1e-3;
  * dy itself is staged now, not dy⊙h as before); it is divided back out. dy = NULL:
  * the gradient the last forward through `s` staged, which must have been
- * br_blr_forward_loss under the same gscale (BR_E_STATE / BR_E_ARG otherwise).
+ * a loss forward (br_blr_fwd.gscale > 0) under the same gscale (BR_E_STATE / BR_E_ARG otherwise).
  * Everything is formed from the bits as they are: an optimizer step afterwards flips
  * bits for the next forward. */
 br_status br_blr_backward(br_blr *layer, br_blr_scratch *s, const br_buf *x, const br_buf *dy,

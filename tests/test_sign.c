@@ -17,7 +17,7 @@ static void spec_sign_grads(void) {
     CHECK_OK(ctx, br_blr_scratch_new(l, ntok, NULL, &s));
     br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n), *bdy = t_buf_from(ctx, BR_F32, dy, ntok * m);
     br_buf *by = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-    CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+    CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
     CHECK_OK(ctx, br_blr_backward(l, s, bx, bdy, NULL, ntok, 1024.0f, 0));
     ref_out o;
     ref_run(&L, x, dy, ntok, &o);
@@ -89,7 +89,7 @@ static void spec_flip_exact(void) {
     CHECK_OK(ctx, br_blr_scratch_new(l, ntok, NULL, &s));
     br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n);
     br_buf *by = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-    CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+    CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
     float *y0 = t_download_f32(ctx, by, ntok * m);
     double ms = 0;
     for (size_t i = 0; i < ntok * m; i++)
@@ -144,7 +144,7 @@ static void spec_flip_exact(void) {
                 fl[i * w + k / 32] ^= 1u << (k % 32);
                 CHECK_OK(ctx, br_blr_set_path(l, p, side ? NULL : fl, side ? fl : NULL, NULL, NULL,
                                               NULL));
-                CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+                CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
                 float *y1 = t_download_f32(ctx, by, ntok * m);
                 CHECK_OK(ctx, br_blr_set_path(l, p, side ? NULL : base, side ? base : NULL, NULL,
                                               NULL, NULL));
