@@ -10,12 +10,12 @@
  *
  * Per shape: a random layer and target, then the step: dy = (y − y*)/N straight
  * from the forward, staged for the backward in the output GEMM's epilogue
- * (br_blr_forward_loss, no f32 dy; --residual: br_blr_forward_residual writes dy in
+ * (the loss forward, no f32 dy; --residual: the residual forward writes dy in
  * f32 and the backward stages it: the older, unfused form), the backward, the
  * optimizer. x is a fixed batch (as the compress job's calibration batches and the
  * PyTorch reference's resident bf16 x are): staged once by br_blr_stage before the
- * graph is recorded, and the step runs br_blr_forward_loss_staged (--stage-x: the
- * step stages x itself, br_blr_forward_loss, the earlier definition). The target y* is
+ * graph is recorded, and the step's loss forward reads it (--stage-x: the
+ * step stages x itself, the earlier definition). The target y* is
  * held in f16, as the PyTorch reference holds it in bf16 (--target-f32: in f32, the
  * earlier definition; the same values either way). 5 warm-up replays, then N
  * (default 20, at least 20) replays each timed by device timers (CUDA events) around the launch;
@@ -85,14 +85,18 @@ static void step(br_blr *l, br_blr_scratch *s, br_buf *bx, br_buf *bys, br_buf *
     /* |dy| ~ 1/(T·m) ≈ 7e-8: gs = 2^24 lifts dy out of the f16 subnormals */
     const float gs = 16777216.0f;
     if (g_residual) {
-        OK(br_blr_forward_residual(l, s, bx, bys, inv, bdy, T));
+        br_blr_fwd f = {.x = bx, .target = bys, .alpha = inv, .out = bdy, .ntok = T};
+        OK(br_blr_forward(l, s, &f));
         OK(br_blr_backward(l, s, bx, bdy, bdx, T, gs, 0));
     } else {
         const br_buf *target = g_target_f32 ? bys : bys16;
-        if (g_stage_x)
-            OK(br_blr_forward_loss(l, s, bx, target, inv, gs, NULL, T));
-        else
-            OK(br_blr_forward_loss_staged(l, s, g_x16, NULL, target, inv, gs, NULL, T));
+        br_blr_fwd f = {.x = g_stage_x ? bx : NULL,
+                        .x16 = g_stage_x ? NULL : g_x16,
+                        .target = target,
+                        .alpha = inv,
+                        .gscale = gs,
+                        .ntok = T};
+        OK(br_blr_forward(l, s, &f));
         OK(br_blr_backward(l, s, bx, NULL, bdx, T, gs, 0));
     }
 }
@@ -133,7 +137,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
     free(x), free(ys), free(ys16);
     float inv = 1.0f / (float)(T * m);
     OK(br_buf_new(g_ctx, BR_F16, br_pad_rows(T) * br_blr_stage_cols(l), &g_x16));
-    OK(br_blr_stage(l, bx, g_x16, NULL, T));
+    OK(br_blr_stage(l, bx, g_x16, T));
     br_buf *bdy = NULL, *bdx = NULL;
     OK(br_buf_new(g_ctx, BR_F32, T * m, &bdy));
     if (with_dx) OK(br_buf_new(g_ctx, BR_F32, T * n, &bdx));

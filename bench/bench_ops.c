@@ -29,7 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bitrank.h"
+#include "bitrank_ops.h"
 #include "ops/layer_ops.h"
 #include "ops/sign_ops.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bitrank.h"
+#include "bitrank_ops.h"
 #include "core/rng.h"
 
 #define T_SKIP 77
@@ -316,5 +316,36 @@ static inline int t_run(const char *suite, const t_case *cases, size_t n) {
     }
 #define T_CASE(fn)                                                                                 \
     { #fn, fn }
+
+/* The forms of br_blr_forward the tests run, each a br_blr_fwd descriptor. */
+static inline br_status fwd_plain(br_blr *l, br_blr_scratch *s, const br_buf *x, br_buf *y,
+                                  size_t ntok) {
+    br_blr_fwd f = {.x = x, .out = y, .ntok = ntok};
+    return br_blr_forward(l, s, &f);
+}
+static inline br_status fwd_residual(br_blr *l, br_blr_scratch *s, const br_buf *x,
+                                     const br_buf *target, float alpha, br_buf *out, size_t ntok) {
+    br_blr_fwd f = {.x = x, .target = target, .alpha = alpha, .out = out, .ntok = ntok};
+    return br_blr_forward(l, s, &f);
+}
+static inline br_status fwd_loss(br_blr *l, br_blr_scratch *s, const br_buf *x,
+                                 const br_buf *target, float alpha, float gscale, br_buf *out,
+                                 size_t ntok) {
+    br_blr_fwd f = {
+        .x = x, .target = target, .alpha = alpha, .gscale = gscale, .out = out, .ntok = ntok};
+    return br_blr_forward(l, s, &f);
+}
+static inline br_status fwd_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16, br_buf *y,
+                                   size_t ntok) {
+    br_blr_fwd f = {.x16 = x16, .out = y, .ntok = ntok};
+    return br_blr_forward(l, s, &f);
+}
+static inline br_status fwd_loss_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16,
+                                        const br_buf *target, float alpha, float gscale,
+                                        br_buf *out, size_t ntok) {
+    br_blr_fwd f = {
+        .x16 = x16, .target = target, .alpha = alpha, .gscale = gscale, .out = out, .ntok = ntok};
+    return br_blr_forward(l, s, &f);
+}
 
 #endif

@@ -35,7 +35,7 @@ static void check_layer(size_t m, size_t n, size_t r, size_t P, size_t ntok, int
             if (b && part != BR_BLR_BITS_U && part != BR_BLR_BITS_V)
                 CHECK_OK(ctx, br_buf_fill(b, 0, br_buf_count(b), T_NAN32));
         }
-    CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+    CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
     CHECK_OK(ctx, br_blr_backward(l, s, bx, bdy, bdx, ntok, 1024.0f, 0));
     ref_out o;
     ref_run(&L, x, dy, ntok, &o);
@@ -153,7 +153,7 @@ static void two_paths_are_two_halves(void) {
         CHECK_OK(ctx, br_blr_scratch_new(l, ntok, NULL, &s));
         br_buf *by = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
         br_buf *bdx = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
-        CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+        CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
         CHECK_OK(ctx, br_blr_backward(l, s, bx, bdy, bdx, ntok, 1024.0f, 0));
         y[v] = t_download_f32(ctx, by, ntok * m);
         dx[v] = t_download_f32(ctx, bdx, ntok * n);
@@ -210,7 +210,7 @@ static void grads_of(br_ctx *ctx, br_blr *l, const ref_layer *L, float *out[][5]
             out[p][i] = ref_part(ctx, l, p, parts[i], len[i]);
 }
 
-/* br_blr_stage + br_blr_forward_staged give the bits of br_blr_forward (aligned and
+/* br_blr_stage + the staged forward give the bits of the plain forward (aligned and
  * unaligned n); two layers read one staged x through one br_blr_shared, both
  * forwards before either backward (as q, k, v do), and each backward, which reads
  * the staged f16(x)ᵀ, gives the bits of a plain forward + backward. */
@@ -229,7 +229,6 @@ static void staged_and_shared(void) {
         float *x = t_rand(&rng, ntok * n, 2.0f);
         br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n);
         br_buf *x16 = t_buf_poison(ctx, BR_F16, br_pad_rows(ntok) * cols, T_NAN16);
-        br_buf *xt = t_buf_poison(ctx, BR_F16, br_pad_rows(n) * br_pad_tokens(ntok), T_NAN16);
         br_buf *y1[2], *dy[2], *dx1[2];
         for (int i = 0; i < 2; i++) {
             L[i] = ref_random(&rng, ms[i], n, r, P[i], 0);
@@ -243,9 +242,9 @@ static void staged_and_shared(void) {
             dx1[i] = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
         }
         CHECK(br_blr_stage_cols(l[1]) == cols, "stage cols %zu", br_blr_stage_cols(l[1]));
-        CHECK_OK(ctx, br_blr_stage(l[0], bx, x16, xt, ntok));
+        CHECK_OK(ctx, br_blr_stage(l[0], bx, x16, ntok));
         for (int i = 0; i < 2; i++)
-            CHECK_OK(ctx, br_blr_forward_staged(l[i], s1[i], x16, xt, y1[i], ntok));
+            CHECK_OK(ctx, fwd_staged(l[i], s1[i], x16, y1[i], ntok));
         float *g1[2][3][5];
         for (int i = 0; i < 2; i++) {
             CHECK_OK(ctx, br_blr_backward(l[i], s1[i], bx, dy[i], dx1[i], ntok, 1024.0f, 0));
@@ -255,7 +254,7 @@ static void staged_and_shared(void) {
             size_t m = ms[i];
             br_buf *y2 = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
             br_buf *dx2 = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
-            CHECK_OK(ctx, br_blr_forward(l[i], s2[i], bx, y2, ntok));
+            CHECK_OK(ctx, fwd_plain(l[i], s2[i], bx, y2, ntok));
             CHECK_OK(ctx, br_blr_backward(l[i], s2[i], bx, dy[i], dx2, ntok, 1024.0f, 0));
             float *a = t_download_f32(ctx, y1[i], ntok * m), *b = t_download_f32(ctx, y2, ntok * m);
             size_t bad = t_bits_differ32(a, b, ntok * m);
@@ -288,7 +287,7 @@ static void staged_and_shared(void) {
             br_blr_free(l[i]), ref_free(&L[i]);
             br_buf_free(y1[i]), br_buf_free(dy[i]), br_buf_free(dx1[i]);
         }
-        br_buf_free(x16), br_buf_free(xt), br_buf_free(bx);
+        br_buf_free(x16), br_buf_free(bx);
         br_blr_shared_free(sh);
         free(x);
     }
@@ -328,22 +327,22 @@ static void residual_forward(void) {
         br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n),
                *btg = t_buf_from(ctx, BR_F32, tg, ntok * m);
         br_buf *out = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, out, ntok));
+        CHECK_OK(ctx, fwd_residual(l, s, bx, btg, alpha, out, ntok));
         float *got = t_download_f32(ctx, out, ntok * m);
         double e = t_rel_err(got, want, ntok * m);
         CHECK(e < TOL, "%zux%zu r%zu P%zu ntok%zu: residual rel err %.3g", m, n, r, P, ntok, e);
         float *tg_after = t_download_f32(ctx, btg, ntok * m);
         CHECK(!memcmp(tg_after, tg, ntok * m * 4), "the target was changed");
         /* in place: out is the target */
-        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, btg, ntok));
+        CHECK_OK(ctx, fwd_residual(l, s, bx, btg, alpha, btg, ntok));
         float *inplace = t_download_f32(ctx, btg, ntok * m);
         size_t bad = t_bits_differ32(inplace, got, ntok * m);
         CHECK(bad == 0, "%zux%zu P%zu: in place differs in %zu of %zu", m, n, P, bad, ntok * m);
         /* target 0, alpha 1: the plain forward's bits */
         CHECK_OK(ctx, br_buf_fill(btg, 0, ntok * m, 0));
-        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, 1.0f, out, ntok));
+        CHECK_OK(ctx, fwd_residual(l, s, bx, btg, 1.0f, out, ntok));
         br_buf *y = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-        CHECK_OK(ctx, br_blr_forward(l, s, bx, y, ntok));
+        CHECK_OK(ctx, fwd_plain(l, s, bx, y, ntok));
         float *a = t_download_f32(ctx, out, ntok * m), *b = t_download_f32(ctx, y, ntok * m);
         bad = t_bits_differ32(a, b, ntok * m);
         CHECK(bad == 0, "%zux%zu P%zu: y − 0 differs from y in %zu of %zu", m, n, P, bad, ntok * m);
@@ -357,7 +356,7 @@ static void residual_forward(void) {
     br_ctx_free(ctx);
 }
 
-/* br_blr_forward_loss + br_blr_backward(dy = NULL) against br_blr_forward_residual +
+/* The loss forward + br_blr_backward(dy = NULL) against the residual forward +
  * br_blr_backward(out), the same layer and inputs: every gradient, dx and out (when
  * asked for) bit for bit, with out NULL and given, at a shape whose every size is a
  * multiple of nothing and at the bench's first shape scaled down; then what may not
@@ -390,30 +389,25 @@ static void loss_forward_stages_dy(void) {
                *btg16 = t_buf_from(ctx, BR_F16, tg16, ntok * m);
         br_buf *out = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
         br_buf *dx = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
-        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, out, ntok));
+        CHECK_OK(ctx, fwd_residual(l, s, bx, btg, alpha, out, ntok));
         CHECK_OK(ctx, br_blr_backward(l, s, bx, out, dx, ntok, gs, 0));
         float *want_out = t_download_f32(ctx, out, ntok * m),
               *want_dx = t_download_f32(ctx, dx, ntok * n);
         float *want[BR_BLR_MAX_PATHS][5];
         grads_of(ctx, l, &L, want);
-        /* x staged by the caller (br_blr_forward_loss_staged): the same bits */
-        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l),
-               nt = br_pad_rows(n) * br_pad_tokens(ntok);
-        br_buf *x16 = t_buf_poison(ctx, BR_F16, n16, T_NAN16),
-               *xt = t_buf_poison(ctx, BR_F16, nt, T_NAN16);
+        /* x staged by the caller (the loss forward on x16): the same bits */
+        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l);
+        br_buf *x16 = t_buf_poison(ctx, BR_F16, n16, T_NAN16);
         for (int v = 0; v < 8; v++) {
             int keep = v & 1, staged = (v >> 1) & 1, t16 = v >= 4;
             const br_buf *target = t16 ? btg16 : btg;
             br_buf *o2 = keep ? t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32) : NULL;
             CHECK_OK(ctx, br_buf_fill(dx, 0, ntok * n, T_NAN32));
             if (staged) {
-                /* xt (never read) given or not */
-                br_buf *xtv = t16 ? NULL : xt;
-                CHECK_OK(ctx, br_blr_stage(l, bx, x16, xtv, ntok));
-                CHECK_OK(ctx,
-                         br_blr_forward_loss_staged(l, s, x16, xtv, target, alpha, gs, o2, ntok));
+                CHECK_OK(ctx, br_blr_stage(l, bx, x16, ntok));
+                CHECK_OK(ctx, fwd_loss_staged(l, s, x16, target, alpha, gs, o2, ntok));
             } else {
-                CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, target, alpha, gs, o2, ntok));
+                CHECK_OK(ctx, fwd_loss(l, s, bx, target, alpha, gs, o2, ntok));
             }
             CHECK_OK(ctx, br_blr_backward(l, s, bx, NULL, dx, ntok, gs, 0));
             float *got_dx = t_download_f32(ctx, dx, ntok * n);
@@ -444,30 +438,29 @@ static void loss_forward_stages_dy(void) {
             br_buf_free(o2);
         }
         /* a backward of another gscale; of no staged gradient */
-        CHECK_OK(ctx, br_blr_forward_loss(l, s, bx, btg, alpha, gs, NULL, ntok));
+        CHECK_OK(ctx, fwd_loss(l, s, bx, btg, alpha, gs, NULL, ntok));
         CHECK_FAILS_MSG(ctx, BR_E_ARG, "gscale",
                         br_blr_backward(l, s, bx, NULL, dx, ntok, 2 * gs, 0));
-        CHECK_OK(ctx, br_blr_forward_residual(l, s, bx, btg, alpha, out, ntok));
+        CHECK_OK(ctx, fwd_residual(l, s, bx, btg, alpha, out, ntok));
         CHECK_FAILS(ctx, BR_E_STATE, br_blr_backward(l, s, bx, NULL, dx, ntok, gs, 0));
-        CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss(l, s, bx, NULL, alpha, gs, NULL, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, fwd_loss(l, s, bx, NULL, alpha, gs, NULL, ntok));
         /* an f16 target only for the loss forms */
         CHECK_FAILS_MSG(ctx, BR_E_DTYPE, "target",
-                        br_blr_forward_residual(l, s, bx, btg16, alpha, out, ntok));
-        CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_loss(l, s, bx, btg, alpha, 1000.0f, NULL, ntok));
-        CHECK_FAILS(ctx, BR_E_ARG,
-                    br_blr_forward_loss_staged(l, s, x16, xt, NULL, alpha, gs, NULL, ntok));
+                        fwd_residual(l, s, bx, btg16, alpha, out, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, fwd_loss(l, s, bx, btg, alpha, 1000.0f, NULL, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, fwd_loss_staged(l, s, x16, NULL, alpha, gs, NULL, ntok));
         CHECK_FAILS_MSG(ctx, BR_E_ARG, "gscale",
-                        br_blr_forward_loss_staged(l, s, x16, xt, btg, alpha, 3.0f, NULL, ntok));
+                        fwd_loss_staged(l, s, x16, btg, alpha, 3.0f, NULL, ntok));
         CHECK_FAILS_MSG(ctx, BR_E_NONFINITE, "alpha",
-                        br_blr_forward_loss_staged(l, s, x16, xt, btg, NAN, gs, NULL, ntok));
+                        fwd_loss_staged(l, s, x16, btg, NAN, gs, NULL, ntok));
         br_buf *tiny = t_buf_poison(ctx, BR_F16, 1, T_NAN16);
-        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "xt",
-                        br_blr_forward_loss_staged(l, s, x16, tiny, btg, alpha, gs, NULL, ntok));
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "x16",
+                        fwd_loss_staged(l, s, tiny, btg, alpha, gs, NULL, ntok));
         CHECK_FAILS(ctx, BR_E_DTYPE,
-                    br_blr_forward_loss_staged(l, s, x16, xt, btg, alpha, gs, x16, ntok));
+                    fwd_loss_staged(l, s, x16, btg, alpha, gs, x16, ntok));
         CHECK_FAILS(ctx, BR_E_DTYPE,
-                    br_blr_forward_loss_staged(l, s, bx, xt, btg, alpha, gs, NULL, ntok));
-        br_buf_free(x16), br_buf_free(xt), br_buf_free(tiny);
+                    fwd_loss_staged(l, s, bx, btg, alpha, gs, NULL, ntok));
+        br_buf_free(x16), br_buf_free(tiny);
         for (size_t p = 0; p < P; p++)
             for (int i = 0; i < 5; i++)
                 free(want[p][i]);
@@ -494,14 +487,14 @@ static void loss_forward_stages_dy(void) {
         br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n),
                *btg = t_buf_from(ctx, BR_F32, tg, ntok * m);
         br_buf *y = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-        CHECK_OK(ctx, br_blr_forward_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
-        CHECK_OK(ctx, br_blr_forward_loss(l2, s2, bx, btg, 1.0f, 1.0f, NULL, ntok));
+        CHECK_OK(ctx, fwd_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
+        CHECK_OK(ctx, fwd_loss(l2, s2, bx, btg, 1.0f, 1.0f, NULL, ntok));
         CHECK_FAILS_MSG(ctx, BR_E_STATE, "overwritten",
                         br_blr_backward(l1, s1, bx, NULL, NULL, ntok, 1.0f, 0));
-        CHECK_OK(ctx, br_blr_forward_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
-        CHECK_OK(ctx, br_blr_forward(l2, s2, bx, y, ntok));
+        CHECK_OK(ctx, fwd_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
+        CHECK_OK(ctx, fwd_plain(l2, s2, bx, y, ntok));
         CHECK_OK(ctx, br_blr_backward(l1, s1, bx, NULL, NULL, ntok, 1.0f, 0));
-        CHECK_OK(ctx, br_blr_forward_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
+        CHECK_OK(ctx, fwd_loss(l1, s1, bx, btg, 1.0f, 1.0f, NULL, ntok));
         CHECK_OK(ctx, br_blr_backward(l1, s1, bx, NULL, NULL, ntok, 1.0f, 0));
         free(x), free(tg);
         br_buf_free(bx), br_buf_free(btg), br_buf_free(y);
@@ -535,7 +528,7 @@ static void scale_grads_from_token_products(void) {
             CHECK_OK(ctx, br_buf_fill(br_blr_buf(l, p, BR_BLR_DH), 0, m, T_NAN32));
             CHECK_OK(ctx, br_buf_fill(br_blr_buf(l, p, BR_BLR_DG), 0, n, T_NAN32));
         }
-        CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+        CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
         CHECK_OK(ctx, br_blr_backward(l, s, bx, bdy, NULL, ntok, 1024.0f, 0));
         ref_out o;
         ref_run(&L, x, dy, ntok, &o);
@@ -593,13 +586,13 @@ static void graph_replay(void) {
     br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n), *bdy = t_buf_from(ctx, BR_F32, dy, ntok * m);
     br_buf *by = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
     br_buf *bdx = t_buf_poison(ctx, BR_F32, ntok * n, T_NAN32);
-    CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+    CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
     CHECK_OK(ctx, br_blr_backward(l, s, bx, bdy, bdx, ntok, 1024.0f, 0));
     float *y0 = t_download_f32(ctx, by, ntok * m), *dx0 = t_download_f32(ctx, bdx, ntok * n);
     float *gv0 = ref_part(ctx, l, 1, BR_BLR_GV, n * r);
     br_graph *g = NULL;
     CHECK_OK(ctx, br_graph_begin(ctx));
-    CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+    CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
     CHECK_OK(ctx, br_blr_backward(l, s, bx, bdy, bdx, ntok, 1024.0f, 0));
     CHECK_OK(ctx, br_graph_end(ctx, &g));
     CHECK(br_graph_op_count(g) > 10, "graph of %zu ops", br_graph_op_count(g));
@@ -746,30 +739,40 @@ static void bad_arguments(void) {
     br_buf *small = t_buf_poison(ctx, BR_F32, ntok * n - 1, 0);
     br_buf *xo = NULL;
     CHECK(br_buf_new(other, BR_F32, ntok * n, &xo) == BR_OK, "other buffer");
-    CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward(l, NULL, x, y, ntok));
-    CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward(l, s2, x, y, ntok));
-    CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward(l, s, NULL, y, ntok));
-    CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_forward(l, s, x16, y, ntok));
-    CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward(l, s, small, y, ntok));
-    CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward(l, s, xo, y, ntok));
-    CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_forward(l, s, x, y, 0));
-    CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward(l, s, x, y, ntok + 1));
-    CHECK(br_blr_forward(NULL, s, x, y, ntok) == BR_E_ARG, "NULL layer");
+    CHECK_FAILS(ctx, BR_E_ARG, fwd_plain(l, NULL, x, y, ntok));
+    CHECK_FAILS(ctx, BR_E_ARG, fwd_plain(l, s2, x, y, ntok));
+    CHECK_FAILS(ctx, BR_E_ARG, fwd_plain(l, s, NULL, y, ntok));
+    CHECK_FAILS(ctx, BR_E_DTYPE, fwd_plain(l, s, x16, y, ntok));
+    CHECK_FAILS(ctx, BR_E_SIZE, fwd_plain(l, s, small, y, ntok));
+    CHECK_FAILS(ctx, BR_E_ARG, fwd_plain(l, s, xo, y, ntok));
+    CHECK_FAILS(ctx, BR_E_SHAPE, fwd_plain(l, s, x, y, 0));
+    CHECK_FAILS(ctx, BR_E_SIZE, fwd_plain(l, s, x, y, ntok + 1));
+    CHECK(fwd_plain(NULL, s, x, y, ntok) == BR_E_ARG, "NULL layer");
     /* a backward needs a forward through the scratch first, with its ntok */
     CHECK_FAILS_MSG(ctx, BR_E_STATE, "no forward",
                     br_blr_backward(l, s, x, dy, dx, ntok, 1024.0f, 0));
-    CHECK_OK(ctx, br_blr_forward(l, s, x, y, ntok));
+    CHECK_OK(ctx, fwd_plain(l, s, x, y, ntok));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok - 1, 1024.0f, 0));
+    /* the descriptor's own mistakes: no input, two inputs, gscale without a target */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "descriptor", br_blr_forward(l, s, NULL));
+    {
+        br_blr_fwd f = {.out = y, .ntok = ntok};
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "both NULL", br_blr_forward(l, s, &f));
+        f.x = x, f.x16 = x16;
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "both given", br_blr_forward(l, s, &f));
+        f.x16 = NULL, f.gscale = 1024.0f;
+        CHECK_FAILS_MSG(ctx, BR_E_ARG, "needs a target", br_blr_forward(l, s, &f));
+        CHECK(br_blr_forward(NULL, s, &f) == BR_E_ARG, "NULL layer");
+    }
     /* the fused-loss forward */
-    CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_residual(l, s, x, NULL, 1.0f, y, ntok));
-    CHECK_FAILS(ctx, BR_E_NONFINITE, br_blr_forward_residual(l, s, x, dy, NAN, y, ntok));
-    CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_forward_residual(l, s, x, x16, 1.0f, y, ntok));
+    CHECK_FAILS(ctx, BR_E_NONFINITE, fwd_residual(l, s, x, dy, NAN, y, ntok));
+    CHECK_FAILS(ctx, BR_E_DTYPE, fwd_residual(l, s, x, x16, 1.0f, y, ntok));
     {
         br_buf *short_t = t_buf_poison(ctx, BR_F32, ntok * m - 1, 0);
         CHECK_FAILS_MSG(ctx, BR_E_SIZE, "target",
-                        br_blr_forward_residual(l, s, x, short_t, 1.0f, y, ntok));
+                        fwd_residual(l, s, x, short_t, 1.0f, y, ntok));
         CHECK_FAILS_MSG(ctx, BR_E_SIZE, "out",
-                        br_blr_forward_residual(l, s, x, dy, 1.0f, short_t, ntok));
+                        fwd_residual(l, s, x, dy, 1.0f, short_t, ntok));
         br_buf_free(short_t);
     }
     {
@@ -777,10 +780,10 @@ static void bad_arguments(void) {
         CHECK(br_buf_view(both, 0, ntok * m, &tv) == BR_OK, "view");
         CHECK(br_buf_view(both, 1, ntok * m, &ov) == BR_OK, "view");
         CHECK_FAILS_MSG(ctx, BR_E_ARG, "overlaps",
-                        br_blr_forward_residual(l, s, x, tv, 1.0f, ov, ntok));
+                        fwd_residual(l, s, x, tv, 1.0f, ov, ntok));
         br_buf_free(ov), br_buf_free(tv), br_buf_free(both);
     }
-    CHECK_OK(ctx, br_blr_forward_residual(l, s, x, dy, 1.0f, y, ntok));
+    CHECK_OK(ctx, fwd_residual(l, s, x, dy, 1.0f, y, ntok));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok, 1000.0f, 0));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok, 0.0f, 0));
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, dx, ntok, INFINITY, 0));
@@ -799,22 +802,20 @@ static void bad_arguments(void) {
     CHECK_FAILS(ctx, BR_E_ARG, br_blr_backward(l, s, x, dy, xo, ntok, 1024.0f, 0));
     CHECK_OK(ctx, br_blr_backward(l, s, x, dy, dx, ntok, 0.25f, 0));
     { /* staged inputs: too small, missing, wrong dtype, the scratch's own buffer */
-        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l),
-               nt = br_pad_rows(n) * br_pad_tokens(ntok);
-        br_buf *s16 = t_buf_poison(ctx, BR_F16, n16, 0), *st = t_buf_poison(ctx, BR_F16, nt, 0);
-        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward_staged(l, s, x16, st, y, ntok));
-        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_forward_staged(l, s, s16, x16, y, ntok));
-        CHECK_FAILS(ctx, BR_E_ARG, br_blr_forward_staged(l, s, NULL, st, y, ntok));
-        CHECK_FAILS(ctx, BR_E_DTYPE, br_blr_forward_staged(l, s, x, st, y, ntok));
-        CHECK_OK(ctx, br_blr_stage(l, x, s16, NULL, ntok)); /* xt is optional */
-        CHECK_FAILS(ctx, BR_E_ARG, br_blr_stage(l, x, NULL, st, ntok));
-        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, x, x16, st, ntok));
-        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, small, s16, st, ntok));
-        CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_stage(l, x, s16, st, 0));
-        CHECK(br_blr_stage(NULL, x, s16, st, ntok) == BR_E_ARG, "NULL layer");
-        CHECK_OK(ctx, br_blr_stage(l, x, s16, st, ntok));
-        CHECK_OK(ctx, br_blr_forward_staged(l, s, s16, st, y, ntok));
-        br_buf_free(s16), br_buf_free(st);
+        size_t n16 = br_pad_rows(ntok) * br_blr_stage_cols(l);
+        br_buf *s16 = t_buf_poison(ctx, BR_F16, n16, 0), *s15 = NULL;
+        CHECK_OK(ctx, br_buf_view(s16, 0, n16 - 1, &s15));
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "x16", fwd_staged(l, s, s15, y, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, fwd_staged(l, s, NULL, y, ntok));
+        CHECK_FAILS(ctx, BR_E_DTYPE, fwd_staged(l, s, x, y, ntok));
+        CHECK_FAILS(ctx, BR_E_ARG, br_blr_stage(l, x, NULL, ntok));
+        CHECK_FAILS_MSG(ctx, BR_E_SIZE, "x16", br_blr_stage(l, x, s15, ntok));
+        CHECK_FAILS(ctx, BR_E_SIZE, br_blr_stage(l, small, s16, ntok));
+        CHECK_FAILS(ctx, BR_E_SHAPE, br_blr_stage(l, x, s16, 0));
+        CHECK(br_blr_stage(NULL, x, s16, ntok) == BR_E_ARG, "NULL layer");
+        CHECK_OK(ctx, br_blr_stage(l, x, s16, ntok));
+        CHECK_OK(ctx, fwd_staged(l, s, s16, y, ntok));
+        br_buf_free(s15), br_buf_free(s16);
     }
     CHECK(br_blr_buf(l, 0, (br_blr_part)99) == NULL, "part out of range");
     CHECK(br_blr_buf(l2, 0, BR_BLR_GU) == NULL, "no G without SIGN_GRADS");

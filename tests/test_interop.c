@@ -245,11 +245,11 @@ static void wrap_blr_forward_matches_allocated(void) {
         float *x = t_rand(&r, ntok * n, 2.0f);
         br_buf *X = t_buf_from(ctx, BR_F32, x, ntok * n);
         br_buf *Y = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-        CHECK_OK(ctx, br_blr_forward(l, s, X, Y, ntok));
+        CHECK_OK(ctx, fwd_plain(l, s, X, Y, ntok));
         float *want = t_download_f32(ctx, Y, ntok * m);
         void *px = t_caller_from(ctx, x, ntok * n * 4), *py = t_caller_poisoned(ctx, ntok * m);
         br_buf *WX = t_wrap(ctx, BR_F32, px, ntok * n), *WY = t_wrap(ctx, BR_F32, py, ntok * m);
-        CHECK_OK(ctx, br_blr_forward(l, s, WX, WY, ntok));
+        CHECK_OK(ctx, fwd_plain(l, s, WX, WY, ntok));
         CHECK_OK(ctx, br_ctx_sync(ctx));
         float *got = t_xmalloc(ntok * m * 4);
         t_caller_get(ctx, got, py, ntok * m * 4);
@@ -587,7 +587,7 @@ static void stream_follows_caller(void) {
         else
             CHECK_OK(ctx, br_ctx_set_stream(ctx, streams[i]));
         br_buf *Y = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-        CHECK_OK(ctx, br_blr_forward(l, s, X, Y, ntok));
+        CHECK_OK(ctx, fwd_plain(l, s, X, Y, ntok));
         y[i] = t_download_f32(ctx, Y, ntok * m);
         br_buf_free(Y);
     }

@@ -91,7 +91,7 @@ static rig make_rig(br_ctx *ctx, uint64_t stream, size_t m, size_t n, size_t r, 
 }
 
 static void rig_pass(rig *g, int accumulate) {
-    CHECK_OK(g->ctx, br_blr_forward(g->l, g->s, g->bx, g->by, g->ntok));
+    CHECK_OK(g->ctx, fwd_plain(g->l, g->s, g->bx, g->by, g->ntok));
     CHECK_OK(g->ctx,
              br_blr_backward(g->l, g->s, g->bx, g->bdy, g->bdx, g->ntok, 1024.0f, accumulate));
 }
@@ -311,7 +311,7 @@ static void input_grad_before_flips(void) {
     ref_run(&now, g.x, g.dy, ntok, &next);
     CHECK(t_rel_err(dx, next.dx, ntok * n) > 3e-2 || total < 3,
           "dx matches the new bits as well (%u flips): the test cannot tell", total);
-    CHECK_OK(ctx, br_blr_forward(g.l, g.s, g.bx, g.by, ntok));
+    CHECK_OK(ctx, fwd_plain(g.l, g.s, g.bx, g.by, ntok));
     float *y = t_download_f32(ctx, g.by, ntok * m);
     e = t_rel_err(y, next.y, ntok * m);
     CHECK(e < 3e-3, "next forward vs the new bits: rel err %.3g", e);
@@ -461,7 +461,7 @@ static void exact_flip_picks_best(void) {
     rig g = make_rig(ctx, 36, m, n, r, P, ntok, BR_BLR_CURVATURE);
     br_rng rng = t_rng_for(37);
     float *ystar = t_rand(&rng, ntok * m, 1.0f);
-    CHECK_OK(ctx, br_blr_forward(g.l, g.s, g.bx, g.by, ntok));
+    CHECK_OK(ctx, fwd_plain(g.l, g.s, g.bx, g.by, ntok));
     float *y = t_download_f32(ctx, g.by, ntok * m);
     double l0 = 0;
     for (size_t i = 0; i < ntok * m; i++) {
@@ -526,7 +526,7 @@ static void exact_flip_picks_best(void) {
               which ? "V" : "U", at, dl[at], best, best_dl);
         free(dl), free(bits);
     }
-    CHECK_OK(ctx, br_blr_forward(g.l, g.s, g.bx, g.by, ntok));
+    CHECK_OK(ctx, fwd_plain(g.l, g.s, g.bx, g.by, ntok));
     free(y);
     y = t_download_f32(ctx, g.by, ntok * m);
     double l1 = 0;
@@ -589,7 +589,7 @@ static void training_reduces_loss(void) {
         CHECK_OK(ctx, br_blr_opt_new(l, &c, &o));
         br_graph *gr = NULL;
         CHECK_OK(ctx, br_graph_begin(ctx));
-        CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+        CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
         CHECK_OK(ctx, br_scale_acc2(ctx, by, bpos, bys, bneg, bdy, ntok, m));
         CHECK_OK(ctx, br_blr_backward(l, s, bx, bdy, NULL, ntok, 65536.0f, 0));
         CHECK_OK(ctx, br_blr_opt_step(o));

@@ -1,10 +1,10 @@
-/* Sign gradients and the sign optimizer's ops: G_U, G_V against f64 (SPEC §5 item 3),
- * the R-FLIP identity on an exact grid (item 4), and the internal ops cvt_pad,
+/* Sign gradients and the sign optimizer's ops: G_U, G_V against f64, the exact-flip
+ * prediction of a single flip's effect on the loss on an exact grid, and the internal ops cvt_pad,
  * step_ctrl and sign_step against scalar references and across backends. */
 #include "blr_ref.h"
 #include "ops/sign_ops.h"
 
-/* SPEC §5 item 3: G_U, G_V of the two-path layer m=256 n=384 r=128 ntok=70 within
+/* G_U, G_V of the two-path layer m=256 n=384 r=128 ntok=70 within
  * 3e-3 of f64; the curvature sums Σ_t a², Σ_t x² too. */
 static void spec_sign_grads(void) {
     br_ctx *ctx = t_ctx();
@@ -17,7 +17,7 @@ static void spec_sign_grads(void) {
     CHECK_OK(ctx, br_blr_scratch_new(l, ntok, NULL, &s));
     br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n), *bdy = t_buf_from(ctx, BR_F32, dy, ntok * m);
     br_buf *by = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-    CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+    CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
     CHECK_OK(ctx, br_blr_backward(l, s, bx, bdy, NULL, ntok, 1024.0f, 0));
     ref_out o;
     ref_run(&L, x, dy, ntok, &o);
@@ -66,7 +66,7 @@ static double loss_of(const float *y, const float *ystar, size_t n) {
     return s;
 }
 
-/* SPEC §5 item 4 (R-FLIP): on an exact grid (ℓ, g, h powers of two, x multiples of
+/* The exact-flip prediction: on an exact grid (ℓ, g, h powers of two, x multiples of
  * 1/8, so every f16 operand of the forward is exact; dy on a grid of 1/16, so the
  * staged f16(dy·gs) is too, and so is the backward's B' = f16(B⊙ℓ·gs) as long as
  * |B| < 4, B = dy·W_U on a grid of 1/512), single flips change L = ½‖y − y*‖² by
@@ -89,7 +89,7 @@ static void spec_flip_exact(void) {
     CHECK_OK(ctx, br_blr_scratch_new(l, ntok, NULL, &s));
     br_buf *bx = t_buf_from(ctx, BR_F32, x, ntok * n);
     br_buf *by = t_buf_poison(ctx, BR_F32, ntok * m, T_NAN32);
-    CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+    CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
     float *y0 = t_download_f32(ctx, by, ntok * m);
     double ms = 0;
     for (size_t i = 0; i < ntok * m; i++)
@@ -144,7 +144,7 @@ static void spec_flip_exact(void) {
                 fl[i * w + k / 32] ^= 1u << (k % 32);
                 CHECK_OK(ctx, br_blr_set_path(l, p, side ? NULL : fl, side ? fl : NULL, NULL, NULL,
                                               NULL));
-                CHECK_OK(ctx, br_blr_forward(l, s, bx, by, ntok));
+                CHECK_OK(ctx, fwd_plain(l, s, bx, by, ntok));
                 float *y1 = t_download_f32(ctx, by, ntok * m);
                 CHECK_OK(ctx, br_blr_set_path(l, p, side ? NULL : base, side ? base : NULL, NULL,
                                               NULL, NULL));
@@ -162,8 +162,8 @@ static void spec_flip_exact(void) {
     }
     fprintf(stderr, "  flip ΔL vs prediction: worst %.3g (layer G), %.3g (f64 G)\n", worst_dev,
             worst_host);
-    CHECK(worst_host < 5e-4, "R-FLIP with f64 G: worst %.3g", worst_host);
-    CHECK(worst_dev < 2e-3, "R-FLIP with the layer's G: worst %.3g", worst_dev);
+    CHECK(worst_host < 5e-4, "exact-flip prediction with f64 G: worst %.3g", worst_host);
+    CHECK(worst_dev < 2e-3, "exact-flip prediction with the layer's G: worst %.3g", worst_dev);
     ref_out_free(&o);
     free(x), free(y0), free(ystar), free(dy);
     br_buf_free(bx), br_buf_free(by), br_buf_free(bdy);

@@ -135,9 +135,16 @@ class OptCfg(ctypes.Structure):
     ]
 
 
+class BlrFwd(ctypes.Structure):
+    """br_blr_fwd: what one br_blr_forward computes (input, target, output)."""
+    _fields_ = [("x", c_void_p), ("x16", c_void_p), ("target", c_void_p),
+                ("alpha", ctypes.c_float), ("gscale", ctypes.c_float), ("out", c_void_p),
+                ("ntok", c_size_t)]
+
+
 _MIRRORS = {"br_compress_opts": CompressOpts, "br_layer_report": LayerReport,
             "br_blr_host": BlrHost, "br_blr_path_host": BlrPathHost,
-            "br_token_err": TokenErr, "br_opt_cfg": OptCfg}
+            "br_token_err": TokenErr, "br_opt_cfg": OptCfg, "br_blr_fwd": BlrFwd}
 
 P = c_void_p
 # name: (restype, argtypes); restype int = a br_status
@@ -164,7 +171,7 @@ _SIGS = {
     "br_blr_zero_grad": (ctypes.c_int, [P]),
     "br_blr_scratch_new": (ctypes.c_int, [P, c_size_t, P, ctypes.POINTER(P)]),
     "br_blr_scratch_free": (None, [P]),
-    "br_blr_forward": (ctypes.c_int, [P, P, P, P, c_size_t]),
+    "br_blr_forward": (ctypes.c_int, [P, P, ctypes.POINTER(BlrFwd)]),
     "br_blr_backward": (ctypes.c_int, [P, P, P, P, P, c_size_t, ctypes.c_float, ctypes.c_int]),
     "br_opt_defaults": (OptCfg, []),
     "br_blr_opt_new": (ctypes.c_int, [P, ctypes.POINTER(OptCfg), ctypes.POINTER(P)]),

@@ -237,6 +237,11 @@ class _LayerState:
             self.ctx.check(self.lib.br_blr_scratch_new(self.layer, cap, None, ctypes.byref(ptr)))
             self.scratch, self.cap = ptr, cap
 
+    def forward(self, bx, by, ntok):
+        """The library's plain forward of the wrapped x into y (br_blr_forward)."""
+        desc = _lib.BlrFwd(x=bx.ptr, out=by.ptr, ntok=ntok)
+        self.ctx.check(self.lib.br_blr_forward(self.layer, self.scratch, ctypes.byref(desc)))
+
     def part(self, p, which):
         buf = self.lib.br_blr_buf(self.layer, p, which)
         if not buf:
@@ -315,7 +320,7 @@ class _BLRFunction(torch.autograd.Function):
         keep = st.load_params(mod)
         y = _alloc(ntok, st.m, device=x2.device)
         bx, by = st.ctx.wrap(x32, _lib.BR_F32), st.ctx.wrap(y, _lib.BR_F32)
-        st.ctx.check(st.lib.br_blr_forward(st.layer, st.scratch, bx.ptr, by.ptr, ntok))
+        st.forward(bx, by, ntok)
         mod._fwd_id += 1
         st.last_fwd = mod._fwd_id
         ctx.fwd_id = mod._fwd_id
@@ -342,7 +347,7 @@ class _BLRFunction(torch.autograd.Function):
             keep += st.load_params(mod)
             y = torch.empty(ntok, st.m, device=x32.device)
             bx, by = st.ctx.wrap(x32, _lib.BR_F32), st.ctx.wrap(y, _lib.BR_F32)
-            st.ctx.check(st.lib.br_blr_forward(st.layer, st.scratch, bx.ptr, by.ptr, ntok))
+            st.forward(bx, by, ntok)
             keep += [bx, by, y]
             st.last_fwd = ctx.fwd_id
         dy32 = _aligned(dy.detach().float().contiguous())

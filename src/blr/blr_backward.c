@@ -33,7 +33,7 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     br_blr_shared *sh = s->shared;
     const int sign = (l->flags & BR_BLR_SIGN_GRADS) != 0;
     size_t m = l->m, n = l->n, r = l->r, P = l->paths, R = P * r, tpad = br_pad_tokens(ntok);
-    if (dy) { /* else br_blr_forward_loss staged it */
+    if (dy) { /* else the loss forward staged it */
         sh->stage_writes++;
         BR_TRY(br_cvt_both(ctx, dy, NULL, sh->stage, NULL, ntok, m, l->mpad, gs));
     }
@@ -125,11 +125,11 @@ br_status br_blr_backward(br_blr *l, br_blr_scratch *s, const br_buf *x, const b
     if (ntok != s->fwd_ntok)
         return br_fail(ctx, BR_E_ARG, "%s: ntok = %zu, the last forward had %zu tokens", fn, ntok,
                        s->fwd_ntok);
-    if (!dy) { /* the gradient br_blr_forward_loss staged: still there, same scale */
+    if (!dy) { /* the gradient the loss forward staged: still there, same scale */
         if (!s->dy_staged)
             return br_fail(ctx, BR_E_STATE,
-                           "%s: dy is NULL but the last forward through this scratch was not "
-                           "br_blr_forward_loss",
+                           "%s: dy is NULL but the last forward through this scratch staged no "
+                           "gradient (a loss forward: br_blr_fwd.gscale > 0)",
                            fn);
         if (s->dy_writes != s->shared->stage_writes)
             return br_fail(ctx, BR_E_STATE,

@@ -26,11 +26,9 @@
 size_t br_blr_stage_cols(const br_blr *l) { return l ? l->npad : 0; }
 
 /* Elements of the staged f16(x) and of its (optional) transpose. */
-static br_status stage_sizes(br_ctx *ctx, const char *fn, const br_blr *l, size_t ntok, size_t *n16,
-                             size_t *nt) {
-    BR_TRY(br_check_mul(ctx, fn, "pad_rows(ntok)·stage_cols", br_pad_rows(ntok), l->npad, n16));
-    return br_check_mul(ctx, fn, "pad_rows(n)·pad_tokens(ntok)", br_pad_rows(l->n),
-                        br_pad_tokens(ntok), nt);
+static br_status stage_size(br_ctx *ctx, const char *fn, const br_blr *l, size_t ntok,
+                            size_t *n16) {
+    return br_check_mul(ctx, fn, "pad_rows(ntok)·stage_cols", br_pad_rows(ntok), l->npad, n16);
 }
 
 /* Everything after the staging of x: A, A', and out. gs > 0 (forward_loss): out (may
@@ -123,35 +121,15 @@ static br_status forward_x(br_blr *l, br_blr_scratch *s, const char *fn, const b
     return st;
 }
 
-br_status br_blr_forward(br_blr *l, br_blr_scratch *s, const br_buf *x, br_buf *y, size_t ntok) {
-    return forward_x(l, s, "br_blr_forward", x, NULL, 1.0f, y, ntok, 0.0f);
-}
-
-br_status br_blr_forward_residual(br_blr *l, br_blr_scratch *s, const br_buf *x,
-                                  const br_buf *target, float alpha, br_buf *out, size_t ntok) {
-    static const char fn[] = "br_blr_forward_residual";
-    if (l && !target) return br_fail(l->ctx, BR_E_ARG, "%s: target is NULL", fn);
-    return forward_x(l, s, fn, x, target, alpha, out, ntok, 0.0f);
-}
-
-br_status br_blr_forward_loss(br_blr *l, br_blr_scratch *s, const br_buf *x, const br_buf *target,
-                              float alpha, float gscale, br_buf *out, size_t ntok) {
-    static const char fn[] = "br_blr_forward_loss";
-    if (l && !target) return br_fail(l->ctx, BR_E_ARG, "%s: target is NULL", fn);
-    if (l) BR_TRY(br_blr_check_gscale(l, fn, gscale));
-    return forward_x(l, s, fn, x, target, alpha, out, ntok, gscale);
-}
-
-/* The checks of a forward on a staged input: x16 (and xt, if given: it is not read)
- * of the staged sizes, x16 apart from the output and from every transient the
- * forward or its backward writes (x16 is read again by the backward's N_V). */
+/* The checks of a forward on a staged input: x16 of the staged size, apart from the
+ * output and from every transient the forward or its backward writes (x16 is read
+ * again by the backward's N_V). */
 static br_status check_staged(br_blr *l, const br_blr_scratch *s, const char *fn, const br_buf *x16,
-                              const br_buf *xt, const br_buf *out, size_t ntok) {
+                              const br_buf *out, size_t ntok) {
     br_ctx *ctx = l->ctx;
-    size_t n16, nt;
-    BR_TRY(stage_sizes(ctx, fn, l, ntok, &n16, &nt));
+    size_t n16;
+    BR_TRY(stage_size(ctx, fn, l, ntok, &n16));
     BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
-    BR_TRY(br_check_opt_buf(ctx, fn, "xt", xt, BR_F16, nt));
     const br_blr_shared *sh = s->shared;
     const br_buf *mine[] = {sh->stage, sh->act,    sh->plane, sh->plane2,
                             sh->b,     sh->rowmat, s->mem,    s->act16};
@@ -165,46 +143,49 @@ static br_status check_staged(br_blr *l, const br_blr_scratch *s, const char *fn
     return BR_OK;
 }
 
-br_status br_blr_forward_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16, const br_buf *xt,
-                                br_buf *y, size_t ntok) {
-    static const char fn[] = "br_blr_forward_staged";
+/* A forward on x16 staged by br_blr_stage: as forward_x without its staging. */
+static br_status forward_staged(br_blr *l, br_blr_scratch *s, const char *fn, const br_buf *x16,
+                                const br_buf *target, float alpha, br_buf *out, size_t ntok,
+                                float gs) {
     BR_TRY(br_blr_check_run(l, s, fn, ntok));
-    BR_TRY(check_out(l, fn, NULL, y, 0, ntok));
-    BR_TRY(check_staged(l, s, fn, x16, xt, y, ntok));
-    br_tag_scope tag;
-    br_tag_push(l->ctx, &tag, "blr.fwd");
-    br_status st = forward_core(l, s, x16, NULL, 1.0f, y, ntok, 0.0f);
-    br_tag_pop(l->ctx, &tag);
-    return st;
-}
-
-br_status br_blr_forward_loss_staged(br_blr *l, br_blr_scratch *s, const br_buf *x16,
-                                     const br_buf *xt, const br_buf *target, float alpha,
-                                     float gscale, br_buf *out, size_t ntok) {
-    static const char fn[] = "br_blr_forward_loss_staged";
-    BR_TRY(br_blr_check_run(l, s, fn, ntok));
-    if (!target) return br_fail(l->ctx, BR_E_ARG, "%s: target is NULL", fn);
-    BR_TRY(br_blr_check_gscale(l, fn, gscale));
-    BR_TRY(check_out(l, fn, target, out, 1, ntok));
+    BR_TRY(check_out(l, fn, target, out, gs > 0, ntok));
     BR_TRY(br_check_finite(l->ctx, fn, "alpha", alpha));
-    BR_TRY(check_staged(l, s, fn, x16, xt, out, ntok));
+    BR_TRY(check_staged(l, s, fn, x16, out, ntok));
     br_tag_scope tag;
     br_tag_push(l->ctx, &tag, "blr.fwd");
-    br_status st = forward_core(l, s, x16, target, alpha, out, ntok, gscale);
+    br_status st = forward_core(l, s, x16, target, alpha, out, ntok, gs);
     br_tag_pop(l->ctx, &tag);
     return st;
 }
 
-br_status br_blr_stage(const br_blr *l, const br_buf *x, br_buf *x16, br_buf *xt, size_t ntok) {
+br_status br_blr_forward(br_blr *l, br_blr_scratch *s, const br_blr_fwd *f) {
+    static const char fn[] = "br_blr_forward";
+    if (!l) return BR_E_ARG;
+    if (!f) return br_fail(l->ctx, BR_E_ARG, "%s: the descriptor is NULL", fn);
+    if (!f->x == !f->x16)
+        return br_fail(l->ctx, BR_E_ARG, "%s: %s", fn,
+                       f->x ? "x and x16 are both given (x16 is x staged: give one)"
+                            : "x and x16 are both NULL");
+    if (f->gscale != 0.0f) {
+        if (!f->target)
+            return br_fail(l->ctx, BR_E_ARG, "%s: gscale stages a loss gradient: it needs a target",
+                           fn);
+        BR_TRY(br_blr_check_gscale(l, fn, f->gscale));
+    }
+    float alpha = f->target ? f->alpha : 1.0f;
+    return f->x ? forward_x(l, s, fn, f->x, f->target, alpha, f->out, f->ntok, f->gscale)
+                : forward_staged(l, s, fn, f->x16, f->target, alpha, f->out, f->ntok, f->gscale);
+}
+
+br_status br_blr_stage(const br_blr *l, const br_buf *x, br_buf *x16, size_t ntok) {
     static const char fn[] = "br_blr_stage";
     if (!l) return BR_E_ARG;
     br_ctx *ctx = l->ctx;
     BR_TRY(br_check_dim(ctx, fn, "ntok", ntok));
-    size_t xn, n16, nt;
+    size_t xn, n16;
     BR_TRY(br_check_mul(ctx, fn, "ntok·n", ntok, l->n, &xn));
     BR_TRY(br_check_buf(ctx, fn, "x", x, BR_F32, xn));
-    BR_TRY(stage_sizes(ctx, fn, l, ntok, &n16, &nt));
+    BR_TRY(stage_size(ctx, fn, l, ntok, &n16));
     BR_TRY(br_check_buf(ctx, fn, "x16", x16, BR_F16, n16));
-    BR_TRY(br_check_opt_buf(ctx, fn, "xt", xt, BR_F16, nt));
-    return br_cvt_both(ctx, x, NULL, x16, xt, ntok, l->n, l->npad, 1.0f);
+    return br_cvt_both(ctx, x, NULL, x16, NULL, ntok, l->n, l->npad, 1.0f);
 }

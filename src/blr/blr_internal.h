@@ -69,7 +69,7 @@ struct br_blr_shared {
     br_buf *act;    /* f16 [pad_rows(ntok)][R]: B' (backward) */
     br_buf *b;      /* f32 [ntok][R]: B */
     br_buf *rowmat; /* f32 [m + n][R]: M_U [m][R], then N_V [n][R] (one GEMM launch) */
-    /* ops so far that wrote stage: a dy staged by br_blr_forward_loss is still there
+    /* ops so far that wrote stage: a dy staged by a loss forward is still there
      * while this is the count its scratch noted */
     unsigned long long stage_writes;
 };
@@ -93,7 +93,7 @@ struct br_blr_scratch {
      * and its tokens; NULL / 0 before the first */
     const br_buf *x_in;
     size_t fwd_ntok;
-    /* br_blr_forward_loss staged f16(dy·dy_gs) in the shared stage (valid while
+    /* a loss forward staged f16(dy·dy_gs) in the shared stage (valid while
      * shared->stage_writes == dy_writes) */
     int dy_staged;
     float dy_gs;

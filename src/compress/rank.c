@@ -1,9 +1,10 @@
-/* The rank of a layer from a bits-per-weight budget (SPEC §1's count). */
+/* The rank of a layer from a bits-per-weight budget (the bit count of br_blr_bpw). */
 #include <math.h>
 
 #include "compress/compress.h"
 
-/* SPEC §1's count (the same as br_blr_bpw of the files section). */
+/* Bits per weight of a layer: per path r·(m + n) sign bits and 16·(m + n + r) for the
+ * f16 scales, over m·n weights (the same count as br_blr_bpw of the files section). */
 static double bpw_of(size_t m, size_t n, size_t r, size_t paths) {
     double md = (double)m, nd = (double)n, rd = (double)r;
     return (double)paths * (rd * (md + nd) + 16.0 * (md + nd + rd)) / (md * nd);

@@ -122,7 +122,10 @@ static br_status eval_sum(br_trainer *t, double *sum, double *per_token) {
         br_status st = br_buf_view(t->x_eval, r0 * t->n, nr * t->n, &xv);
         if (!st) st = br_buf_view(t->y_eval, r0 * t->m, nr * t->m, &yv);
         /* ŷ − ỹ straight from the forward's epilogue */
-        if (!st) st = br_blr_forward_residual(t->layer, t->scratch, xv, yv, 1.0f, t->dy, nr);
+        if (!st) {
+            br_blr_fwd f = {.x = xv, .target = yv, .alpha = 1.0f, .out = t->dy, .ntok = nr};
+            st = br_blr_forward(t->layer, t->scratch, &f);
+        }
         double part = 0;
         if (!st && per_token) {
             st = br_buf_download(t->dy, 0, t->resid, nr * t->m);
@@ -259,7 +262,7 @@ static br_status stage_pool(br_trainer *t) {
         size_t nt = batch_tokens(t, b);
         BR_TRY(br_buf_view(t->x16_pool, b * n16, n16, &t->x16[b]));
         br_status st = br_buf_view(t->x_pool, b * t->T * t->n, nt * t->n, &xv);
-        if (!st) st = br_blr_stage(t->layer, xv, t->x16[b], NULL, nt);
+        if (!st) st = br_blr_stage(t->layer, xv, t->x16[b], nt);
         br_buf_free(xv);
         BR_TRY(st);
     }
@@ -585,12 +588,16 @@ br_status br_trainer_train(br_trainer *t, br_blr_host *L, const br_svid_factors 
         if (!st) st = br_buf_view(t->y_pool, b * t->T * t->m, T * t->m, &yv);
         /* the gradient goes to the backward staged in f16; in f32 only when logged */
         const int logged = s % every == 0 || s == steps - 1;
-        if (!st && t->x16_pool)
-            st = br_blr_forward_loss_staged(t->layer, t->scratch, t->x16[b], NULL, yv, (float)t->c,
-                                            (float)gs, logged ? t->dy : NULL, T);
-        else if (!st)
-            st = br_blr_forward_loss(t->layer, t->scratch, xv, yv, (float)t->c, (float)gs,
-                                     logged ? t->dy : NULL, T);
+        if (!st) {
+            br_blr_fwd fwd = {.x = t->x16_pool ? NULL : xv,
+                              .x16 = t->x16_pool ? t->x16[b] : NULL,
+                              .target = yv,
+                              .alpha = (float)t->c,
+                              .gscale = (float)gs,
+                              .out = logged ? t->dy : NULL,
+                              .ntok = T};
+            st = br_blr_forward(t->layer, t->scratch, &fwd);
+        }
         if (!st) st = br_blr_backward(t->layer, t->scratch, xv, NULL, NULL, T, (float)gs, 0);
         double loss = -1;
         if (!st && logged) {

@@ -6,7 +6,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 
-#include "bitrank.h"
+#include "bitrank_ops.h"
 
 #ifdef __cplusplus
 extern "C" {

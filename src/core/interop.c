@@ -17,6 +17,7 @@ size_t br_struct_size(const char *type_name) {
         {"br_token_err", sizeof(br_token_err)},
         {"br_step_info", sizeof(br_step_info)},
         {"br_opt_cfg", sizeof(br_opt_cfg)},
+        {"br_blr_fwd", sizeof(br_blr_fwd)},
     };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (strcmp(type_name, sizes[i].name) == 0) return sizes[i].size;

@@ -1,4 +1,4 @@
-/* Front-ends of the GEMM family (R-MM): br_mm on an f16 plane, br_mm_bits on a sign
+/* Front-ends of the GEMM family: br_mm on an f16 plane, br_mm_bits on a sign
  * bitmap, br_mm_tn on an f16 act and plane both stored k-rows-first. All check the
  * shapes once here; br_mm_bits either submits the bitmap GEMM or, when
  * BR_OPT_BITS_GEMM is 0 (or the backend has no bitmap GEMM), expands the bitmap

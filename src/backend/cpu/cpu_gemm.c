@@ -1,4 +1,4 @@
-/* The CPU GEMMs (R-MM):
+/* The CPU GEMMs:
  *   out[i][ocol + j] = (oscale · Σ_kk act[i][kk] · plane[j][kk]) · colscale[j]
  *                      + beta · c[i][ocol + j]
  * (mm_tn: act[kk][i] and plane[kk][j], both stored k-rows-first).
