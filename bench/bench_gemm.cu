@@ -1,4 +1,4 @@
-/* GEMM benchmark (R-MM, R-TEST 6): our dense f16 GEMM and bitmap GEMMs (BITS_ROWS,
+/* GEMM benchmark: our dense f16 GEMM and bitmap GEMMs (BITS_ROWS,
  * BITS_COLS) against cuBLASLt f16 × f16 → f32 (f32 compute, the peer) and against
  * expand-then-cuBLASLt, at the four GEMM shapes of a Qwen3.5-0.8B training step
  * (4096 tokens), plus the mma.sync family and each wgmma tile for reference.

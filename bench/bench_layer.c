@@ -36,7 +36,7 @@
  *           Λ, m1 | 0 exact, off) + P·(m+n)·r/4 (bitmaps read and written)
  *           [+ 4·T·n written for dx with --dx]
  *   floor_ms = max(flop / 630 TFLOP/s, bytes / 4.2 TB/s): the H200's best measured
- *           f16 GEMM rate (cuBLAS, 8192³) and device copy rate (SPEC §6). */
+ *           f16 GEMM rate (cuBLAS, 8192³) and device copy rate. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Test helpers of the BLR layer: random layers on the host, their upload, and an
- * f64 reference of forward, backward and sign gradients (SPEC §1), written
+ * f64 reference of forward, backward and sign gradients, written
  * straight from the formulas. Included by test_blr.c, test_sign.c, test_optim.c. */
 #ifndef BR_TESTS_BLR_REF_H
 #define BR_TESTS_BLR_REF_H
@@ -115,7 +115,7 @@ static inline double *ref_zeros(size_t n) {
 }
 
 /* y = Σ_p h⊙((a⊙ℓ)·S_Uᵀ), a = (x⊙g)·S_V; with dy (may be NULL: forward only) the
- * gradients of SPEC §1. */
+ * gradients. */
 static inline void ref_run(const ref_layer *L, const float *x, const float *dy, size_t ntok,
                            ref_out *o) {
     size_t m = L->m, n = L->n, r = L->r, P = L->paths;

@@ -1,4 +1,4 @@
-/* The BLR layer (SPEC §1, §5 item 2): forward and backward against an f64
+/* The BLR layer: forward and backward against an f64
  * reference on random layers of every shape class, paths 1..3, the two-path sum,
  * the fused-loss forward, dh/dg through the token-axis products, staged inputs,
  * graphs, host transfers and bad arguments.
@@ -64,7 +64,7 @@ static void check_layer(size_t m, size_t n, size_t r, size_t P, size_t ntok, int
         size_t ng = (flags & BR_BLR_SIGN_GRADS) ? 5 : 3;
         for (size_t i = 0; i < ng; i++) {
             float *v = ref_part(ctx, l, p, g[i].part, g[i].len);
-            /* SPEC §5 item 2 (strict): ‖got − ref‖/‖ref‖; vectors of a few entries
+            /* strict: ‖got − ref‖/‖ref‖; vectors of a few entries
              * may cancel, so elsewhere the error is relative to the terms' size */
             e = t_rel_err(v, g[i].ref, g[i].len);
             if (!strict && g[i].abs) e = ref_err_scaled(v, g[i].ref, g[i].abs, g[i].len);
@@ -108,7 +108,7 @@ static void check_layer(size_t m, size_t n, size_t r, size_t P, size_t ntok, int
     br_ctx_free(ctx);
 }
 
-/* SPEC §5 item 2: m=256 n=384 r=128 ntok=70, two paths. */
+/* m=256 n=384 r=128 ntok=70, two paths. */
 static void spec_two_path_layer(void) {
     if (small_mode()) /* the same classes, fewer tokens and a smaller layer */
         check_layer(96, 128, 64, 2, 20, 1, 0, 1, 1);

@@ -13,7 +13,7 @@
 
 /* ---------------------------------------------------------------- rank */
 
-/* SPEC §1: bpw = P·(r·(m+n) + 16·(m+n+r))/(m·n) */
+/* bits per weight: bpw = P·(r·(m+n) + 16·(m+n+r))/(m·n) */
 static double ref_bpw(size_t m, size_t n, size_t r, size_t P) {
     return (double)P * ((double)r * (double)(m + n) + 16.0 * (double)(m + n + r)) /
            ((double)m * (double)n);

@@ -75,7 +75,7 @@ static void scale_acc_matches_reference(void) {
     br_ctx_free(ctx);
 }
 
-/* R-TEST 1: scale_acc2 gives the bits of scale_acc then scale_acc(accumulate). */
+/* scale_acc2 gives the bits of scale_acc then scale_acc(accumulate). */
 static void scale_acc2_is_two_passes(void) {
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(12);

@@ -1,4 +1,4 @@
-/* The GEMM family (R-MM): br_mm and br_mm_bits against f64 references computed from
+/* The GEMM family: br_mm and br_mm_bits against f64 references computed from
  * the exact f16 operands, the output block (ldo, ocol) against a poisoned output,
  * both bitmap layouts, the expand-then-mm path, graphs, and bad arguments; br_mm_tn
  * (ops/layer_ops.h) against f64 and against br_mm on transposed copies. */

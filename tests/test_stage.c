@@ -234,7 +234,7 @@ static void cvt_cols_matches_reference(void) {
     br_ctx_free(ctx);
 }
 
-/* R-TEST 5: cvt_t is cvt transposed, bit for bit, every pad zero. */
+/* cvt_t is cvt transposed, bit for bit, every pad zero. */
 static void cvt_t_is_cvt_transposed(void) {
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(5);

@@ -1,4 +1,4 @@
-/* The GEMM ops of the CUDA backend (R-MM): br_cuda_mm and br_cuda_mm_bits pick a
+/* The GEMM ops of the CUDA backend: br_cuda_mm and br_cuda_mm_bits pick a
  * kernel family and tile and launch it on the context's stream.
  *
  *   wgmma     Hopper (sm_90a code on a 9.0 device): gemm_wgmma.cuh, per plane kind

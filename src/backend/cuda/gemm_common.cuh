@@ -1,4 +1,4 @@
-/* Shared by the GEMM kernels (R-MM): the resolved problem a launcher receives, the
+/* Shared by the GEMM kernels: the resolved problem a launcher receives, the
  * ±1 expansion of sign bits into f16 fragment registers, and thin wrappers of the
  * PTX both kernel families use (cp.async, ldmatrix, mma.sync). The Hopper-only PTX
  * (wgmma, TMA, mbarrier) lives in gemm_wgmma.cuh. */
