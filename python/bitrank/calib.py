@@ -36,6 +36,13 @@ def _texts_of(calibration):
     return texts
 
 
+def _token_ids(texts, tokenizer):
+    """Each text's token ids without special tokens, in order, tokenized 256 at a time
+    (a generator: the stream cut stops reading once it has enough)."""
+    for i in range(0, len(texts), 256):
+        yield from tokenizer(texts[i:i + 256], add_special_tokens=False)["input_ids"]
+
+
 def _one_text_per_row(texts, tokenizer, prefix, suffix, seq_len):
     """(ids, mask) [len(texts)][seq_len]: each text's tokens cut to fit between the
     special tokens, then padded with the tokenizer's pad token (mask 0 there). Texts
@@ -45,14 +52,13 @@ def _one_text_per_row(texts, tokenizer, prefix, suffix, seq_len):
     ids = torch.full((len(texts), seq_len), 0 if pad is None else pad, dtype=torch.long)
     mask = torch.zeros((len(texts), seq_len), dtype=torch.long)
     row = 0
-    for i in range(0, len(texts), 256):
-        for seq in tokenizer(texts[i:i + 256], add_special_tokens=False)["input_ids"]:
-            if not seq:
-                continue
-            toks = prefix + list(seq[:body]) + suffix
-            ids[row, :len(toks)] = torch.tensor(toks, dtype=torch.long)
-            mask[row, :len(toks)] = 1
-            row += 1
+    for seq in _token_ids(texts, tokenizer):
+        if not seq:
+            continue
+        toks = prefix + list(seq[:body]) + suffix
+        ids[row, :len(toks)] = torch.tensor(toks, dtype=torch.long)
+        mask[row, :len(toks)] = 1
+        row += 1
     if row == 0:
         raise ValueError("calibration: every text is empty after tokenization")
     return ids[:row], mask[:row]
@@ -98,9 +104,8 @@ def calibration_ids(calibration, tokenizer=None, n_samples=None, seq_len=128, pa
                                      tokenizer, prefix, suffix, seq_len)
         need = n * body
         stream = []
-        for i in range(0, len(texts), 256):
-            for seq in tokenizer(texts[i:i + 256], add_special_tokens=False)["input_ids"]:
-                stream.extend(seq)
+        for seq in _token_ids(texts, tokenizer):
+            stream.extend(seq)
             if len(stream) >= need:
                 break
         seqs = [prefix + stream[k:k + body] + suffix

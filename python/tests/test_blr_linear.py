@@ -170,21 +170,27 @@ def test_library_optimizer_adam_step(device):
     opt.free()
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_library_optimizer_trains(device):
-    """The library's sign optimizer and Adam, on gradients from BLRLinear's backward,
-    bring the layer closer to a target layer (signs flip, the loss falls)."""
-    rng = np.random.default_rng(SEED + 17)
+def signs_to_learn(rng, device):
+    """(module, x, target): a random 64×64 rank-32 layer whose scales and bias are a
+    teacher's, and the teacher's outputs on x, so only the signs are left to learn."""
     teacher, _ = random_layer(rng, 64, 64, 32, 1, device)
     mod, _ = random_layer(rng, 64, 64, 32, 1, device)
     with torch.no_grad():
         mod.h.copy_(teacher.h)
         mod.g.copy_(teacher.g)
         mod.bias.copy_(teacher.bias)
-    mod.sign_grads = True
     x = torch.from_numpy(rng.normal(0, 1, (256, 64))).float().to(device)
     with torch.no_grad():
         target = teacher(x)
+    return mod, x, target
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_library_optimizer_trains(device):
+    """The library's sign optimizer and Adam, on gradients from BLRLinear's backward,
+    bring the layer closer to a target layer (signs flip, the loss falls)."""
+    mod, x, target = signs_to_learn(np.random.default_rng(SEED + 17), device)
+    mod.sign_grads = True
     opt = LibraryOptimizer([mod], lr=1e-3, sign_lr=5e-2)
     u0 = mod.u.clone()
     losses = []
@@ -225,16 +231,7 @@ def test_library_optimizer_exact_flips(device):
     """sign_mode="exact": the library's exact-flip sign optimizer, on the curvature
     sums of the module's backward, flips at most the budget per step and brings the
     layer closer to a target layer; without curvature sums or a budget it is refused."""
-    rng = np.random.default_rng(SEED + 29)
-    teacher, _ = random_layer(rng, 64, 64, 32, 1, device)
-    mod, _ = random_layer(rng, 64, 64, 32, 1, device)
-    with torch.no_grad():
-        mod.h.copy_(teacher.h)
-        mod.g.copy_(teacher.g)
-        mod.bias.copy_(teacher.bias)
-    x = torch.from_numpy(rng.normal(0, 1, (256, 64))).float().to(device)
-    with torch.no_grad():
-        target = teacher(x)
+    mod, x, target = signs_to_learn(np.random.default_rng(SEED + 29), device)
     with pytest.raises(ValueError, match="flip_budget"):
         LibraryOptimizer([mod], sign_mode="exact")
     budget = 1 / 64
