@@ -770,55 +770,70 @@ static void train_wide_layer_improves(void) {
 /* Recorded inputs in which half the channels are nearly silent: the
  * initialization is activation-aware (it was the plain one, byte for byte) and
  * beats the plain one on held-out inputs; with the same channels as a Gram it is
- * never worse than the plain one either (the best of the candidates is kept). */
+ * never worse than the plain one either (the best of the candidates is kept).
+ * The gain of one matrix varies with it (mean 0.94 of the plain error, sd 0.022
+ * over 300 seeds, a few at 0.99 and two where plain was kept), so the claims are
+ * on the sums over four matrices. */
 static void init_uses_calibration(void) {
     br_ctx *ctx = t_ctx();
     br_rng rng = t_rng_for(42);
-    size_t m = 90 + (size_t)(br_rng_unit(&rng) * 10), n = 120;
-    float *w = heavy_tailed_matrix(&rng, m, n, 0.6, 0.3);
-    /* half the channels nearly silent: rank spent on them is lost on these inputs */
-    double *scale = t_xmalloc(n * sizeof *scale);
-    for (size_t j = 0; j < n; j++)
-        scale[j] = (j % 2 ? 1.0 : 0.02) * exp(0.3 * br_rng_normal(&rng));
-    size_t ntok = 1600, nheld = 400;
-    float *x = inputs_with_scales(&rng, scale, ntok, n);
-    br_compress_opts o;
-    br_compress_opts_default(&o);
-    o.steps = 0;
-    o.eval_tokens = nheld;
-    o.seed = br_rng_u64(&rng);
-    br_blr_host plain, aware, gramL;
-    br_layer_report rp, ra, rg;
-    CHECK_OK(ctx, br_compress_matrix(ctx, "p", w, m, n, NULL, 0, NULL, &o, &plain, &rp));
-    CHECK_OK(ctx, br_compress_matrix(ctx, "p", w, m, n, x, ntok, NULL, &o, &aware, &ra));
-    const float *held = x + (ntok - nheld) * n;
-    double ep = output_err_f64(w, &plain, held, nheld), ea = output_err_f64(w, &aware, held, nheld);
-    fprintf(stderr, "  held-out error at init: plain %.4f, with recorded inputs %.4f (%s)\n", ep,
-            ea, ra.init_kind);
-    CHECK(ea <= 0.985 * ep, "recorded inputs: init error %.4f vs plain %.4f", ea, ep);
-    CHECK(strcmp(ra.init_kind, "plain") != 0, "the kept initialization is %s", ra.init_kind);
-    CHECK(fabs(ra.err_init - ea) < 0.02 * ea, "reported init error %.4f, f64 %.4f", ra.err_init,
-          ea);
-    /* the same distribution as a Gram (diagonal): judged on fresh samples of it */
-    double *gram = calloc(n * n, sizeof *gram);
-    for (size_t j = 0; j < n; j++)
-        gram[j * n + j] = scale[j] * scale[j];
-    CHECK_OK(ctx, br_compress_matrix(ctx, "p", w, m, n, NULL, 0, gram, &o, &gramL, &rg));
-    float *fresh = inputs_with_scales(&rng, scale, nheld, n);
-    double eg = output_err_f64(w, &gramL, fresh, nheld),
-           ep2 = output_err_f64(w, &plain, fresh, nheld);
-    fprintf(stderr, "  on Gram samples: plain %.4f, with the Gram %.4f (%s)\n", ep2, eg,
-            rg.init_kind);
-    CHECK(eg <= 1.02 * ep2, "Gram: init error %.4f vs plain %.4f", eg, ep2);
-    free(fresh);
-    free(gram);
-    br_blr_host_free(&plain);
-    br_blr_host_free(&aware);
-    br_blr_host_free(&gramL);
-    free(rp.loss), free(ra.loss), free(rg.loss), free(rp.eval), free(ra.eval), free(rg.eval);
-    free(x);
-    free(scale);
-    free(w);
+    enum { trials = 4 };
+    double sum_ep = 0, sum_ea = 0, sum_eg = 0, sum_ep2 = 0;
+    int plain_kept = 0;
+    for (int t = 0; t < trials; t++) {
+        size_t m = 90 + (size_t)(br_rng_unit(&rng) * 10), n = 120;
+        float *w = heavy_tailed_matrix(&rng, m, n, 0.6, 0.3);
+        /* half the channels nearly silent: rank spent on them is lost on these inputs */
+        double *scale = t_xmalloc(n * sizeof *scale);
+        for (size_t j = 0; j < n; j++)
+            scale[j] = (j % 2 ? 1.0 : 0.02) * exp(0.3 * br_rng_normal(&rng));
+        size_t ntok = 1600, nheld = 400;
+        float *x = inputs_with_scales(&rng, scale, ntok, n);
+        br_compress_opts o;
+        br_compress_opts_default(&o);
+        o.steps = 0;
+        o.eval_tokens = nheld;
+        o.seed = br_rng_u64(&rng);
+        br_blr_host plain, aware, gramL;
+        br_layer_report rp, ra, rg;
+        CHECK_OK(ctx, br_compress_matrix(ctx, "p", w, m, n, NULL, 0, NULL, &o, &plain, &rp));
+        CHECK_OK(ctx, br_compress_matrix(ctx, "p", w, m, n, x, ntok, NULL, &o, &aware, &ra));
+        const float *held = x + (ntok - nheld) * n;
+        double ep = output_err_f64(w, &plain, held, nheld),
+               ea = output_err_f64(w, &aware, held, nheld);
+        fprintf(stderr, "  held-out error at init: plain %.4f, with recorded inputs %.4f (%s)\n",
+                ep, ea, ra.init_kind);
+        sum_ep += ep, sum_ea += ea;
+        plain_kept += strcmp(ra.init_kind, "plain") == 0;
+        CHECK(fabs(ra.err_init - ea) < 0.02 * ea, "reported init error %.4f, f64 %.4f",
+              ra.err_init, ea);
+        /* the same distribution as a Gram (diagonal): judged on fresh samples of it */
+        double *gram = calloc(n * n, sizeof *gram);
+        for (size_t j = 0; j < n; j++)
+            gram[j * n + j] = scale[j] * scale[j];
+        CHECK_OK(ctx, br_compress_matrix(ctx, "p", w, m, n, NULL, 0, gram, &o, &gramL, &rg));
+        float *fresh = inputs_with_scales(&rng, scale, nheld, n);
+        double eg = output_err_f64(w, &gramL, fresh, nheld),
+               ep2 = output_err_f64(w, &plain, fresh, nheld);
+        fprintf(stderr, "  on Gram samples: plain %.4f, with the Gram %.4f (%s)\n", ep2, eg,
+                rg.init_kind);
+        sum_eg += eg, sum_ep2 += ep2;
+        free(fresh);
+        free(gram);
+        br_blr_host_free(&plain);
+        br_blr_host_free(&aware);
+        br_blr_host_free(&gramL);
+        free(rp.loss), free(ra.loss), free(rg.loss), free(rp.eval), free(ra.eval), free(rg.eval);
+        free(x);
+        free(scale);
+        free(w);
+    }
+    CHECK(sum_ea <= 0.985 * sum_ep, "recorded inputs: init error %.4f vs plain %.4f (mean of %d)",
+          sum_ea / trials, sum_ep / trials, trials);
+    CHECK(plain_kept <= 1, "the plain initialization was kept for %d of %d matrices", plain_kept,
+          trials);
+    CHECK(sum_eg <= 1.02 * sum_ep2, "Gram: init error %.4f vs plain %.4f (mean of %d)",
+          sum_eg / trials, sum_ep2 / trials, trials);
     br_ctx_free(ctx);
 }
 
