@@ -81,6 +81,16 @@ const double kTol = 3e-3;
         }                                                                                          \
     } while (0)
 
+/* Option gemm_splitk=<splits> (0 or 1: auto, the picker's within the workspace). */
+void set_splitk(br_ctx *ctx, int splits) {
+    char opt[32];
+    if (splits > 1)
+        snprintf(opt, sizeof opt, "gemm_splitk=%d", splits);
+    else
+        snprintf(opt, sizeof opt, "gemm_splitk=auto");
+    BR_OK_OR_DIE(ctx, br_ctx_set_options(ctx, opt));
+}
+
 /* ---------------------------------------------------------------- device helpers */
 
 /* bits u32 [rows][k/32] → plane f16 [rows][k] of ±1 (what br_expand does for rows). */
@@ -233,7 +243,7 @@ struct Variant {
     Family family;
     WgmmaTile tile;
     WgmmaASource src;
-    int splits; /* split-K factor forced (BITRANK_GEMM_SPLITK), 1: none */
+    int splits; /* split-K factor forced (option gemm_splitk), 1: none */
 };
 
 /* The A sources built for a tile of a plane kind (f16: shared memory only). */
@@ -369,13 +379,9 @@ void sweep(br_ctx *ctx, br_rng *r, int has_wgmma) {
             if (epi) a.g.colscale = csb, a.g.c = ob, a.g.beta = beta;
             a.layout = v.kind == PLANE_COLS ? BR_BITS_COLS : BR_BITS_ROWS;
             a.ws_bytes = v.splits > 1 ? split_ws_bytes(v.splits, m + 255, n) : 0;
-            if (v.splits > 1) {
-                char sp[16];
-                snprintf(sp, sizeof sp, "%d", v.splits);
-                setenv("BITRANK_GEMM_SPLITK", sp, 1);
-            }
+            set_splitk(ctx, v.splits);
             BR_OK_OR_DIE(ctx, run(ctx, a, v.kind, v.family, v.tile, v.src));
-            unsetenv("BITRANK_GEMM_SPLITK");
+            set_splitk(ctx, 0);
             BR_OK_OR_DIE(ctx, br_buf_download(ob, 0, got.data(), count));
             const std::vector<double> &ref = v.kind == PLANE_F16 ? ref_f16 : ref_pm1;
             double num = 0, den = 0;
@@ -734,14 +740,12 @@ void bench_layer(br_ctx *ctx, br_rng *r) {
                     for (int sp : {1, 2, 3, 4, 6, 8}) {
                         if (sp > 1 && K < 2048) break;
                         a.ws_bytes = sp > 1 ? split_ws_bytes(sp, (int)M + 255, (int)N) : 0;
-                        char env[16];
-                        snprintf(env, sizeof env, "%d", sp);
-                        setenv("BITRANK_GEMM_SPLITK", env, 1);
+                        set_splitk(ctx, sp);
                         const double us = median_us(st, 1, [&](int) {
                             BR_OK_OR_DIE(ctx,
                                          run(ctx, a, G.kind, FAMILY_WGMMA, (WgmmaTile)t, A_SMEM));
                         });
-                        unsetenv("BITRANK_GEMM_SPLITK");
+                        set_splitk(ctx, 0);
                         char item[48];
                         snprintf(item, sizeof item, " %s/%d:%.1f", tile_name((WgmmaTile)t), sp, us);
                         grid += item;
@@ -798,7 +802,7 @@ int main(int argc, char **argv) {
     br_cuda *s = br_cuda_state(ctx);
     if (no_wgmma) {
         s->has_wgmma = 0; /* auto → mma.sync */
-        BR_OK_OR_DIE(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 1));
+        BR_OK_OR_DIE(ctx, br_ctx_set_options(ctx, "gemm=mma"));
     }
     fprintf(stderr, "bench_gemm on %s, %d SMs, wgmma %s\n", br_ctx_device(ctx), s->sm_count,
             s->has_wgmma ? "yes" : "no");

@@ -44,6 +44,7 @@
 #include "bitrank.h"
 #include "core/backend.h"
 #include "core/rng.h"
+#include "bench_clock.h"
 
 static br_ctx *g_ctx;
 
@@ -55,11 +56,6 @@ static void fail(const char *what) {
     do {                                                                                           \
         if ((call) != BR_OK) fail(#call);                                                          \
     } while (0)
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static br_buf *upload(br_dtype dt, const void *host, size_t n) {
     br_buf *b = NULL;
@@ -166,9 +162,9 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
         OK(g_ctx->be->timer_mark(g_ctx, SLOT0 + 1));
         OK(g_ctx->be->timer_elapsed(g_ctx, SLOT0, SLOT0 + 1, &t[i]));
     }
-    qsort(t, (size_t)runs, sizeof *t, cmp_double);
+    qsort(t, (size_t)runs, sizeof *t, bench_cmp_double);
     if (g_profile) {
-        OK(br_ctx_set_option(g_ctx, BR_OPT_PROFILE, 1));
+        OK(br_ctx_set_options(g_ctx, "profile=1"));
         br_profile_reset(g_ctx);
         for (int i = 0; i < 3; i++) {
             step(l, s, bx, bys, bys16, inv, bdy, bdx, T);
@@ -177,7 +173,7 @@ static void bench_shape(size_t m, size_t n, size_t r, size_t P, size_t T, br_sig
         fprintf(stderr, "profile of 3 eager steps, (m, n, r, P, T) = (%zu, %zu, %zu, %zu, %zu):\n",
                 m, n, r, P, T);
         OK(br_profile_report(g_ctx, stderr));
-        OK(br_ctx_set_option(g_ctx, BR_OPT_PROFILE, 0));
+        OK(br_ctx_set_options(g_ctx, "profile=0"));
     }
     br_step_info info;
     OK(br_blr_opt_info(o, &info));

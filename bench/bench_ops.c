@@ -32,6 +32,7 @@
 #include "bitrank_ops.h"
 #include "ops/layer_ops.h"
 #include "ops/sign_ops.h"
+#include "bench_clock.h"
 
 #define REPS 10
 
@@ -54,17 +55,6 @@ static br_buf *new_buf(br_dtype dt, size_t n, uint32_t bits) {
     return b;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef void (*op_fn)(void *arg);
 
 /* Median ms of one call of fn, from graph replays of REPS calls. */
@@ -79,12 +69,12 @@ static double time_op(op_fn fn, void *arg) {
     OK(br_ctx_sync(g_ctx));
     double *t = malloc(g_runs * sizeof *t);
     for (int i = 0; i < g_runs; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         OK(br_graph_launch(g));
         OK(br_ctx_sync(g_ctx));
-        t[i] = (now_ms() - t0) / REPS;
+        t[i] = (bench_now_ms() - t0) / REPS;
     }
-    qsort(t, g_runs, sizeof *t, cmp_double);
+    qsort(t, g_runs, sizeof *t, bench_cmp_double);
     double med = t[g_runs / 2];
     free(t);
     br_graph_free(g);

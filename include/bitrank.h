@@ -83,22 +83,35 @@ void br_ctx_clear_error(br_ctx *ctx);
 /* Wait for every op issued so far; returns the first device error, if any. */
 br_status br_ctx_sync(br_ctx *ctx);
 
-/* Options of a context. */
-typedef enum br_option {
-    /* 1 (default): br_mm_bits runs the bitmap GEMM; 0: it expands the bitmap into
-     * an f16 plane and runs br_mm (for checking, and for devices without the
-     * bitmap kernels). Also set by the environment: BITRANK_MM_BITS=0. */
-    BR_OPT_BITS_GEMM = 0,
-    /* 1: the op profiler records per-op device time, launch, allocation and
-     * upload counts (off by default; BITRANK_PROFILE=1 turns it on). */
-    BR_OPT_PROFILE = 1,
-    /* GEMM kernel family on CUDA: 0 auto (wgmma on sm_90a, mma.sync elsewhere),
-     * 1 force mma.sync, 2 force wgmma (fails where the device has none). Also
-     * BITRANK_GEMM=auto|mma|wgmma. Ignored by the CPU backend. */
-    BR_OPT_GEMM_KERNEL = 2,
-} br_option;
-br_status br_ctx_set_option(br_ctx *ctx, br_option opt, int value);
-int br_ctx_get_option(const br_ctx *ctx, br_option opt);
+/* Options of a context: its tuning and checking switches, as text of "key=value"
+ * items separated by commas, e.g. "bits_gemm=0,gemm=mma". All items are applied or
+ * none: an unknown key or a value the key does not take is BR_E_ARG with a message
+ * naming it and what it accepts. The environment variable BITRANK_OPTIONS, in the
+ * same form, is applied to every context br_ctx_new makes (a bad one makes
+ * br_ctx_new fail). Every key is taken by every backend; the CPU backend has no
+ * use for the GEMM and launch keys (README, "Options", says what each does):
+ *   bits_gemm=1|0         0: br_mm_bits expands its bitmap, then runs br_mm
+ *   profile=0|1           the op profiler (br_profile_report)
+ *   gemm=auto|mma|wgmma   the CUDA GEMM family
+ *   gemm_tile=auto|<tile>[/smem|/reg2|/reg4]   force a wgmma tile (and A source)
+ *   gemm_splitk=auto|1..64                      force a split-K factor
+ *   gemm_ctas=all|1..                           cap the persistent GEMM grid
+ *   mm_stage16=1|0        0: br_mm_stage with an f16 c as GEMM + staging pass
+ *   mm_tn=auto|copy       copy: br_mm_tn through transposed copies
+ *   mm_tn2=1|0            0: br_mm_tn2 as two launches
+ *   pdl=auto|off|all      programmatic dependent launches on Hopper
+ *   expand_blocks=all|1.. cap the grid of the sign expansions */
+br_status br_ctx_set_options(br_ctx *ctx, const char *spec);
+/* The value of one key as text ("auto", "128x192/reg4", "1", ...) into buf. */
+br_status br_ctx_option(const br_ctx *ctx, const char *key, char *buf, size_t len);
+/* Every key with its value, "key=value,..." (truncated to len). */
+br_status br_ctx_options(const br_ctx *ctx, char *buf, size_t len);
+/* What ran for the last op run eagerly (not by a graph launch): the op's name
+ * ("mm_bits", "expand", ...), or where the backend chose among kernels, the kernel
+ * and its variant with the op in parentheses (CUDA: "wgmma 128x192/reg4 split 2
+ * (mm_bits)", "mma (mm)", "update_n one launch"), so that a test that forces a
+ * variant through the options can check that it ran. "" before any op. */
+const char *br_ctx_last_kernel(const br_ctx *ctx);
 
 /* Devices this build can see, for `bitrank devices`. */
 typedef struct br_device_info {

@@ -65,7 +65,7 @@ typedef enum br_bits_layout {
 } br_bits_layout;
 /* br_mm with the plane given as a sign bitmap, expanded to ±1 inside the GEMM (no
  * f16 plane in memory). Results equal br_mm on the expanded plane within GEMM
- * tolerance. Same constraints as br_mm. With BR_OPT_BITS_GEMM = 0, or on a backend
+ * tolerance. Same constraints as br_mm. With the option bits_gemm=0, or on a backend
  * without a bitmap GEMM, the bitmap is expanded into a context-owned f16 plane and
  * br_mm runs on it. */
 br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits_layout layout,

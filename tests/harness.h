@@ -94,6 +94,42 @@ static inline br_ctx *t_ctx(void) {
     return ctx;
 }
 
+/* Whether ctx's option `key` reads `want`. */
+static inline int option_is(const br_ctx *ctx, const char *key, const char *want) {
+    char v[64];
+    return br_ctx_option(ctx, key, v, sizeof v) == BR_OK && !strcmp(v, want);
+}
+
+/* Whether the last op ran as `op` (br_ctx_last_kernel is "op" or ends in "(op)"). */
+static inline int ran_op(const br_ctx *ctx, const char *op) {
+    const char *k = br_ctx_last_kernel(ctx);
+    size_t lk = strlen(k), lo = strlen(op);
+    if (!strcmp(k, op)) return 1;
+    return lk >= lo + 2 && k[lk - 1] == ')' && k[lk - lo - 2] == '(' &&
+           !strncmp(k + lk - lo - 1, op, lo);
+}
+
+/* Whether ctx's GEMMs run on the wgmma kernels (a Hopper GPU and sm_90a code): the
+ * kernel a small aligned br_mm runs on, probed once per process (the tests use one
+ * device). It runs ops: read br_ctx_last_kernel before calling it. */
+static inline int has_wgmma(br_ctx *ctx) {
+    static int known = -1;
+    if (known >= 0) return known;
+    known = 0;
+    if (!strcmp(br_ctx_backend(ctx), "cpu")) return known;
+    br_buf *a = NULL, *p = NULL, *o = NULL;
+    if (br_buf_new(ctx, BR_F16, 64 * 64, &a) == BR_OK && br_buf_new(ctx, BR_F16, 64 * 64, &p) == BR_OK &&
+        br_buf_new(ctx, BR_F32, 64 * 64, &o) == BR_OK && br_buf_fill(a, 0, 64 * 64, 0) == BR_OK &&
+        br_buf_fill(p, 0, 64 * 64, 0) == BR_OK) {
+        br_gemm g = {.m = 64, .n = 64, .k = 64, .oscale = 1.0f};
+        if (br_mm(ctx, a, p, o, g) == BR_OK)
+            known = !strncmp(br_ctx_last_kernel(ctx), "wgmma", 5);
+    }
+    br_buf_free(a), br_buf_free(p), br_buf_free(o);
+    br_ctx_clear_error(ctx);
+    return known;
+}
+
 /* Context on the CPU (the reference backend). */
 static inline br_ctx *t_cpu_ctx(void) {
     br_ctx *ctx = NULL;

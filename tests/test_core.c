@@ -376,47 +376,60 @@ static void context_device_strings(void) {
 }
 
 static void context_options(void) {
-    /* defaults, with the environment cleared */
-    unsetenv("BITRANK_MM_BITS");
-    unsetenv("BITRANK_PROFILE");
-    unsetenv("BITRANK_GEMM");
+    /* defaults, with the environment's override cleared */
+    unsetenv("BITRANK_OPTIONS");
     br_ctx *ctx = t_ctx();
-    CHECK(br_ctx_get_option(ctx, BR_OPT_BITS_GEMM) == 1, "BITS_GEMM default");
-    CHECK(br_ctx_get_option(ctx, BR_OPT_PROFILE) == 0, "PROFILE default");
-    CHECK(br_ctx_get_option(ctx, BR_OPT_GEMM_KERNEL) == 0, "GEMM_KERNEL default");
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_PROFILE, 1));
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 1));
-    CHECK(br_ctx_get_option(ctx, BR_OPT_BITS_GEMM) == 0 &&
-              br_ctx_get_option(ctx, BR_OPT_PROFILE) == 1 &&
-              br_ctx_get_option(ctx, BR_OPT_GEMM_KERNEL) == 1,
-          "options read back wrong");
-    CHECK_FAILS_MSG(ctx, BR_E_ARG, "value 2", br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 2));
-    CHECK_FAILS_MSG(ctx, BR_E_ARG, "value -1", br_ctx_set_option(ctx, BR_OPT_PROFILE, -1));
-    CHECK_FAILS_MSG(ctx, BR_E_ARG, "value 3", br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 3));
-    CHECK_FAILS_MSG(ctx, BR_E_ARG, "unknown option", br_ctx_set_option(ctx, (br_option)42, 0));
-    CHECK(br_ctx_get_option(ctx, BR_OPT_BITS_GEMM) == 0, "a refused value changed the option");
-    CHECK(br_ctx_get_option(ctx, (br_option)42) == -1, "unknown option read");
-    CHECK(br_ctx_set_option(NULL, BR_OPT_PROFILE, 1) == BR_E_ARG, "NULL ctx accepted");
-    CHECK(br_ctx_get_option(NULL, BR_OPT_PROFILE) == -1, "NULL ctx read");
+    char all[1024];
+    CHECK_OK(ctx, br_ctx_options(ctx, all, sizeof all));
+    CHECK(!strcmp(all, "bits_gemm=1,profile=0,gemm=auto,gemm_tile=auto,gemm_splitk=auto,"
+                       "gemm_ctas=all,mm_stage16=1,mm_tn=auto,mm_tn2=1,pdl=auto,expand_blocks=all"),
+          "defaults: %s", all);
+    /* every key takes its values, spaces around items and empty items are skipped */
+    CHECK_OK(ctx, br_ctx_set_options(ctx, " bits_gemm=0, profile=1,,gemm=mma,gemm_tile=128x192/reg4,"
+                                          "gemm_splitk=3,gemm_ctas=1,mm_stage16=0,mm_tn=copy,"
+                                          "mm_tn2=0,pdl=all,expand_blocks=7 "));
+    CHECK_OK(ctx, br_ctx_options(ctx, all, sizeof all));
+    CHECK(!strcmp(all, "bits_gemm=0,profile=1,gemm=mma,gemm_tile=128x192/reg4,gemm_splitk=3,"
+                       "gemm_ctas=1,mm_stage16=0,mm_tn=copy,mm_tn2=0,pdl=all,expand_blocks=7"),
+          "read back: %s", all);
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_tile=256x112,gemm_splitk=auto,gemm_ctas=all"));
+    CHECK(option_is(ctx, "gemm_tile", "256x112"), "a tile without /source keeps none");
+    CHECK(option_is(ctx, "gemm_splitk", "auto") && option_is(ctx, "gemm_ctas", "all"),
+          "the words for 0 read back");
+    /* refusals name the item and what the key takes; nothing of a refused spec applies */
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "unknown key \"gemm_til\"",
+                    br_ctx_set_options(ctx, "gemm_til=128x128"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "gemm takes auto, mma, wgmma",
+                    br_ctx_set_options(ctx, "gemm=wmma"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "1..64", br_ctx_set_options(ctx, "gemm_splitk=65"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "1..64", br_ctx_set_options(ctx, "gemm_splitk=-1"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "not key=value", br_ctx_set_options(ctx, "pdl"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "gemm_tile", br_ctx_set_options(ctx, "gemm_tile=128x192/reg3"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "bits_gemm", br_ctx_set_options(ctx, "bits_gemm=2"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "expand_blocks", br_ctx_set_options(ctx, "expand_blocks=0"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "pdl", br_ctx_set_options(ctx, "profile=0,pdl=sometimes"));
+    CHECK(option_is(ctx, "profile", "1"), "a refused spec applied its first item");
+    char v[8];
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "unknown key", br_ctx_option(ctx, "nope", v, sizeof v));
+    CHECK(br_ctx_set_options(NULL, "profile=1") == BR_E_ARG, "NULL ctx accepted");
+    CHECK_FAILS(ctx, BR_E_ARG, br_ctx_set_options(ctx, NULL));
     br_ctx_free(ctx);
 
-    /* the environment sets them for contexts opened afterwards */
-    setenv("BITRANK_MM_BITS", "0", 1);
-    setenv("BITRANK_PROFILE", "1", 1);
-    setenv("BITRANK_GEMM", "wgmma", 1);
+    /* the environment's override applies to contexts made afterwards */
+    setenv("BITRANK_OPTIONS", "bits_gemm=0,profile=1,gemm=wgmma", 1);
     ctx = t_ctx();
-    CHECK(br_ctx_get_option(ctx, BR_OPT_BITS_GEMM) == 0, "BITRANK_MM_BITS=0 ignored");
-    CHECK(br_ctx_get_option(ctx, BR_OPT_PROFILE) == 1, "BITRANK_PROFILE=1 ignored");
-    CHECK(br_ctx_get_option(ctx, BR_OPT_GEMM_KERNEL) == 2, "BITRANK_GEMM=wgmma ignored");
+    CHECK(option_is(ctx, "bits_gemm", "0") && option_is(ctx, "profile", "1") &&
+              option_is(ctx, "gemm", "wgmma"),
+          "BITRANK_OPTIONS ignored");
     br_ctx_free(ctx);
-    setenv("BITRANK_GEMM", "mma", 1);
-    ctx = t_ctx();
-    CHECK(br_ctx_get_option(ctx, BR_OPT_GEMM_KERNEL) == 1, "BITRANK_GEMM=mma ignored");
-    br_ctx_free(ctx);
-    unsetenv("BITRANK_MM_BITS");
-    unsetenv("BITRANK_PROFILE");
-    unsetenv("BITRANK_GEMM");
+    /* and a bad one makes br_ctx_new fail, saying why */
+    setenv("BITRANK_OPTIONS", "gemm=fast", 1);
+    char err[512] = "";
+    br_ctx *bad = NULL;
+    CHECK(br_ctx_new("cpu", &bad, err, sizeof err) == BR_E_ARG && !bad,
+          "a bad BITRANK_OPTIONS made a context");
+    CHECK(strstr(err, "BITRANK_OPTIONS") && strstr(err, "gemm=fast"), "message: %s", err);
+    unsetenv("BITRANK_OPTIONS");
 }
 
 /* ---------------------------------------------------------------- graphs */
@@ -558,7 +571,7 @@ static char *report_text(br_ctx *ctx) {
 }
 
 static void profiler_counts_ops(void) {
-    unsetenv("BITRANK_PROFILE");
+    unsetenv("BITRANK_OPTIONS");
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(24);
     size_t m = 3, k = 64, n = m * k;
@@ -572,7 +585,7 @@ static void profiler_counts_ops(void) {
     CHECK(report_calls(text, "-", "add", NULL) == -1, "profiled while off:\n%s", text);
     free(text);
 
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_PROFILE, 1));
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "profile=1"));
     br_ctx_set_tag(ctx, "fwd");
     for (int i = 0; i < 3; i++)
         CHECK_OK(ctx, br_cvt(ctx, bx, NULL, staged, m, k, 1.0f));

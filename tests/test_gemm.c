@@ -318,12 +318,12 @@ static void mm_bits_layouts(void) {
     br_ctx_free(ctx);
 }
 
-/* BR_OPT_BITS_GEMM = 0 (expand then mm) against the bitmap GEMM on the same data. */
+/* Option bits_gemm=0 (expand then mm) against the bitmap GEMM on the same data. */
 static void mm_bits_expand_path(void) {
     if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(5);
-    CHECK(br_ctx_get_option(ctx, BR_OPT_BITS_GEMM) == 1, "BR_OPT_BITS_GEMM defaults to 1");
+    CHECK(option_is(ctx, "bits_gemm", "1"), "bits_gemm defaults to 1");
     double worst = 0;
     for (int layout = 0; layout < 2; layout++)
         for (size_t s = 0; s < N_BITS_SHAPES; s++) {
@@ -336,10 +336,12 @@ static void mm_bits_expand_path(void) {
             br_buf *o1 = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
             br_buf *o0 = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
             br_gemm g = {.m = m, .n = n, .k = k, .oscale = bits_shapes[s].oscale};
-            CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 1));
+            CHECK_OK(ctx, br_ctx_set_options(ctx, "bits_gemm=1"));
             CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, (br_bits_layout)layout, o1, g));
-            CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+            CHECK(ran_op(ctx, "mm_bits"), "bits_gemm=1 ran %s", br_ctx_last_kernel(ctx));
+            CHECK_OK(ctx, br_ctx_set_options(ctx, "bits_gemm=0"));
             CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, (br_bits_layout)layout, o0, g));
+            CHECK(ran_op(ctx, "mm"), "bits_gemm=0 ran %s", br_ctx_last_kernel(ctx));
             uint16_t *plane = plane_of_bits(bits, (br_bits_layout)layout, n, k);
             double *ref = ref_mm(act, plane, m, n, k, g.oscale);
             float *got0 = t_download_f32(ctx, o0, m * n), *got1 = t_download_f32(ctx, o1, m * n);
@@ -358,11 +360,11 @@ static void mm_bits_expand_path(void) {
     fprintf(stderr, "  expand path vs bitmap GEMM: worst relative difference %.3g\n", worst);
     br_ctx_free(ctx);
 
-    /* the environment sets the option for new contexts */
-    setenv("BITRANK_MM_BITS", "0", 1);
+    /* the environment's override sets the option for new contexts */
+    setenv("BITRANK_OPTIONS", "bits_gemm=0", 1);
     ctx = t_ctx();
-    CHECK(br_ctx_get_option(ctx, BR_OPT_BITS_GEMM) == 0, "BITRANK_MM_BITS=0 sets the option");
-    unsetenv("BITRANK_MM_BITS");
+    CHECK(option_is(ctx, "bits_gemm", "0"), "BITRANK_OPTIONS=bits_gemm=0 ignored");
+    unsetenv("BITRANK_OPTIONS");
     double e = bits_case(ctx, &r, BR_BITS_COLS, 20, 50, 64, 0, 0, 1.0f);
     CHECK(e < MM_TOL, "env expand path: %.3g", e);
     br_ctx_free(ctx);
@@ -373,7 +375,7 @@ static void mm_bits_expand_graph(void) {
     if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(6);
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "bits_gemm=0"));
     size_t m = 9, n = 33, k = 64, words = k / 32;
     uint16_t *act = rand_f16(&r, m * k, 1.0f);
     uint32_t *bits = rand_words(&r, n * words);
@@ -431,7 +433,7 @@ static void mm_bits_expand_eager_growth(void) {
     if (t_small()) return; /* the plain paths: full suite only */
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(10);
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "bits_gemm=0"));
     for (size_t i = 0; i < 6; i++) { /* every call needs a larger plane */
         double e = bits_case(ctx, &r, i % 2 ? BR_BITS_COLS : BR_BITS_ROWS, 5, 20 + 30 * i,
                              32 * (i + 1), 0, 0, 1.0f);
@@ -480,6 +482,7 @@ typedef struct epi_spec {
     float oscale;
     int colscale, cmode;
     float beta;
+    const char *ran; /* non-NULL: br_ctx_last_kernel after the GEMM must contain it */
 } epi_spec;
 
 static float rand_scale(br_rng *r) { /* ±[0.5, 2): a wrong or missing factor shows */
@@ -549,6 +552,9 @@ static void epi_run_keep(br_ctx *ctx, br_rng *r, const epi_spec *sp, const char 
         CHECK_OK(ctx, br_mm(ctx, ab, pb, ob, g));
     else
         CHECK_OK(ctx, br_mm_bits(ctx, ab, pb, sp->kind == 1 ? BR_BITS_ROWS : BR_BITS_COLS, ob, g));
+    if (sp->ran)
+        CHECK(strstr(br_ctx_last_kernel(ctx), sp->ran), "%s: ran %s, not %s", label,
+              br_ctx_last_kernel(ctx), sp->ran);
 
     double *ref = ref_mm(act, plane, m, n, k, sp->oscale);
     for (size_t i = 0; i < m; i++)
@@ -644,7 +650,7 @@ static void mm_epilogue(void) {
     br_rng r = t_rng_for(11);
     int cuda = strcmp(br_ctx_backend(ctx), "cpu") != 0;
     for (int kernel = 0; kernel < (cuda ? 2 : 1); kernel++) {
-        CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, kernel));
+        CHECK_OK(ctx, br_ctx_set_options(ctx, kernel ? "gemm=mma" : "gemm=auto"));
         for (int kind = 0; kind < 3; kind++)
             for (size_t ci = 0; ci < N_EPI_CASES; ci++) {
                 /* small (the tiles case covers auto): the simple kernel (case 7) and
@@ -658,8 +664,7 @@ static void mm_epilogue(void) {
                 epi_run(ctx, &r, &sp, kernel ? "mma.sync" : "auto");
             }
     }
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 0));
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm=auto,bits_gemm=0"));
     for (int kind = t_small() ? 2 : 1; kind < 3; kind++)
         for (size_t ci = t_small() ? 6 : 0; ci < N_EPI_CASES; ci += t_small() ? N_EPI_CASES : 2) {
             epi_spec sp = epi_cases[ci];
@@ -669,7 +674,7 @@ static void mm_epilogue(void) {
     br_ctx_free(ctx);
 }
 
-/* Every Hopper tile and A source (BITRANK_GEMM_TILE), split-K (BITRANK_GEMM_SPLITK,
+/* Every Hopper tile and A source (option gemm_tile), split-K (gemm_splitk,
  * with k blocks that the splits do not divide evenly, and as AUTO picks it for a
  * skinny K = tokens shape), each with the epilogue; GEMMs with more tiles than CTAs
  * (a persistent CTA runs several). Where the hooks do not apply (the CPU, mma.sync)
@@ -677,6 +682,7 @@ static void mm_epilogue(void) {
 static void mm_tiles_splitk(void) {
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(12);
+    const int wgmma = has_wgmma(ctx);
     static const char *const tiles[] = {"256x128", "256x112", "128x256",
                                         "128x128", "128x192", "256x96"};
     /* A sources built per tile (bitmaps; f16 planes take the plane from shared memory):
@@ -693,10 +699,11 @@ static void mm_tiles_splitk(void) {
             for (int src = 0; src < (kind ? 2 + reg4[t] : 1); src++) {
                 static const char *const srcs[] = {"smem", "reg2", "reg4"};
                 if (t_small() && !((small_set[t] >> (3 * kind + src)) & 1u)) continue;
-                char env[32], label[48];
-                snprintf(env, sizeof env, "%s/%s", tiles[t], srcs[src]);
-                setenv("BITRANK_GEMM_TILE", env, 1);
-                snprintf(label, sizeof label, "tile %s", env);
+                char tile[32], opt[48], label[48];
+                snprintf(tile, sizeof tile, "%s/%s", tiles[t], srcs[src]);
+                snprintf(opt, sizeof opt, "gemm_tile=%s", tile);
+                CHECK_OK(ctx, br_ctx_set_options(ctx, opt));
+                snprintf(label, sizeof label, "tile %s", tile);
                 /* two k blocks, the second half empty (k = 96); act a column block */
                 epi_spec sp = {.kind = kind,
                                .m = t_small() ? 150 : 300,
@@ -707,25 +714,26 @@ static void mm_tiles_splitk(void) {
                                .oscale = -0.75f,
                                .colscale = 1,
                                .cmode = 2,
-                               .beta = -0.5f};
+                               .beta = -0.5f,
+                               .ran = wgmma ? tile : NULL};
                 epi_run(ctx, &r, &sp, label);
                 if (t_small()) continue;
                 sp.n = 97, sp.ldo = 130, sp.ocol = 9, sp.cmode = 1,
                 sp.beta = 2.0f; /* direct stores */
                 epi_run(ctx, &r, &sp, label);
             }
-    unsetenv("BITRANK_GEMM_TILE");
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_tile=auto"));
 
-    /* several units per CTA (the grid capped by BITRANK_GEMM_CTAS) on the picked
+    /* several units per CTA (the grid capped by gemm_ctas) on the picked
      * tile, with more k blocks per unit (10) than pipeline stages: the stage ring's
      * phases carried from unit to unit; plain and full epilogues, bitmaps, split-K */
     for (int v = 0; v < 5; v++) {
         if (t_small() && v > 1) break;
         const int kind = v == 2 ? 1 : v == 3 ? 2 : 0, plain = v == 1 || v == 3;
-        char ctas[8];
+        char ctas[8], opt[48];
         snprintf(ctas, sizeof ctas, "%d", t_small() ? 1 : 1 + v % 3);
-        setenv("BITRANK_GEMM_CTAS", ctas, 1);
-        if (v == 4) setenv("BITRANK_GEMM_SPLITK", "3", 1);
+        snprintf(opt, sizeof opt, "gemm_ctas=%s,gemm_splitk=%s", ctas, v == 4 ? "3" : "auto");
+        CHECK_OK(ctx, br_ctx_set_options(ctx, opt));
         epi_spec sp = {.kind = kind,
                        .m = t_small() ? 150 : 300,
                        .n = t_small() ? 260 : 520,
@@ -735,22 +743,25 @@ static void mm_tiles_splitk(void) {
                        .cmode = plain    ? 0
                                 : v == 2 ? 2
                                          : 1,
-                       .beta = 0.75f};
+                       .beta = 0.75f,
+                       .ran = wgmma && v == 4 ? "split 3" : NULL};
         char label[64];
         snprintf(label, sizeof label, "auto tile on %s CTA(s)%s", ctas,
                  v == 4 ? ", split-K 3" : "");
         epi_run(ctx, &r, &sp, label);
-        unsetenv("BITRANK_GEMM_SPLITK");
     }
-    unsetenv("BITRANK_GEMM_CTAS");
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_ctas=all,gemm_splitk=auto"));
 
     /* split-K: forced 3 (32 k blocks: 11 + 11 + 10), on the default and two other tiles */
-    setenv("BITRANK_GEMM_SPLITK", "3", 1);
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_splitk=3"));
     for (int kind = 0; kind < 3; kind++)
         for (int t = 0; t < 3; t++) {
             static const char *const split_tiles[] = {"", "256x96", "128x192"};
             if (t_small() && (kind != 1 || t != 1)) continue; /* rows on 256x96 */
-            if (t) setenv("BITRANK_GEMM_TILE", split_tiles[t], 1);
+            char opt[48], ran[48];
+            snprintf(opt, sizeof opt, "gemm_tile=%s", t ? split_tiles[t] : "auto");
+            snprintf(ran, sizeof ran, "%s/", t ? split_tiles[t] : "");
+            CHECK_OK(ctx, br_ctx_set_options(ctx, opt));
             epi_spec sp = {.kind = kind,
                            .m = 200,
                            .n = 136,
@@ -758,13 +769,16 @@ static void mm_tiles_splitk(void) {
                            .oscale = 0.5f,
                            .colscale = t != 1,
                            .cmode = t == 2 ? 2 : 1,
-                           .beta = 0.75f};
+                           .beta = 0.75f,
+                           .ran = !wgmma ? NULL : t ? ran : "split 3"};
             char label[48];
             snprintf(label, sizeof label, "split-K 3 %s", t ? split_tiles[t] : "auto tile");
             epi_run(ctx, &r, &sp, label);
-            unsetenv("BITRANK_GEMM_TILE");
+            if (wgmma && t) /* the tile and the split both */
+                CHECK(strstr(br_ctx_last_kernel(ctx), "split 3"), "%s ran %s", label,
+                      br_ctx_last_kernel(ctx));
         }
-    unsetenv("BITRANK_GEMM_SPLITK");
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_tile=auto,gemm_splitk=auto"));
     /* as AUTO picks it: a K = tokens GEMM with few outputs, n not a multiple of 4 */
     for (int kind = 0; kind < (t_small() ? 1 : 3); kind++) {
         epi_spec sp = {.kind = kind,
@@ -1020,7 +1034,7 @@ static void mm_launch_counts(void) {
     CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
     CHECK(ctx->stats.launches == l0 + 1, "mm_bits: %llu launches",
           (unsigned long long)(ctx->stats.launches - l0));
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "bits_gemm=0"));
     l0 = ctx->stats.launches;
     CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
     CHECK(ctx->stats.launches == l0 + 2, "expand path: %llu launches",
@@ -1119,7 +1133,7 @@ static void mm_bad_args(void) {
     b = g, b.oscale = INFINITY;
     CHECK_FAILS(ctx, BR_E_NONFINITE, br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
     /* the expand path checks the same way, before touching its plane */
-    CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_BITS_GEMM, 0));
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "bits_gemm=0"));
     CHECK_FAILS(ctx, BR_E_SIZE, br_mm_bits(ctx, act, small_cols, BR_BITS_COLS, out, g));
     b = g, b.k = 40;
     CHECK_FAILS(ctx, BR_E_SHAPE, br_mm_bits(ctx, act, rows, BR_BITS_ROWS, out, b));
@@ -1287,7 +1301,14 @@ static void tn_run(br_ctx *ctx, br_rng *r, const tn_spec *sp) {
         br_buf_free(all[i]);
 }
 
-/* run(ctx, r, arg) with every MN-major tile forced (BITRANK_GEMM_TILE) and, in the
+/* Options gemm_tile=<tile> and gemm_ctas=1 (one) or all. */
+static void force_tile(br_ctx *ctx, const char *tile, int one) {
+    char opt[64];
+    snprintf(opt, sizeof opt, "gemm_tile=%s,gemm_ctas=%s", tile, one ? "1" : "all");
+    CHECK_OK(ctx, br_ctx_set_options(ctx, opt));
+}
+
+/* run(ctx, r, arg) with every MN-major tile forced (option gemm_tile) and, in the
  * full suite, with the grid on one CTA too (several tiles per CTA). */
 static void each_mn_tile(br_ctx *ctx, br_rng *r, void (*run)(br_ctx *, br_rng *, const void *),
                          const void *arg) {
@@ -1295,11 +1316,13 @@ static void each_mn_tile(br_ctx *ctx, br_rng *r, void (*run)(br_ctx *, br_rng *,
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
         for (int one = 0; one < 2; one++) {
             if (t_small() && one) continue;
-            setenv("BITRANK_GEMM_TILE", tiles[t], 1);
-            if (one) setenv("BITRANK_GEMM_CTAS", "1", 1);
+            const int wgmma = has_wgmma(ctx);
+            force_tile(ctx, tiles[t], one);
             run(ctx, r, arg);
-            unsetenv("BITRANK_GEMM_CTAS");
-            unsetenv("BITRANK_GEMM_TILE");
+            if (wgmma)
+                CHECK(strstr(br_ctx_last_kernel(ctx), tiles[t]), "tile %s: ran %s", tiles[t],
+                      br_ctx_last_kernel(ctx));
+            force_tile(ctx, "auto", 0);
         }
 }
 
@@ -1398,22 +1421,22 @@ static void mm_tn_shapes(void) {
     const size_t nc = sizeof cases / sizeof cases[0];
     /* CUDA: as picked, then every operand through the transposed copies */
     for (int copy = 0; copy < 2; copy++) {
-        if (copy) setenv("BITRANK_MM_TN", "copy", 1);
+        CHECK_OK(ctx, br_ctx_set_options(ctx, copy ? "mm_tn=copy" : "mm_tn=auto"));
         for (size_t ci = 0; ci < nc; ci++) {
             if (t_small() && ci != 1 && ci != 8 && ci != nc - 1) continue;
             if (ci == nc - 4 && (t_small() || copy)) continue; /* the large one once */
             tn_run(ctx, &r, &cases[ci]);
         }
-        unsetenv("BITRANK_MM_TN");
+        CHECK_OK(ctx, br_ctx_set_options(ctx, "mm_tn=auto"));
     }
     /* CUDA: the mma.sync family (the transposed copies, then its K-major kernels: what
      * a GPU without wgmma runs) */
     if (strcmp(br_ctx_backend(ctx), "cpu") != 0) {
-        CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 1));
+        CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm=mma"));
         tn_run(ctx, &r, &cases[1]);
         tn_run(ctx, &r, &cases[nc - 1]);
         if (!t_small()) tn_run(ctx, &r, &cases[8]);
-        CHECK_OK(ctx, br_ctx_set_option(ctx, BR_OPT_GEMM_KERNEL, 0));
+        CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm=auto"));
     }
     /* every MN-major tile, with the grid on one CTA too (several tiles per CTA) */
     each_mn_tile(ctx, &r, tn_last_two, cases + nc - 2);
@@ -1494,18 +1517,29 @@ static void tn2_run(br_ctx *ctx, br_rng *r, const tn2_side sd[2]) {
                          .ldo = sd[i].ldo,
                          .ocol = sd[i].ocol,
                          .oscale = sd[i].oscale};
+    const int wgmma = has_wgmma(ctx);
     CHECK_OK(ctx, br_mm_tn2(ctx, d[0].act, d[0].plane, sd[0].ldp, o[0], g[0], d[1].act, d[1].plane,
                             sd[1].ldp, o[1], g[1]));
-    const char *tile = getenv("BITRANK_GEMM_TILE"), *ctas = getenv("BITRANK_GEMM_CTAS");
-    const char *apart = getenv("BITRANK_MM_TN2");
+    char tile[32], ctas[16], apart[8];
+    CHECK_OK(ctx, br_ctx_option(ctx, "gemm_tile", tile, sizeof tile));
+    CHECK_OK(ctx, br_ctx_option(ctx, "gemm_ctas", ctas, sizeof ctas));
+    CHECK_OK(ctx, br_ctx_option(ctx, "mm_tn2", apart, sizeof apart));
+    /* on Hopper two plain products of one k with 16-byte rows run in one launch,
+     * unless mm_tn2=0 */
+    int pairable = wgmma && apart[0] == '1' && sd[0].k == sd[1].k;
+    for (int i = 0; i < 2; i++) {
+        const size_t lda = sd[i].lda ? sd[i].lda : sd[i].m, ldp = sd[i].ldp ? sd[i].ldp : sd[i].n;
+        pairable = pairable && lda % 8 == 0 && ldp % 8 == 0;
+    }
+    CHECK(!strstr(br_ctx_last_kernel(ctx), "pair") == !pairable, "mm_tn2=%s: %s ran %s", apart,
+          pairable ? "a pair" : "two products", br_ctx_last_kernel(ctx));
     for (int i = 0; i < 2; i++) {
         char what[200];
         snprintf(what, sizeof what,
                  "mm_tn2 product %d of (m,n)=(%zu,%zu),(%zu,%zu) k=%zu,%zu lda=%zu ldp=%zu ldo=%zu "
                  "ocol=%zu tile=%s ctas=%s tn2=%s",
                  i + 1, sd[0].m, sd[0].n, sd[1].m, sd[1].n, sd[0].k, sd[1].k, sd[i].lda, sd[i].ldp,
-                 sd[i].ldo, sd[i].ocol, tile ? tile : "auto", ctas ? ctas : "all",
-                 apart ? apart : "1");
+                 sd[i].ldo, sd[i].ocol, tile, ctas, apart);
         check_block(ctx, i ? tail : o[0], i ? d[1].count + 9 : d[0].count, d[i].ref, sd[i].m,
                     sd[i].n, sd[i].ldo, sd[i].ocol, what);
         /* the product alone, by br_mm_tn */
@@ -1547,7 +1581,7 @@ static void tn2_first_two(br_ctx *ctx, br_rng *r, const void *arg) {
 /* The layer's pairing (the same n, the second product small), products of different
  * shapes and strides (an output block in wider rows), several tiles per CTA (the
  * grid on one CTA: a CTA crosses from the first product's tiles to the second's),
- * every MN-major tile, k that differ (a GPU runs them apart), and BITRANK_MM_TN2=0. */
+ * every MN-major tile, k that differ (a GPU runs them apart), and option mm_tn2=0. */
 static void mm_tn2_pairs(void) {
     br_ctx *ctx = t_ctx();
     br_rng r = t_rng_for(15);
@@ -1566,9 +1600,9 @@ static void mm_tn2_pairs(void) {
         if (t_small() && ci == 2) continue;
         tn2_run(ctx, &r, cases[ci]);
     }
-    setenv("BITRANK_MM_TN2", "0", 1);
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "mm_tn2=0"));
     tn2_run(ctx, &r, cases[0]);
-    unsetenv("BITRANK_MM_TN2");
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "mm_tn2=1"));
     each_mn_tile(ctx, &r, tn2_first_two, cases);
     br_ctx_free(ctx);
 }
@@ -1678,7 +1712,8 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
     }
     CHECK_OK(ctx, br_mm_tn2_rowdot(ctx, side));
 
-    const char *tile = getenv("BITRANK_GEMM_TILE");
+    char tile[32];
+    CHECK_OK(ctx, br_ctx_option(ctx, "gemm_tile", tile, sizeof tile));
     float *dgot = t_download_f32(ctx, dall, nd), *ngot = t_download_f32(ctx, nall, nd);
     for (int i = 0; i < 2; i++) {
         const size_t m = mm[i].m, rr = sd[i].r, Pi = sd[i].paths, w = rr / 32;
@@ -1686,7 +1721,7 @@ static void rowdot2_run(br_ctx *ctx, br_rng *r, const rd_side sd[2], int accumul
         char what[200];
         snprintf(what, sizeof what, "mm_tn2_rowdot side %d m=%zu r=%zu P=%zu k=%zu%s%s tile=%s",
                  i + 1, m, rr, Pi, mm[i].k, accumulate ? " accumulate" : "",
-                 grad[i] ? "" : " no grad", tile ? tile : "auto");
+                 grad[i] ? "" : " no grad", tile);
         double *gref = t_xmalloc(m * rr * sizeof *gref), *dref = t_xmalloc(m * sizeof *dref);
         float *ggot = grad[i] ? t_download_f32(ctx, grad[i], ng[i]) : NULL;
         float *gblk = t_xmalloc(m * rr * sizeof *gblk), *dblk = t_xmalloc(m * sizeof *dblk);
@@ -1827,11 +1862,9 @@ static void mm_tn2_rowdot_sides(void) {
     static const char *const tiles[] = {"128x256", "256x128"};
     for (size_t t = 0; t < 2; t++)
         for (int one = 0; one < 2; one++) {
-            setenv("BITRANK_GEMM_TILE", tiles[t], 1);
-            if (one) setenv("BITRANK_GEMM_CTAS", "1", 1);
+            force_tile(ctx, tiles[t], one);
             rowdot2_run(ctx, &r, cases[1], one);
-            unsetenv("BITRANK_GEMM_CTAS");
-            unsetenv("BITRANK_GEMM_TILE");
+            force_tile(ctx, "auto", 0);
         }
     br_ctx_free(ctx);
 }

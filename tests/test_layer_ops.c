@@ -339,11 +339,18 @@ static void expand_scaled_paths_match_single(void) {
     br_ctx_free(ctx);
 }
 
+/* Option expand_blocks=<cap> (NULL: all). */
+static void expand_cap(br_ctx *ctx, const char *cap) {
+    char opt[48];
+    snprintf(opt, sizeof opt, "expand_blocks=%s", cap ? cap : "all");
+    CHECK_OK(ctx, br_ctx_set_options(ctx, opt));
+}
+
 /* Both orientations of br_expand_scaled_*_paths (P = 2) at the widths that pick each
  * CUDA tile (r/32 = 1..24 words: 1, 2, 4 or 8 words a transposed tile; rows·words
  * not a multiple of a warp's 32 words by rows), pad columns past whole tiles (ld
  * well past rows), the bench's third shape, and the grid capped to 1 and 3 blocks
- * (BITRANK_EXPAND_BLOCKS, CUDA: several tiles a block through the grid-stride loops
+ * (option expand_blocks, CUDA: several tiles a block through the grid-stride loops
  * and the double-buffered tiles) — bit for bit against the reference over the
  * whole plane, poisoned first, at aligned and odd offsets (the scalar path). */
 static void expand_scaled_tiles_match_reference(void) {
@@ -371,14 +378,14 @@ static void expand_scaled_tiles_match_reference(void) {
         br_buf *bb = input_at(ctx, BR_U32, bits, nbits, off, &pb);
         br_buf *br = input_at(ctx, BR_F32, rs, nscale, off, &pr);
         br_buf *plane = view_at(ctx, BR_F16, total, off, T_NAN16, &pp);
-        if (cap) setenv("BITRANK_EXPAND_BLOCKS", cap, 1);
+        expand_cap(ctx, cap);
         if (by_rows)
             CHECK_OK(ctx, br_expand_scaled_rows_paths(ctx, bb, bs, rows, r, br, ss, scale, plane,
                                                       ld, P));
         else
             CHECK_OK(ctx,
                      br_expand_scaled_paths(ctx, bb, bs, rows, r, br, ss, scale, plane, ld, P));
-        unsetenv("BITRANK_EXPAND_BLOCKS");
+        expand_cap(ctx, NULL);
         uint16_t *got = t_download_f16(ctx, plane, total);
         size_t bad = 0;
         for (size_t e = 0; e < total; e++) {
@@ -509,7 +516,7 @@ static void expand_scaled2_matches_two_ops(void) {
                                      .paths = e->P,
                                      .by_rows = e->by_rows};
         }
-        if (cap) setenv("BITRANK_EXPAND_BLOCKS", cap, 1);
+        expand_cap(ctx, cap);
         unsigned long long l0 = ctx->stats.launches;
         CHECK_OK(ctx, br_expand_scaled2(ctx, job));
         unsigned long long launches = ctx->stats.launches - l0;
@@ -522,7 +529,7 @@ static void expand_scaled2_matches_two_ops(void) {
                 CHECK_OK(ctx, br_expand_scaled_paths(ctx, e->bb, e->bs, e->rows, e->r, e->br, e->ss,
                                                      scale, va[i], e->ld, e->P));
         }
-        unsetenv("BITRANK_EXPAND_BLOCKS");
+        expand_cap(ctx, NULL);
         uint16_t *got = t_download_f16(ctx, pair, total), *two = t_download_f16(ctx, apart, total);
         size_t differ = t_bits_differ16(got, two, total);
         CHECK(differ == 0,
@@ -855,7 +862,7 @@ static uint16_t *rand_f16(br_rng *r, size_t n, float scale) {
  * kept (apart, in place over c, or NULL); and the staged values against an f64 product.
  * Shapes of every tile size's remainders, the layer's output GEMM, buffers at odd
  * offsets and widths that are not multiples of 4 (the composed path on CUDA), then
- * every wgmma tile forced through BITRANK_GEMM_TILE at one shape. c16: c
+ * every wgmma tile forced through option gemm_tile at one shape. c16: c
  * given as f16 (at the same offset), against the definition on an f32 c holding
  * its values (keep 2, in place over c, is not one of its forms); no_t: dst_t NULL
  * (with c16 and out NULL the CUDA f16-c staging kernel, where aligned), and dst_t's
@@ -959,27 +966,31 @@ static void mm_stage_matches_mm_then_cvt_both(void) {
         if (c > 0)
             mm_stage_case(ctx, &rng, m, n, k, ld, off, keep == 2 ? (int)(c % 2) : keep, alpha,
                           scale, "auto", 1, 0);
-        /* an f16 c, out not kept, no dst_t: the layer's form (BITRANK_MM_STAGE16=0: the
-         * composed path on CUDA) */
+        /* an f16 c, out not kept, no dst_t: the layer's form (mm_stage16=0: the
+         * composed path on CUDA, the GEMM then the staging pass) */
         for (int composed = 0; composed < 2; composed++) {
-            if (composed) setenv("BITRANK_MM_STAGE16", "0", 1);
+            CHECK_OK(ctx, br_ctx_set_options(ctx, composed ? "mm_stage16=0" : "mm_stage16=1"));
             mm_stage_case(ctx, &rng, m, n, k, ld, off, 0, alpha, scale,
                           composed ? "stage16 off" : "auto", 1, 1);
-            unsetenv("BITRANK_MM_STAGE16");
+            if (composed)
+                CHECK(!strstr(br_ctx_last_kernel(ctx), "stage16"), "mm_stage16=0 ran %s",
+                      br_ctx_last_kernel(ctx));
         }
+        CHECK_OK(ctx, br_ctx_set_options(ctx, "mm_stage16=1"));
     }
     static const char *const tiles[] = {"256x128", "256x112", "128x256",
                                         "128x128", "128x192", "256x96"};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
-        setenv("BITRANK_GEMM_TILE", tiles[i], 1);
+        char opt[64];
+        snprintf(opt, sizeof opt, "gemm_tile=%s", tiles[i]);
+        CHECK_OK(ctx, br_ctx_set_options(ctx, opt));
         mm_stage_case(ctx, &rng, 333, 300, 96, 320, 0, (int)(i % 2), -0.3f, 512.0f, tiles[i], 0, 0);
         /* the f16-c staging kernel on this tile (n a multiple of 8), then with every
          * tile of the grid on one CTA */
         mm_stage_case(ctx, &rng, 333, 296, 96, 320, 0, 0, -0.3f, 512.0f, tiles[i], 1, 1);
-        setenv("BITRANK_GEMM_CTAS", "1", 1);
+        CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_ctas=1"));
         mm_stage_case(ctx, &rng, 333, 296, 160, 296, 0, 0, 0.6f, 64.0f, tiles[i], 1, 1);
-        unsetenv("BITRANK_GEMM_CTAS");
-        unsetenv("BITRANK_GEMM_TILE");
+        CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_ctas=all,gemm_tile=auto"));
     }
     br_ctx_free(ctx);
 }

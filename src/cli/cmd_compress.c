@@ -159,6 +159,11 @@ static int check_paths(br_ctx *ctx, const char *in, const char *out, const br_co
     return 0;
 }
 
+int br_cli_profiling(const br_ctx *ctx) {
+    char v[8];
+    return br_ctx_option(ctx, "profile", v, sizeof v) == BR_OK && !strcmp(v, "1");
+}
+
 int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *o,
                         const char *checkpoint_dir, int resume, int quiet, const char *report_path,
                         const char *who) {
@@ -326,8 +331,8 @@ int br_cmd_compress(int argc, char **argv) {
             if (!quiet) fprintf(stderr, "bitrank %s on %s\n", BITRANK_VERSION, br_ctx_device(ctx));
             rc = br_cli_run_compress(ctx, in, out, &o, NULL, resume, quiet, report,
                                      "bitrank compress");
-            /* BITRANK_PROFILE=1: where the device time went, op by op */
-            if (br_ctx_get_option(ctx, BR_OPT_PROFILE) == 1) br_profile_report(ctx, stderr);
+            /* profile=1 (BITRANK_OPTIONS): where the device time went, op by op */
+            if (br_cli_profiling(ctx)) br_profile_report(ctx, stderr);
             br_ctx_free(ctx);
         }
     }

@@ -159,8 +159,8 @@ int br_cmd_demo(int argc, char **argv) {
                 BITRANK_VERSION, br_ctx_device(ctx), data, o.bpw,
                 o.gram ? ", calibrated by the input Grams " : "", o.gram ? o.gram : "");
     int rc = br_cli_run_compress(ctx, data, out, &o, ckpt, 0, quiet, report, "bitrank demo");
-    /* BITRANK_PROFILE=1: where the device time went, op by op */
-    if (br_ctx_get_option(ctx, BR_OPT_PROFILE) == 1) br_profile_report(ctx, stderr);
+    /* profile=1 (BITRANK_OPTIONS): where the device time went, op by op */
+    if (br_cli_profiling(ctx)) br_profile_report(ctx, stderr);
     br_ctx_free(ctx);
     remove_files_and_dir(ckpt);
     /* a failure leaves nothing: the default output goes too (-o names the user's

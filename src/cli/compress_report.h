@@ -62,6 +62,9 @@ int br_cli_html_writable(const char *path, char *err, size_t err_len);
  * continues (an interrupted run says so); else the caller's own directory, which
  * it removes (no resume is offered). Errors go to stderr prefixed by `who`.
  * Returns the exit status. */
+/* Whether ctx's op profiler is on (option profile=1), to print its report at the end. */
+int br_cli_profiling(const br_ctx *ctx);
+
 int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *opts,
                         const char *checkpoint_dir, int resume, int quiet, const char *report_path,
                         const char *who);

@@ -23,14 +23,15 @@ static int parse_cuda_index(const char *dev) {
     return (int)v;
 }
 
-static void apply_env_options(br_ctx *ctx) {
-    const char *e = getenv("BITRANK_MM_BITS");
-    if (e && strcmp(e, "0") == 0) ctx->opt_bits_gemm = 0;
-    e = getenv("BITRANK_PROFILE");
-    if (e && strcmp(e, "1") == 0) ctx->opt_profile = 1;
-    e = getenv("BITRANK_GEMM");
-    if (e && strcmp(e, "mma") == 0) ctx->opt_gemm_kernel = 1;
-    if (e && strcmp(e, "wgmma") == 0) ctx->opt_gemm_kernel = 2;
+/* The one place the environment sets options: BITRANK_OPTIONS, in br_ctx_set_options'
+ * form, for every context made (a bad value makes br_ctx_new fail, saying so). */
+static br_status apply_env_options(br_ctx *ctx, char *err, size_t n) {
+    const char *e = getenv("BITRANK_OPTIONS");
+    if (!e) return BR_OK;
+    char why[600];
+    if (br_options_parse(&ctx->opt, e, why, sizeof why) == BR_OK) return BR_OK;
+    if (err && n) snprintf(err, n, "BITRANK_OPTIONS=\"%.64s\": %s", e, why);
+    return BR_E_ARG;
 }
 
 static br_status open_on(const br_backend *be, int index, br_ctx **out, char *err, size_t n) {
@@ -40,9 +41,13 @@ static br_status open_on(const br_backend *be, int index, br_ctx **out, char *er
         return BR_E_NOMEM;
     }
     ctx->be = be;
-    ctx->opt_bits_gemm = 1;
-    apply_env_options(ctx);
-    br_status st = be->open(ctx, index, err, n);
+    ctx->opt = br_options_default();
+    br_status st = apply_env_options(ctx, err, n);
+    if (st != BR_OK) {
+        free(ctx);
+        return st;
+    }
+    st = be->open(ctx, index, err, n);
     if (st != BR_OK) {
         free(ctx);
         return st;
@@ -103,36 +108,29 @@ br_status br_ctx_sync(br_ctx *ctx) {
     return ctx->be->sync(ctx);
 }
 
-br_status br_ctx_set_option(br_ctx *ctx, br_option opt, int value) {
+br_status br_ctx_set_options(br_ctx *ctx, const char *spec) {
     if (!ctx) return BR_E_ARG;
-    switch (opt) {
-    case BR_OPT_BITS_GEMM:
-        if (value != 0 && value != 1) break;
-        ctx->opt_bits_gemm = value;
-        return BR_OK;
-    case BR_OPT_PROFILE:
-        if (value != 0 && value != 1) break;
-        ctx->opt_profile = value;
-        return BR_OK;
-    case BR_OPT_GEMM_KERNEL:
-        if (value < 0 || value > 2) break;
-        ctx->opt_gemm_kernel = value;
-        return BR_OK;
-    default: return br_fail(ctx, BR_E_ARG, "br_ctx_set_option: unknown option %d", (int)opt);
-    }
-    return br_fail(ctx, BR_E_ARG, "br_ctx_set_option: value %d out of range for option %d", value,
-                   (int)opt);
+    char why[600];
+    if (br_options_parse(&ctx->opt, spec, why, sizeof why) != BR_OK)
+        return br_fail(ctx, BR_E_ARG, "br_ctx_set_options: %s", why);
+    return BR_OK;
 }
 
-int br_ctx_get_option(const br_ctx *ctx, br_option opt) {
-    if (!ctx) return -1;
-    switch (opt) {
-    case BR_OPT_BITS_GEMM: return ctx->opt_bits_gemm;
-    case BR_OPT_PROFILE: return ctx->opt_profile;
-    case BR_OPT_GEMM_KERNEL: return ctx->opt_gemm_kernel;
-    }
-    return -1;
+br_status br_ctx_options(const br_ctx *ctx, char *buf, size_t len) {
+    if (!ctx || !buf || !len) return BR_E_ARG;
+    br_options_format(&ctx->opt, buf, len);
+    return BR_OK;
 }
+
+br_status br_ctx_option(const br_ctx *ctx, const char *key, char *buf, size_t len) {
+    if (!ctx) return BR_E_ARG;
+    if (br_options_value(&ctx->opt, key, buf, len) != BR_OK)
+        return br_fail((br_ctx *)ctx, BR_E_ARG, "br_ctx_option: unknown key \"%.64s\"",
+                       key ? key : "(null)");
+    return BR_OK;
+}
+
+const char *br_ctx_last_kernel(const br_ctx *ctx) { return ctx ? ctx->kernel : ""; }
 
 void br_ctx_set_tag(br_ctx *ctx, const char *tag) {
     if (!ctx) return;

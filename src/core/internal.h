@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "bitrank_ops.h"
+#include "core/options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,9 +34,8 @@ struct br_ctx {
     void *be_state; /* the backend's own state */
     char device_desc[160];
     char err[512];
-    int opt_bits_gemm;    /* BR_OPT_BITS_GEMM */
-    int opt_profile;      /* BR_OPT_PROFILE */
-    int opt_gemm_kernel;  /* BR_OPT_GEMM_KERNEL */
+    br_options opt;       /* br_ctx_set_options, parsed (core/options.h) */
+    char kernel[96];      /* the last kernel the backend chose (br_ctx_last_kernel) */
     char tag[32];         /* profiler tag of ops issued now */
     struct br_graph *rec; /* non-NULL while recording */
     struct br_prof *prof; /* profiler state (allocated on first use) */

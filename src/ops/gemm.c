@@ -1,7 +1,7 @@
 /* Front-ends of the GEMM family: br_mm on an f16 plane, br_mm_bits on a sign
  * bitmap, br_mm_tn on an f16 act and plane both stored k-rows-first. All check the
  * shapes once here; br_mm_bits either submits the bitmap GEMM or, when
- * BR_OPT_BITS_GEMM is 0 (or the backend has no bitmap GEMM), expands the bitmap
+ * the option bits_gemm is 0 (or the backend has no bitmap GEMM), expands the bitmap
  * into a context-owned f16 plane and submits br_mm's op on it. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -311,7 +311,7 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
     }
     BR_TRY(br_check_buf(ctx, fn, "bits", bits, BR_U32, bits_need));
 
-    if (ctx->opt_bits_gemm && ctx->be->ops[BR_OP_MM_BITS]) {
+    if (ctx->opt.bits_gemm && ctx->be->ops[BR_OP_MM_BITS]) {
         br_op op = {.kind = BR_OP_MM_BITS};
         size_t ws = split_ws_bytes(&g);
         op.u.mm = (br_mm_args){

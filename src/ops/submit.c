@@ -1,4 +1,5 @@
 /* Running, recording and replaying checked ops. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +55,9 @@ static br_status run_op(br_ctx *ctx, const br_op *op) {
     if (!fn)
         return br_fail(ctx, BR_E_UNSUPPORTED, "%s is not implemented on the %s backend",
                        br_op_name(op->kind), ctx->be->name);
-    if (!ctx->opt_profile) return fn(ctx, op);
+    /* the op's name, which a backend that chooses among kernels refines */
+    snprintf(ctx->kernel, sizeof ctx->kernel, "%s", br_op_name(op->kind));
+    if (!ctx->opt.profile) return fn(ctx, op);
     br_prof_mark mark;
     br_prof_begin(ctx, &mark);
     br_status st = fn(ctx, op);
@@ -114,7 +117,7 @@ br_status br_graph_launch(br_graph *g) {
             BR_TRY(run_op(ctx, &g->ops[i]));
         return BR_OK;
     }
-    if (!ctx->opt_profile) return ctx->be->graph_launch(ctx, g);
+    if (!ctx->opt.profile) return ctx->be->graph_launch(ctx, g);
     br_prof_mark mark;
     br_prof_begin(ctx, &mark);
     br_status st = ctx->be->graph_launch(ctx, g);

@@ -328,10 +328,8 @@ static br_status opt_step(br_blr_opt *o) {
     br_ctx *ctx = o->ctx;
     br_blr *l = o->layer;
     /* the sign gradients' norms from the row norms their backward wrote, unless
-     * br_blr_buf handed them out (then they may have been written since); A/B hook,
-     * read on every call: BITRANK_OPT_ROW_NORMS=0 reads G in full */
-    const char *e = getenv("BITRANK_OPT_ROW_NORMS");
-    const int rows = !l->sign_grads_out && !(e && !strcmp(e, "0"));
+     * br_blr_buf handed them out (then they may have been written since) */
+    const int rows = !l->sign_grads_out;
     const br_buf *tab = rows ? o->tab_norms : o->tab;
     BR_TRY(br_sumsq_cat(ctx, l->grads, tab, o->np, o->partials));
     br_step_ctrl_args c = {.partials = o->partials,

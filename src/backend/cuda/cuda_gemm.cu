@@ -7,7 +7,7 @@
  *   simple    operands that are not 16-byte aligned (views that start mid-vector,
  *             act strides lda % 8 ≠ 0)
  *
- * BR_OPT_GEMM_KERNEL chooses the family (0 auto, 1 mma.sync, 2 wgmma or
+ * The option gemm chooses the family (auto, mma: mma.sync, wgmma: wgmma or
  * BR_E_UNSUPPORTED); on wgmma the tile, the bitmap's A source and a split-K factor
  * follow the shape (pick_wgmma). A split-K run writes its partials to the backend
  * workspace the front-end reserved (br_submit's ws_bytes: grown before a graph is
@@ -229,33 +229,27 @@ WgmmaTile pick_wgmma_pair(const Problem &p1, const Problem &p2, int sm_count) {
     return best;
 }
 
-/* Test and benchmark hooks, read on every call: BITRANK_GEMM_TILE=<tile>[/<A source>]
- * (e.g. 128x192/reg4) forces the wgmma tile, BITRANK_GEMM_SPLITK=<s> the split-K
- * factor (within the workspace the op reserved; 1 = none). Unset: the picker decides. */
-void env_overrides(WgmmaTile *tile, WgmmaASource *src, int *splits) {
-    if (const char *e = getenv("BITRANK_GEMM_TILE")) {
-        for (int t = 0; t < TILE_COUNT; t++) {
-            const char *name = tile_name((WgmmaTile)t);
-            const size_t len = strlen(name);
-            if (strncmp(e, name, len) != 0 || (e[len] != '\0' && e[len] != '/')) continue;
-            *tile = (WgmmaTile)t;
-            if (e[len] == '/')
-                for (WgmmaASource a : {A_SMEM, A_REG2, A_REG4})
-                    if (!strcmp(e + len + 1, asource_name(a))) *src = a;
-        }
-    }
-    if (const char *e = getenv("BITRANK_GEMM_SPLITK")) {
-        const int v = atoi(e);
-        if (v >= 1 && v <= 64) *splits = v;
-    }
+static_assert(TILE_COUNT == BR_GEMM_TILE_COUNT, "core/options.c names every wgmma tile");
+
+/* The context's forced wgmma tile (option gemm_tile=<tile>[/<A source>]) and split-K
+ * factor (gemm_splitk, within the workspace the op reserved; 1 = none), where set;
+ * unset, the picker's stand. */
+void option_overrides(const br_ctx *ctx, WgmmaTile *tile, WgmmaASource *src, int *splits) {
+    static const WgmmaASource asrc[BR_GEMM_ASRC_COUNT] = {A_SMEM, A_REG2, A_REG4};
+    const br_options &o = ctx->opt;
+    if (o.gemm_tile >= 0) *tile = (WgmmaTile)o.gemm_tile;
+    if (o.gemm_asrc >= 0) *src = asrc[o.gemm_asrc];
+    if (o.gemm_splitk > 0) *splits = o.gemm_splitk;
 }
 
-/* Benchmark hook: the tile named by environment variable `var` (read on every call),
- * if it names one; *tile unchanged otherwise. */
-static void tile_from_env(const char *var, WgmmaTile *tile) {
-    const char *e = getenv(var);
-    for (int t = 0; e && t < TILE_COUNT; t++)
-        if (!strcmp(e, tile_name((WgmmaTile)t))) *tile = (WgmmaTile)t;
+/* What ran, for br_ctx_last_kernel: "wgmma 128x192/reg4 split 2 (mm_bits)". */
+static void note_kernel(br_ctx *ctx, const char *family, const char *name, WgmmaTile tile,
+                        WgmmaASource src, int splits) {
+    if (tile == TILE_AUTO)
+        snprintf(ctx->kernel, sizeof ctx->kernel, "%s (%s)", family, name);
+    else
+        snprintf(ctx->kernel, sizeof ctx->kernel, "%s %s/%s split %d (%s)", family,
+                 tile_name(tile), src == A_AUTO ? "-" : asource_name(src), splits, name);
 }
 
 br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name, Family family,
@@ -290,13 +284,13 @@ static br_status pick_family(br_ctx *ctx, const Problem &p, const char *name, Fa
     br_cuda *s = br_cuda_state(ctx);
     Family f = *family;
     if (f == FAMILY_AUTO)
-        f = ctx->opt_gemm_kernel == 1   ? FAMILY_MMA
-            : ctx->opt_gemm_kernel == 2 ? FAMILY_WGMMA
+        f = ctx->opt.gemm_kernel == 1   ? FAMILY_MMA
+            : ctx->opt.gemm_kernel == 2 ? FAMILY_WGMMA
             : s->has_wgmma              ? FAMILY_WGMMA
                                         : FAMILY_MMA;
     if (f == FAMILY_WGMMA && !s->has_wgmma)
         return br_fail(ctx, BR_E_UNSUPPORTED,
-                       "%s: the wgmma kernels (BR_OPT_GEMM_KERNEL = 2) need a compute capability "
+                       "%s: the wgmma kernels (option gemm=wgmma) need a compute capability "
                        "9.0 GPU and sm_90a code; cuda:%d is sm_%d and this build %s sm_90a code",
                        name, s->device, s->cc, br_cuda_built_wgmma() ? "has" : "has no");
     /* 16-byte loads (cp.async, TMA) need 16-byte aligned operand rows: the base and
@@ -316,7 +310,7 @@ br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family
 }
 
 /* The wgmma tile, A source and split-K factor run_problem takes for p: TILE_AUTO /
- * A_AUTO the pick, then the environment's overrides; a split (*splits > 1) only where
+ * A_AUTO the pick, then the context's options; a split (*splits > 1) only where
  * ws_bytes, the workspace the op reserved, holds its partials (else 1). */
 static void plan_wgmma(br_ctx *ctx, const Problem &p, size_t ws_bytes, WgmmaTile *tile,
                        WgmmaASource *src, int *splits) {
@@ -330,7 +324,7 @@ static void plan_wgmma(br_ctx *ctx, const Problem &p, size_t ws_bytes, WgmmaTile
         if (*tile == TILE_AUTO) *tile = t;
         if (*src == A_AUTO) *src = a;
     }
-    env_overrides(tile, src, splits);
+    option_overrides(ctx, tile, src, splits);
     const int nkb = (p.k + 63) / 64;
     if (*splits > nkb) *splits = nkb;
     if (*splits > 1 && (*tile < 0 || *tile >= TILE_COUNT ||
@@ -345,8 +339,14 @@ br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name
                       WgmmaTile tile, WgmmaASource src) {
     const PlaneKind kind = p.kind;
     BR_TRY(pick_family(ctx, p, name, &family));
-    if (family == FAMILY_SIMPLE) return launch_simple(ctx, p);
-    if (family == FAMILY_MMA) return launch_mma(ctx, p);
+    if (family == FAMILY_SIMPLE) {
+        note_kernel(ctx, "simple", name, TILE_AUTO, A_AUTO, 1);
+        return launch_simple(ctx, p);
+    }
+    if (family == FAMILY_MMA) {
+        note_kernel(ctx, "mma", name, TILE_AUTO, A_AUTO, 1);
+        return launch_mma(ctx, p);
+    }
     p.ws_bytes = ws_bytes;
     int splits;
     plan_wgmma(ctx, p, ws_bytes, &tile, &src, &splits);
@@ -359,6 +359,7 @@ br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name
         p.ws_bytes = need;
         p.splits = splits;
     }
+    note_kernel(ctx, p.mn ? "wgmma-mn" : "wgmma", name, tile, p.mn ? A_SMEM : src, splits);
     if (p.mn) return launch_wgmma_f16_mn(ctx, p, tile);
     switch (kind) {
     case PLANE_F16: return launch_wgmma_f16(ctx, p, tile, src);
@@ -383,19 +384,17 @@ static Problem stage_problem(const br_mm_stage_args &a) {
 /* Whether an MM_STAGE op with an f16 c runs fused, on the EPI_STAGE16 kernel (the
  * f16 c of a whole tile loaded under its main loop, the f16 output written over it):
  * where out is not kept, no transposed output is asked for and the operands suit
- * TMA. BITRANK_MM_STAGE16=0 (read on every call) runs the unfused path instead (the
- * A/B switch). On success *tile holds the tile. */
+ * TMA. Option mm_stage16=0 runs the unfused path instead (for checking). On success
+ * *tile holds the tile. */
 static bool stage16_fused(br_ctx *ctx, const Problem &p, WgmmaTile *tile) {
-    const char *e = getenv("BITRANK_MM_STAGE16");
-    if (e && !strcmp(e, "0")) return false;
+    if (!ctx->opt.mm_stage16) return false;
     Family f = FAMILY_AUTO;
     if (pick_family(ctx, p, "mm_stage", &f) != BR_OK || f != FAMILY_WGMMA || !stage16_aligned(p))
         return false;
     WgmmaASource src;
     int splits = 1;
     pick_wgmma(p, br_cuda_state(ctx)->sm_count, tile, &src);
-    env_overrides(tile, &src, &splits);
-    tile_from_env("BITRANK_STAGE16_TILE", tile); /* this op's alone (benchmarks) */
+    option_overrides(ctx, tile, &src, &splits);
     return true;
 }
 
@@ -430,7 +429,10 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
     if (c16) {
         const Problem staged = stage16_problem(a);
         WgmmaTile tile;
-        if (stage16_fused(ctx, staged, &tile)) return launch_wgmma_f16_stage16(ctx, staged, tile);
+        if (stage16_fused(ctx, staged, &tile)) {
+            note_kernel(ctx, "wgmma stage16", "mm_stage", tile, A_SMEM, 1);
+            return launch_wgmma_f16_stage16(ctx, staged, tile);
+        }
     } else if (a.mm.out) { /* the product with c in out, then staged */
         Problem p = problem_of(a.mm, PLANE_F16);
         BR_TRY(run_problem(ctx, p, 0, "mm_stage", FAMILY_AUTO, TILE_AUTO, A_AUTO));
@@ -480,13 +482,12 @@ extern "C" br_status br_cuda_mm_colsum(br_ctx *ctx, const br_op *op) {
 /* MM_TN (out = actᵀ·plane, act [k][lda] and plane [k][ldp]): the MN-major wgmma
  * kernels where they run (Hopper, 16-byte aligned bases and rows); elsewhere both
  * operands transposed into the workspace ([m][k] and [n][k]) for the K-major path.
- * BITRANK_MM_TN=copy (read on every call) takes the second way anywhere (tests). */
+ * Option mm_tn=copy takes the second way anywhere (tests). */
 namespace {
 bool mm_tn_direct(br_ctx *ctx, const br_mm_args &a) {
-    const char *e = getenv("BITRANK_MM_TN");
-    if (e && !strcmp(e, "copy")) return false;
+    if (ctx->opt.mm_tn_copy) return false;
     br_cuda *s = br_cuda_state(ctx);
-    const bool wgmma = ctx->opt_gemm_kernel == 2 || (ctx->opt_gemm_kernel == 0 && s->has_wgmma);
+    const bool wgmma = ctx->opt.gemm_kernel == 2 || (ctx->opt.gemm_kernel == 0 && s->has_wgmma);
     return wgmma && s->has_wgmma && br_gemm_cuda::aligned16(br_ptr(a.act)) &&
            br_gemm_cuda::aligned16(br_ptr(a.plane)) && a.g.lda % 8 == 0 && a.ldp % 8 == 0;
 }
@@ -531,9 +532,7 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
         p.mn = true;
         p.lda = (long long)a.g.lda;
         p.ldp = (long long)a.ldp;
-        WgmmaTile tile = TILE_AUTO; /* benchmarks: this op's unsplit products alone */
-        if (a.ws_bytes == 0) tile_from_env("BITRANK_MM_TN_TILE", &tile);
-        return run_problem(ctx, p, a.ws_bytes, "mm_tn", FAMILY_WGMMA, tile, A_AUTO);
+        return run_problem(ctx, p, a.ws_bytes, "mm_tn", FAMILY_WGMMA, TILE_AUTO, A_AUTO);
     }
     void *ws = nullptr;
     BR_TRY(br_cuda_workspace(ctx, mm_tn_copy_bytes(a), &ws));
@@ -551,7 +550,7 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
 /* MM_TN2: both products in one launch of the MN-major plain kernel where each would
  * run on it unsplit and plain with the same k, the second's tiles after the
  * first's: M_U's last wave leaves SMs idle that N_V's tiles then fill. Else
- * (BITRANK_MM_TN2=0, read on every call: an A/B hook) each as MM_TN, in turn. With
+ * (option mm_tn2=0, for checking) each as MM_TN, in turn. With
  * rowdot (br_mm_tn2_rowdot), both sides' rowdots after the products, in one launch.
  * (The rowdots in the kernel's epilogue, the gradients straight from the
  * accumulators, measured slower on the H200: 0.4168 ms against 0.4099 at the third
@@ -560,9 +559,8 @@ extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
     using namespace br_gemm_cuda;
     const br_mm_tn2_args &two = op->u.mm_tn2;
     const br_mm_args *m = two.mm;
-    const char *e = getenv("BITRANK_MM_TN2");
     Problem p[2];
-    bool pair = !(e && !strcmp(e, "0")) && m[0].g.k == m[1].g.k;
+    bool pair = ctx->opt.mm_tn2 && m[0].g.k == m[1].g.k;
     for (int i = 0; i < 2 && pair; i++) {
         p[i] = problem_of(m[i], PLANE_F16);
         p[i].mn = true;
@@ -573,9 +571,9 @@ extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
     if (pair) {
         WgmmaTile tile = pick_wgmma_pair(p[0], p[1], br_cuda_state(ctx)->sm_count);
         WgmmaASource src = A_SMEM;
-        int splits = 1; /* the hook's split factor: not used here */
-        tile_from_env("BITRANK_MM_TN_TILE", &tile);
-        env_overrides(&tile, &src, &splits);
+        int splits = 1; /* gemm_splitk's factor: not used here */
+        option_overrides(ctx, &tile, &src, &splits);
+        note_kernel(ctx, "wgmma-mn pair", "mm_tn2", tile, A_SMEM, 1);
         BR_TRY(launch_wgmma_f16_mn(ctx, p[0], tile, &p[1]));
     } else {
         for (int i = 0; i < 2; i++) {

@@ -244,20 +244,18 @@ static __device__ __forceinline__ void br_dev_pdl_enter(void) {
  * grid-stride kernel sized to fill the GPU would have its blocks placed early on
  * the SMs the kernel before frees first, unevenly: colsum and cvt_both lost about
  * 4 µs each that way on the H200, while the GEMMs gained 3 µs of the step.
- * A/B hook, read on every call: BITRANK_PDL=0 none, BITRANK_PDL=all every kernel
- * launched through here. */
-static inline bool br_cuda_pdl_on(const br_cuda *s, bool one_per_sm) {
-    const char *e = getenv("BITRANK_PDL");
+ * Option pdl (br_pdl_mode): off none, all every kernel launched through here. */
+static inline bool br_cuda_pdl_on(const br_cuda *s, int pdl, bool one_per_sm) {
     /* the legacy stream's implicit barriers with the other streams are not
      * documented to combine with programmatic edges: plain launches there */
-    if (!s->has_wgmma || s->legacy_stream || (e && !strcmp(e, "0"))) return false;
-    return one_per_sm || (e && !strcmp(e, "all"));
+    if (!s->has_wgmma || s->legacy_stream || pdl == BR_PDL_OFF) return false;
+    return one_per_sm || pdl == BR_PDL_ALL;
 }
 
 /* kernel<<<grid, block, smem, s->stream>>>(args...), as a programmatic dependent
  * where br_cuda_pdl_on. */
 template <typename... P, typename... A>
-static inline cudaError_t br_cuda_launch_pdl(const br_cuda *s, bool one_per_sm,
+static inline cudaError_t br_cuda_launch_pdl(const br_cuda *s, int pdl, bool one_per_sm,
                                              void (*kernel)(P...), dim3 grid, dim3 block,
                                              size_t smem, A &&...args) {
     cudaLaunchAttribute attr[1];
@@ -269,7 +267,7 @@ static inline cudaError_t br_cuda_launch_pdl(const br_cuda *s, bool one_per_sm,
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s->stream;
     cfg.attrs = attr;
-    cfg.numAttrs = br_cuda_pdl_on(s, one_per_sm) ? 1 : 0;
+    cfg.numAttrs = br_cuda_pdl_on(s, pdl, one_per_sm) ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
@@ -281,7 +279,7 @@ static inline cudaError_t br_cuda_launch_pdl(const br_cuda *s, bool one_per_sm,
     do {                                                                                           \
         (ctx)->stats.launches++;                                                                   \
         cudaError_t br_cuda_e_ =                                                                   \
-            br_cuda_launch_pdl((s), (one_per_sm), (kernel), (grid), (block), (smem), __VA_ARGS__); \
+            br_cuda_launch_pdl((s), (ctx)->opt.pdl, (one_per_sm), (kernel), (grid), (block), (smem), __VA_ARGS__); \
         cudaError_t br_cuda_last_ = cudaGetLastError();                                            \
         if (br_cuda_e_ == cudaSuccess) br_cuda_e_ = br_cuda_last_;                                 \
         if (br_cuda_e_ != cudaSuccess)                                                             \

@@ -266,10 +266,10 @@ static expand_job expand_job_of(br_ctx *ctx, const br_expand_scaled_args *a, uns
         size_t tiles = (size_t)((e.ld + tc - 1) / tc) * (e.words >> e.wlog);
         *bx = br_cuda_blocks(ctx, tiles * THREADS, THREADS);
     }
-    /* test hook, read on every call: BITRANK_EXPAND_BLOCKS=<b> caps grid.x (a job's
-     * blocks), so that small planes take the grid-stride loops (several tiles a block) */
-    const char *cap = getenv("BITRANK_EXPAND_BLOCKS");
-    if (cap) *bx = std::max(1u, std::min(*bx, (unsigned)atoi(cap)));
+    /* option expand_blocks=<b> caps grid.x (a job's blocks), so that tests can make
+     * small planes take the grid-stride loops (several tiles a block) */
+    const int cap = ctx->opt.expand_blocks;
+    if (cap > 0) *bx = std::max(1u, std::min(*bx, (unsigned)cap));
     return e;
 }
 

@@ -813,24 +813,19 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
      * finish in the same launch (one machine start: the
      * layer step 0.4203 against 0.4089 ms) and 5.7 µs slower as it was, with a finish
      * launch of its own (0.4146): every block pays its start, its count and, with the
-     * finish in the launch, its arrival. BITRANK_SIGN_WAVES=<w> (read on every call, an
-     * A/B hook): w waves; 0: a block per 1024 entries. The entries' values do not
+     * finish in the launch, its arrival. So: one wave. The entries' values do not
      * depend on the grid (only the per-block counts do, and their sum does not). */
     void (*kernel)(sign_jobs, adam_job) =
         vec ? update_n_kernel<VEC_W, VEC_BATCH> : update_n_kernel<1, SCALAR_BATCH>;
-    const char *wv = getenv("BITRANK_SIGN_WAVES");
-    const int waves = wv ? atoi(wv) : 1;
     size_t budget = 0, entries = 0;
-    if (waves > 0) {
-        int *per_sm = &s->sign_update_per_sm[vec != 0]; /* asked once per context */
-        if (*per_sm == 0) {
-            BR_CUDA_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, THREADS, 0));
-            if (*per_sm < 1) *per_sm = 1;
-        }
-        budget = (size_t)waves * (size_t)*per_sm * (size_t)s->sm_count;
-        for (size_t i = 0; i < a->n; i++)
-            entries += a->m[i].rows * a->m[i].r;
+    int *per_sm = &s->sign_update_per_sm[vec != 0]; /* asked once per context */
+    if (*per_sm == 0) {
+        BR_CUDA_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, THREADS, 0));
+        if (*per_sm < 1) *per_sm = 1;
     }
+    budget = (size_t)*per_sm * (size_t)s->sm_count;
+    for (size_t i = 0; i < a->n; i++)
+        entries += a->m[i].rows * a->m[i].r;
     for (size_t i = 0; i < a->n; i++) {
         const br_sign_step_args *m = &a->m[i];
         J.job[i].ws.cnt = cnt + i * GRID_MAX;
@@ -856,8 +851,7 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     /* One launch where the Adam job may run beside the updates: the front-end keeps
      * what Adam uses apart from what a step writes and Adam's writes from the scheds;
      * a direct step also reads its grad, which Adam must then not write. */
-    const char *e = getenv("BITRANK_SIGN_ONE_LAUNCH"); /* =0: an A/B hook, read every call */
-    int one = !(e && !strcmp(e, "0"));
+    int one = 1;
     for (size_t i = 0; i < a->n && a->with_adam; i++) {
         const br_adam_args *d = &a->adam;
         const br_buf *g = a->m[i].grad;
@@ -867,6 +861,7 @@ extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
     }
     if (one) J.ticket = s->tickets + BR_TICKET_SIGN_STEPS;
     const unsigned grid = J.start[J.n] + (one ? adam_blocks : 0);
+    snprintf(ctx->kernel, sizeof ctx->kernel, "update_n %s", one ? "one launch" : "two launches");
     BR_CUDA_LAUNCH_WAITING(ctx, s, "update_n_kernel", kernel, grid, THREADS, 0, J, A);
     if (one) return BR_OK;
     BR_CUDA_LAUNCH_WAITING(ctx, s, "finish_n_kernel", finish_n_kernel, J.n + adam_blocks, THREADS,

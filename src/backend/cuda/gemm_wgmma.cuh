@@ -1102,16 +1102,14 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     a.beta = p.beta;
     a.m = p.m, a.n = p.n, a.k = p.k, a.words = p.words;
     a.o16 = p.o16, a.ld16 = p.ld16, a.rows16 = p.rows16, a.s16 = p.s16;
-    /* c's loads three quarters into the main loop (BITRANK_STAGE16_C_AT=<percent>,
-     * read on every call: a benchmark hook). On the H200 (bench_layer):
+    /* c's loads three quarters into the main loop. On the H200 (bench_layer):
      * 0 % 0.2776 / 0.2337 / 0.4671 ms, 33 % 0.2762 / 0.2332 / 0.4675, 66 % 0.2761 /
-     * 0.2340 / 0.4619, 90 % 0.2753 / 0.2331 / 0.4619. Read for that kernel alone. */
+     * 0.2340 / 0.4619, 90 % 0.2753 / 0.2331 / 0.4619. */
     a.c_at = 0;
     a.c16 = p.c16;
     a.ldc16 = p.ldo;
     if (kStage16) {
-        const char *e = getenv("BITRANK_STAGE16_C_AT");
-        const int pct = e ? std::max(0, std::min(100, atoi(e))) : 75;
+        const int pct = 75;
         a.c_at = (int)((long long)((p.k + Cfg::kBK - 1) / Cfg::kBK) * pct / 100);
     }
     /* the staging's tiles also cover its outputs' pads (zero operands there: +0) */
@@ -1180,9 +1178,9 @@ br_status launch_wgmma_shape(br_ctx *ctx, const Problem &p, const Problem *p2 = 
     if (!kFullEpi && (p.colscale || p.c || a.splits > 1))
         return br_fail(ctx, BR_E_STATE, "mm: the plain wgmma kernel got an epilogue");
     int grid = std::min(units, s->sm_count);
-    /* test hook, read on every call: BITRANK_GEMM_CTAS=<c> caps the persistent grid,
-     * so that small problems run many units per CTA */
-    if (const char *e = getenv("BITRANK_GEMM_CTAS")) grid = std::max(1, std::min(grid, atoi(e)));
+    /* option gemm_ctas=<c> caps the persistent grid, so that tests can make small
+     * problems run many units per CTA */
+    if (ctx->opt.gemm_ctas > 0) grid = std::min(grid, ctx->opt.gemm_ctas);
 #ifdef BR_WGMMA_TRACE
     a.trace = trace_flag(kEpi, p.n, kMN);
 #endif
