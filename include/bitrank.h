@@ -918,6 +918,63 @@ void br_ctx_set_tag(br_ctx *ctx, const char *tag);
 br_status br_profile_report(br_ctx *ctx, FILE *out);
 void br_profile_reset(br_ctx *ctx);
 
+/* ---------------------------------------------------------------- inference on the CPU */
+
+/* A BLR linear (br_blr_host) prepared for inference on the host CPU: for tokens
+ * x [ntok][n], y [ntok][m] = Σ_p h_p ⊙ (S_U,p · (ℓ_p ⊙ (S_V,pᵀ · (g_p ⊙ x)))) (+ bias),
+ * straight from the signs, Ŵ never formed. The plan holds the signs repacked for
+ * lookup-table kernels (each group of 4 inputs of a product indexes a 16-entry
+ * table of its ± sums) and copies of the scales: the layer it was made from may
+ * change or go once br_blr_infer_new returns. A plan is used by one caller at a
+ * time (a run writes its scratch); runs use OpenMP's threads, and give the same
+ * bits for any thread count.
+ *
+ * Accuracy. Each product S·z (z = g⊙x of n entries, then z = ℓ⊙a of r entries;
+ * K its length rounded up to 32, u = 2^-24) is within E(z) of its exact value for
+ * the z given (the rounding of z's own f32 products counted): "portable" (f32
+ * tables) E(z) = (K/8 + 5)·u·‖z‖₁; "avx2-lut" (16-bit integer tables, one scale per
+ * 16 inputs) E(z) = (1/16000 + (K/16 + 5)·u)·‖z‖₁. These are worst cases
+ * (every rounding the same way), and compose to
+ *     |y_i − y_exact_i| ≤ Σ_p |h_p,i|·(E(ℓ_p⊙a_p) + ‖ℓ_p‖₁·E(g_p⊙x))
+ *                         + 2^-22·(Σ_p |h_p,i·c_p,i| + |bias_i|)
+ * (src/infer says why). The roundings of different groups are independent and of
+ * either sign, so the typical error is about √(K/4) times smaller: on random layers
+ * and inputs of spread-out magnitudes, with m ≥ 16 outputs and rank r ≥ 16, both
+ * kernels keep max_i |y_i − y_exact_i| ≤ 2e-3·max_i |y_exact_i| per token, an f16
+ * rounding of the largest output or two (tests/test_blr_infer.c checks the bound
+ * and this; with fewer outputs or a smaller rank all outputs can cancel together,
+ * and no rounded sum keeps an error relative to its result). A token whose x holds
+ * a NaN or an infinity gets NaN or infinite outputs. */
+typedef struct br_blr_infer br_blr_infer;
+
+/* The kernels of a plan. */
+typedef enum br_infer_kernel {
+    BR_INFER_AUTO = 0,     /* the fastest this CPU runs (a new plan's choice) */
+    BR_INFER_PORTABLE = 1, /* plain C, f32 tables: any CPU ("portable") */
+    BR_INFER_AVX2 = 2,     /* AVX2 shuffles of 16-bit tables ("avx2-lut"): x86-64 with AVX2, FMA */
+} br_infer_kernel;
+
+/* A plan for `layer` (checked: arrays not NULL, m, n, r in [1, 2^31], paths 1 or 2,
+ * every scale finite, else BR_E_ARG / BR_E_SHAPE / BR_E_OVERFLOW / BR_E_NONFINITE;
+ * BR_E_NOMEM). ctx is any context (CPU or CUDA) and only receives the messages of
+ * this call and of the plan's later failures; it may be NULL (messages dropped),
+ * else it must outlive the plan. */
+br_status br_blr_infer_new(br_ctx *ctx, const br_blr_host *layer, br_blr_infer **out);
+/* Choose the kernel of the next runs: BR_E_UNSUPPORTED for BR_INFER_AVX2 on a CPU
+ * without it. */
+br_status br_blr_infer_set_kernel(br_blr_infer *p, br_infer_kernel kernel);
+/* The kernel the next run uses: "avx2-lut" or "portable" ("none" for NULL). */
+const char *br_blr_infer_kernel(const br_blr_infer *p);
+/* y [ntok][m] for x [ntok][n] (f32, row-major), bias f32 [m] or NULL. y must not
+ * overlap x or bias (BR_E_ARG); ntok ≥ 1 (BR_E_SHAPE). */
+br_status br_blr_infer_run(br_blr_infer *p, const float *x, size_t ntok, const float *bias,
+                           float *y);
+/* The same with x, bias and y as IEEE f16 bit patterns: computed in f32, y rounded
+ * to nearest even. */
+br_status br_blr_infer_run_f16(br_blr_infer *p, const uint16_t *x, size_t ntok,
+                               const uint16_t *bias, uint16_t *y);
+void br_blr_infer_free(br_blr_infer *p);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

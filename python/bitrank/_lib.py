@@ -33,6 +33,9 @@ BLR_SIGN_GRADS, BLR_CURVATURE = 1, 2
 # br_sign_mode
 SIGN_OFF, SIGN_LATENT, SIGN_EXACT = 0, 1, 2
 
+# br_infer_kernel (CPU inference plans)
+INFER_AUTO, INFER_PORTABLE, INFER_AVX2 = 0, 1, 2
+
 c_size_t = ctypes.c_size_t
 c_void_p = ctypes.c_void_p
 c_char_p = ctypes.c_char_p
@@ -187,6 +190,11 @@ _SIGS = {
                                           ctypes.POINTER(CompressOpts), ctypes.POINTER(BlrHost),
                                           ctypes.POINTER(LayerReport)]),
     "br_blr_host_free": (None, [ctypes.POINTER(BlrHost)]),
+    "br_blr_infer_new": (ctypes.c_int, [P, ctypes.POINTER(BlrHost), ctypes.POINTER(P)]),
+    "br_blr_infer_set_kernel": (ctypes.c_int, [P, ctypes.c_int]),
+    "br_blr_infer_kernel": (c_char_p, [P]),
+    "br_blr_infer_run": (ctypes.c_int, [P, P, c_size_t, P, P]),
+    "br_blr_infer_free": (None, [P]),
 }
 
 _lib = None

@@ -10,6 +10,13 @@ library computes with f16 operands and f32 accumulation (include/bitrank.h);
 backend="torch" computes the same product in torch at the input's precision without
 the library (a reference, and a fallback for devices the library does not run on).
 
+Where no autograd graph is needed (torch.no_grad(), inference_mode, or neither x nor
+any of the module's parameters requiring grad) a CPU module with backend="library"
+runs the forward through the library's CPU inference plan instead (br_blr_infer:
+lookup-table kernels straight from the sign bits, f32 results, include/bitrank.h),
+kept per module and rebuilt when u, v, h, l or g change; `module.infer_kernel` names
+the kernel the last such forward ran ("avx2-lut" or "portable").
+
 The backward gives dx, dh, dl, dg, and with `sign_grads = True` also the sign
 gradients G_U = dL/dS_U, G_V = dL/dS_V (the signs taken as real) in
 `module.grad_u`, `module.grad_v` ([P][m][r], [P][n][r]): what the library's sign
@@ -17,6 +24,7 @@ optimizer (LibraryOptimizer below) and straight-through estimators train on.
 """
 import ctypes
 import math
+import threading
 
 import torch
 from torch import nn
@@ -71,6 +79,8 @@ class BLRLinear(nn.Module):
         self.sum_x2 = None
         self._state = {}  # device -> _LayerState (the library's layer, its scratch)
         self._fwd_id = 0
+        self._infer = None  # _InferPlan: the CPU inference plan of the current parameters
+        self.infer_kernel = None  # the kernel the last CPU inference forward ran
 
     # ---- construction and conversion
 
@@ -120,6 +130,10 @@ class BLRLinear(nn.Module):
         for st in self._state.values():
             st.free()
         self._state = {}
+        plan = getattr(self, "_infer", None)
+        if plan is not None:
+            plan.free()
+        self._infer = None
 
     def __del__(self):
         try:
@@ -130,6 +144,7 @@ class BLRLinear(nn.Module):
     def __getstate__(self):
         d = self.__dict__.copy()
         d["_state"] = {}
+        d["_infer"] = None
         return d
 
     # ---- forward
@@ -140,6 +155,11 @@ class BLRLinear(nn.Module):
             raise ValueError(f"BLRLinear: input has {shape[-1]} features, the layer "
                              f"{self.in_features}")
         x2 = x.reshape(-1, self.in_features)
+        if self.backend == "library" and x2.shape[0] > 0 and self._cpu_inference(x2):
+            plan = self._infer_plan()
+            y = plan.run(x2, self.bias)
+            self.infer_kernel = plan.kernel
+            return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
         if self.backend == "torch" or x2.shape[0] == 0:
             y = self._torch_forward(x2)
         else:
@@ -148,6 +168,35 @@ class BLRLinear(nn.Module):
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
         return y.reshape(*shape[:-1], self.out_features)
+
+    def _cpu_inference(self, x2):
+        """Whether this forward takes the CPU inference plan: input and module on the
+        CPU, an f32/f16/bf16 input, and no autograd graph to record (grad mode off, or
+        neither x nor any parameter requiring grad): the plan has no backward."""
+        if x2.device.type != "cpu" or self.h.device.type != "cpu":
+            return False
+        if x2.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            return False
+        if torch.is_grad_enabled():
+            params = [self.h, self.l, self.g] + ([self.bias] if self.bias is not None else [])
+            if x2.requires_grad or any(p.requires_grad for p in params):
+                return False
+        return True
+
+    def _infer_plan(self):
+        """The CPU inference plan of the parameters as they are now: rebuilt when any
+        of u, v, h, l, g was modified (its version counter: in-place writes, copy_,
+        optimizer steps) or replaced (its storage)."""
+        key = tuple((t._version, t.data_ptr(), tuple(t.shape), t.dtype)
+                    for t in (self.u, self.v, self.h, self.l, self.g))
+        plan = getattr(self, "_infer", None)
+        if plan is not None and plan.key == key:
+            return plan
+        if plan is not None:
+            plan.free()
+        self._infer = None
+        self._infer = _InferPlan(self, key)
+        return self._infer
 
     def _torch_forward(self, x2):
         dt = x2.dtype if x2.dtype in (torch.float32, torch.float64) else torch.float32
@@ -183,6 +232,71 @@ def cast_except_blr(model, dtype):
             if b.is_floating_point():
                 setattr(mod, name, b.to(dtype))
     return model
+
+
+class _InferPlan:
+    """A library CPU inference plan (br_blr_infer) of one module's parameters. The
+    plan holds its own copy of the signs and scales; a run writes the plan's scratch,
+    so runs of one plan are serialized (ctypes lets other Python threads run meanwhile).
+    `calls` counts plans built and runs (tests check which path ran)."""
+    calls = {"build": 0, "run": 0}
+
+    def __init__(self, mod, key):
+        self.key = key
+        self.ctx = _lib.context("cpu")
+        self.lib = self.ctx._lib
+        self.m, self.n = mod.out_features, mod.in_features
+        self.ptr = None
+        self.lock = threading.Lock()
+        host = _lib.BlrHost(m=self.m, n=self.n, r=mod.rank, paths=mod.paths)
+        keep = []
+        u32 = ctypes.POINTER(ctypes.c_uint32)
+        f32 = ctypes.POINTER(ctypes.c_float)
+        for p in range(mod.paths):
+            arrays = (layout.words32(mod.u[p].detach(), mod.rank).contiguous(),
+                      layout.words32(mod.v[p].detach(), mod.rank).contiguous(),
+                      mod.h.detach()[p].float().contiguous(),
+                      mod.l.detach()[p].float().contiguous(),
+                      mod.g.detach()[p].float().contiguous())
+            keep += arrays
+            hp = host.path[p]
+            hp.bits_u = ctypes.cast(arrays[0].data_ptr(), u32)
+            hp.bits_v = ctypes.cast(arrays[1].data_ptr(), u32)
+            hp.h = ctypes.cast(arrays[2].data_ptr(), f32)
+            hp.l = ctypes.cast(arrays[3].data_ptr(), f32)
+            hp.g = ctypes.cast(arrays[4].data_ptr(), f32)
+        ptr = _lib.P()
+        self.ctx.check(self.lib.br_blr_infer_new(self.ctx.ptr, ctypes.byref(host),
+                                                 ctypes.byref(ptr)))
+        del keep  # the plan copied what it needs
+        self.ptr = ptr
+        self.kernel = self.lib.br_blr_infer_kernel(ptr).decode()
+        _InferPlan.calls["build"] += 1
+
+    def run(self, x2, bias):
+        """y [ntok][m] f32 = the layer of x2 [ntok][n] (+ bias), x2 converted to f32."""
+        x32 = x2.detach().to(torch.float32).contiguous()
+        ntok = x32.shape[0]
+        y = _alloc(ntok, self.m, device=x32.device)
+        b32 = bias.detach().float().contiguous() if bias is not None else None
+        with self.lock:
+            st = self.lib.br_blr_infer_run(self.ptr, _lib.P(x32.data_ptr()), ntok,
+                                           _lib.P(b32.data_ptr()) if b32 is not None else None,
+                                           _lib.P(y.data_ptr()))
+        self.ctx.check(st)
+        _InferPlan.calls["run"] += 1
+        return y
+
+    def free(self):
+        if getattr(self, "ptr", None):
+            self.lib.br_blr_infer_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
 
 
 class _LayerState:

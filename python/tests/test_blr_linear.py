@@ -256,3 +256,118 @@ def test_library_optimizer_exact_flips(device):
         losses.append(float(loss.detach()))
     assert losses[-1] < 0.8 * losses[0], losses
     opt.free()
+
+
+# ---- CPU inference (the library's br_blr_infer plan, taken where no graph is needed)
+
+def _per_token_err(y, y_ref):
+    """max_i |y - y_ref| / ||y_ref||_inf of each token (rows of [ntok][m])."""
+    y, y_ref = y.detach().double().cpu().reshape(-1, y.shape[-1]), y_ref.reshape(-1, y.shape[-1])
+    return (y - y_ref).abs().amax(-1) / y_ref.abs().amax(-1).clamp_min(1e-30)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_cpu_inference_against_f64(shape, bias):
+    """Under no_grad a CPU module runs the inference plan (not _BLRFunction), and each
+    token's output is within 2e-3 of its largest f64 reference output (the plan's
+    f16-level tolerance, include/bitrank.h), NaN-poisoned output overwritten."""
+    rng = np.random.default_rng(SEED + 31 + hash(shape) % 1000)
+    m, n, r, paths = shape
+    mod, parts = random_layer(rng, m, n, r, paths, "cpu")
+    if not bias:
+        mod.bias = None
+    mod.eval()
+    x = torch.from_numpy(rng.normal(0, 1, (3, 7, n))).float()
+    calls, runs = dict(bt._BLRFunction.calls), bt._InferPlan.calls["run"]
+    with torch.no_grad():
+        y = mod(x)
+    assert bt._InferPlan.calls["run"] == runs + 1, "the inference plan did not run"
+    assert bt._BLRFunction.calls == calls, "the training forward ran"
+    assert mod.infer_kernel in ("avx2-lut", "portable")
+    b = mod.bias.detach().double() if bias else torch.zeros(m, dtype=torch.float64)
+    y_ref, _ = reference(x.double(), parts, b)
+    assert y.shape == (3, 7, m) and y.dtype == torch.float32 and torch.isfinite(y).all()
+    err = _per_token_err(y, y_ref)
+    assert float(err.max()) <= 2e-3, float(err.max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_inference_half_inputs(dtype):
+    """f16 / bf16 inputs: converted to f32 for the plan, the output cast back."""
+    rng = np.random.default_rng(SEED + 37)
+    m, n, r, paths = 100, 70, 20, 2
+    mod, parts = random_layer(rng, m, n, r, paths, "cpu")
+    x = torch.from_numpy(rng.normal(0, 1, (5, n))).to(dtype)
+    runs = bt._InferPlan.calls["run"]
+    with torch.no_grad():
+        y = mod(x)
+    assert bt._InferPlan.calls["run"] == runs + 1
+    assert y.dtype == dtype and y.shape == (5, m)
+    y_ref, _ = reference(x.double(), parts, mod.bias.detach().double())
+    eps = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[dtype]
+    err = (y.double() - y_ref).abs() - eps * y_ref.abs()  # less the output's own rounding
+    assert float((err.amax(-1) / y_ref.abs().amax(-1)).max()) <= 2e-3
+
+
+def test_cpu_inference_plan_follows_parameters():
+    """The plan is kept while the parameters stay, and rebuilt after an in-place change
+    of h (and of the signs u), whose outputs then follow the new values."""
+    rng = np.random.default_rng(SEED + 41)
+    m, n, r, paths = 64, 96, 40, 2
+    mod, (su, sv, h, l, g) = random_layer(rng, m, n, r, paths, "cpu")
+    x = torch.from_numpy(rng.normal(0, 1, (4, n))).float()
+    bias = mod.bias.detach().double()
+    with torch.no_grad():
+        mod(x)
+        builds = bt._InferPlan.calls["build"]
+        mod(x)
+        assert bt._InferPlan.calls["build"] == builds, "rebuilt without a change"
+        mod.h[1, 5] *= -3.0  # in place
+        mod.h[0].mul_(0.5)
+        y = mod(x)
+    assert bt._InferPlan.calls["build"] == builds + 1, "not rebuilt after h changed"
+    h = h.copy()
+    h[1, 5] *= -3.0
+    h[0] *= 0.5
+    y_ref, _ = reference(x.double(), (su, sv, h, l, g), bias)
+    assert float(_per_token_err(y, y_ref).max()) <= 2e-3
+    with torch.no_grad():
+        mod.u[0, 3, 0] ^= 0b101  # flip two signs of row 3 of path 0
+        y = mod(x)
+    assert bt._InferPlan.calls["build"] == builds + 2, "not rebuilt after u changed"
+    su = su.copy()
+    su[0, 3, 0] *= -1
+    su[0, 3, 2] *= -1
+    y_ref, _ = reference(x.double(), (su, sv, h, l, g), bias)
+    assert float(_per_token_err(y, y_ref).max()) <= 2e-3
+
+
+def test_cpu_inference_only_without_graph():
+    """The plan has no backward: with grad enabled and a parameter or x requiring grad
+    the training forward runs; without any, or under no_grad / inference_mode, the
+    plan does."""
+    rng = np.random.default_rng(SEED + 43)
+    mod, _ = random_layer(rng, 40, 50, 24, 1, "cpu")
+    x = torch.from_numpy(rng.normal(0, 1, (6, 50))).float()
+
+    def ran(fn):
+        before = (bt._BLRFunction.calls["forward"], bt._InferPlan.calls["run"])
+        y = fn()
+        after = (bt._BLRFunction.calls["forward"], bt._InferPlan.calls["run"])
+        return ("train" if after[0] > before[0] else "") + ("plan" if after[1] > before[1] else ""), y
+
+    kind, y = ran(lambda: mod(x))
+    assert kind == "train" and y.requires_grad
+    with torch.no_grad():
+        assert ran(lambda: mod(x))[0] == "plan"
+    with torch.inference_mode():
+        assert ran(lambda: mod(x))[0] == "plan"
+    for p in mod.parameters():
+        p.requires_grad_(False)
+    kind, y = ran(lambda: mod(x))
+    assert kind == "plan" and not y.requires_grad
+    assert ran(lambda: mod(x.clone().requires_grad_(True)))[0] == "train"
+    mod.backend = "torch"
+    with torch.no_grad():
+        assert ran(lambda: mod(x))[0] == ""
