@@ -42,7 +42,7 @@
 #include <time.h>
 #include <vector>
 
-#include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm/common.cuh"
 #include "core/rng.h"
 
 using namespace br_gemm_cuda;

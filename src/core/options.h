@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 /* The wgmma tiles of the CUDA backend by name, in the order of its WgmmaTile enum
- * (backend/cuda/gemm_common.cuh asserts the count), and the sources of the A
+ * (backend/cuda/gemm/common.cuh asserts the count), and the sources of the A
  * operand (WgmmaASource). Here so that a name is checked when it is set, on any
  * backend. */
 #define BR_GEMM_TILE_COUNT 6

@@ -134,7 +134,7 @@ br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const float *col, 
 br_status br_cuda_cvt_both_res16(br_ctx *ctx, const float *src, uint16_t *dst, uint16_t *dst_t,
                                  size_t m, size_t k, size_t ld, float scale, const uint16_t *c,
                                  float alpha, float beta, float *res_out);
-/* cuda_gemm.cu (dispatch to the mma.sync and wgmma kernels) */
+/* gemm/dispatch.cu (dispatch to the mma.sync and wgmma kernels) */
 br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op);
 size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a);
 br_status br_cuda_mm_colsum(br_ctx *ctx, const br_op *op);

@@ -1,9 +1,9 @@
 /* The GEMM ops of the CUDA backend: br_cuda_mm and br_cuda_mm_bits pick a
  * kernel family and tile and launch it on the context's stream.
  *
- *   wgmma     Hopper (sm_90a code on a 9.0 device): gemm_wgmma.cuh, per plane kind
- *             in cuda_gemm_wgmma_{f16,rows,cols}.cu
- *   mma.sync  every other GPU of compute capability ≥ 8.0: cuda_gemm_mma.cu
+ *   wgmma     Hopper (sm_90a code on a 9.0 device): gemm/wgmma_kernel.cuh and
+ *             wgmma_launch.cuh, per plane kind in gemm/wgmma_{f16,rows,cols,mn}.cu
+ *   mma.sync  every other GPU of compute capability ≥ 8.0: gemm/mma.cu
  *   simple    operands that are not 16-byte aligned (views that start mid-vector,
  *             act strides lda % 8 ≠ 0)
  *
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/gemm_wgmma.cuh"
+#include "backend/cuda/gemm/wgmma_launch.cuh"
 
 namespace br_gemm_cuda {
 namespace {

@@ -12,7 +12,7 @@
  * so there is no k tail). */
 #include <atomic>
 
-#include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm/common.cuh"
 
 namespace br_gemm_cuda {
 namespace {

@@ -1,7 +1,7 @@
-/* The Hopper GEMM kernels (gemm_wgmma.cuh) for a bitmap u32 [n][k/32] (BR_BITS_ROWS): every tile
+/* The Hopper GEMM kernels (gemm/wgmma_kernel.cuh) for a bitmap u32 [n][k/32] (BR_BITS_ROWS): every tile
  * shape and A source. One file per plane kind, so that the build compiles them in
  * parallel. */
-#include "backend/cuda/gemm_wgmma.cuh"
+#include "backend/cuda/gemm/wgmma_launch.cuh"
 
 namespace br_gemm_cuda {
 

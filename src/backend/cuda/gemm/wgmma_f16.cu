@@ -1,7 +1,7 @@
-/* The Hopper GEMM kernels (gemm_wgmma.cuh) for an f16 plane [n][k]: every tile
+/* The Hopper GEMM kernels (gemm/wgmma_kernel.cuh) for an f16 plane [n][k]: every tile
  * shape and A source. One file per plane kind, so that the build compiles them in
  * parallel. */
-#include "backend/cuda/gemm_wgmma.cuh"
+#include "backend/cuda/gemm/wgmma_launch.cuh"
 
 namespace br_gemm_cuda {
 

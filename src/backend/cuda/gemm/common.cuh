@@ -1,7 +1,7 @@
 /* Shared by the GEMM kernels: the resolved problem a launcher receives, the
  * ±1 expansion of sign bits into f16 fragment registers, and thin wrappers of the
  * PTX both kernel families use (cp.async, ldmatrix, mma.sync). The Hopper-only PTX
- * (wgmma, TMA, mbarrier) lives in gemm_wgmma.cuh. */
+ * (wgmma, TMA, mbarrier) lives in gemm/ptx.cuh and gemm/wgmma_kernel.cuh. */
 #ifndef BR_BACKEND_CUDA_GEMM_COMMON_CUH
 #define BR_BACKEND_CUDA_GEMM_COMMON_CUH
 
@@ -67,7 +67,7 @@ __device__ __forceinline__ float epilogue_value(float acc, float oscale, bool ha
     return v;
 }
 
-/* Kernel families and the Hopper tile shapes (see gemm_wgmma.cuh). */
+/* Kernel families and the Hopper tile shapes (see gemm/wgmma_kernel.cuh). */
 enum Family { FAMILY_AUTO = 0, FAMILY_MMA = 1, FAMILY_WGMMA = 2, FAMILY_SIMPLE = 3 };
 enum WgmmaTile {
     TILE_AUTO = -1,
@@ -88,7 +88,7 @@ enum WgmmaASource {
     A_REG4 = 4, /* the same, 4 sets */
 };
 
-/* Launchers: one per file (cuda_gemm_mma.cu, cuda_gemm_wgmma_*.cu). Each checks its
+/* Launchers: one per file (gemm/mma.cu, gemm/wgmma_*.cu). Each checks its
  * launch and returns a status with a message on failure. */
 br_status launch_mma(br_ctx *ctx, const Problem &p);
 br_status launch_simple(br_ctx *ctx, const Problem &p);
@@ -104,10 +104,10 @@ br_status launch_wgmma_f16_stage16(br_ctx *ctx, const Problem &p, WgmmaTile tile
 br_status launch_wgmma_f16_mn(br_ctx *ctx, const Problem &p, WgmmaTile tile,
                               const Problem *p2 = nullptr);
 /* out[i][j] = epilogue(Σ_s ws[s·mpad + i][j], s = 0, 1, … in order) for a split-K run
- * (cuda_gemm.cu). */
+ * (gemm/dispatch.cu). */
 br_status launch_reduce_splits(br_ctx *ctx, const Problem &p, int splits, int mpad);
 
-/* The whole dispatch (cuda_gemm.cu): family, tile and A source as given (AUTO: the
+/* The whole dispatch (gemm/dispatch.cu): family, tile and A source as given (AUTO: the
  * context's option, then the device and the shape decide). The benchmark calls it
  * directly to time each variant. */
 br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family,

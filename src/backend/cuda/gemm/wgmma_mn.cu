@@ -1,8 +1,8 @@
-/* The Hopper GEMM kernels (gemm_wgmma.cuh) for MN-major f16 operands (MM_TN: act
+/* The Hopper GEMM kernels (gemm/wgmma_kernel.cuh) for MN-major f16 operands (MM_TN: act
  * [k][m] and plane [k][n], k rows first): the tiles with whole 64-token boxes, plain
  * and full epilogues. A file of their own, so that the build compiles them in
  * parallel with the others. */
-#include "backend/cuda/gemm_wgmma.cuh"
+#include "backend/cuda/gemm/wgmma_launch.cuh"
 
 namespace br_gemm_cuda {
 
