@@ -179,7 +179,10 @@ class BLRLinear(nn.Module):
         # device it is sent to (model.to("cuda:1"), a pipeline's model.to(device))
         # becomes its plan's, built there at the next forward; a dtype change applies
         # to the host copies. Where fn sends tensors is read off an empty probe.
-        target = fn(torch.empty(0, device=self._pack_device)).device
+        try:
+            target = fn(torch.empty(0, device=self._pack_device)).device
+        except RuntimeError:  # the plan's device is not here (an unpickled model)
+            target = fn(torch.empty(0)).device
         out = super()._apply(fn, *args, **kwargs)
         self._params_to_host()
         self._pack_device = _resolve(target)

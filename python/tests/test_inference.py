@@ -519,7 +519,7 @@ def test_pack_for_inference_cuda(tiny):
     after = _logits(model, ids)
     assert torch.equal(after, before)
     rep = bitrank.inference_memory(model)  # the scratch is sized now
-    assert 0 < rep.linear_bytes < rep.linear_fp16_bytes / 4
+    assert rep.linear_bytes == sum(m._infer_cuda.nbytes() for m in _blr(model)) > 0
     with pytest.raises(RuntimeError, match="unpack_for_training"):
         model(input_ids=ids, labels=ids)
     model.to("cuda")
@@ -532,6 +532,29 @@ def test_pack_for_inference_cuda(tiny):
     bitrank.unpack_for_training(model, "cuda")
     model.to("cuda")
     model(input_ids=ids, labels=ids).loss.backward()
+
+
+@cuda_plan
+@pytest.mark.cuda
+def test_inference_memory_cuda_at_1bpw():
+    """A 4096x4096 layer at 1 bpw, 2 paths, packed and run on a token: its plan's
+    device bytes (the library's count) are near the bitmaps and scales it must hold
+    and at most 1/12 of the layer's fp16 bytes (the issue's target)."""
+    from bitrank import layout
+    n = 4096
+    r = layout.rank_for(n, n, 2, 1.0)
+    rng = np.random.default_rng(SEED + 11)
+    mod, _, _ = random_layer(rng, n, n, r, 2, "cuda", bias=False)
+    model = torch.nn.Sequential(mod)
+    rep = bitrank.pack_for_inference(model)
+    with torch.no_grad():
+        model(torch.zeros(1, n, dtype=torch.float16, device="cuda"))
+    rep = bitrank.inference_memory(model)
+    r32 = (r + 31) // 32 * 32
+    estimate = 2 * (2 * n * r32 // 8 + 4 * (2 * n + r))  # the bitmaps and f32 scales
+    assert rep.layers[0].kind == "cuda-plan"
+    assert 0.9 * estimate <= rep.linear_bytes <= 1.25 * estimate, (rep.linear_bytes, estimate)
+    assert rep.linear_ratio >= 12.0, rep.linear_ratio
 
 
 @cuda_plan
