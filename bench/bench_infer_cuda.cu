@@ -159,11 +159,11 @@ void bench_shape(br_ctx *ctx, cublasHandle_t blas, cudaStream_t stream, size_t m
         for (size_t i = 0; i < n * w; i++)
             ph.bits_v[i] = (uint32_t)br_rng_u64(&rng);
         for (size_t i = 0; i < m; i++)
-            ph.h[i] = (float)((0.5 + br_rng_uniform(&rng)) / sqrt((double)r));
+            ph.h[i] = (float)((0.5 + br_rng_unit(&rng)) / sqrt((double)r));
         for (size_t k = 0; k < r; k++)
-            ph.l[k] = (float)(0.5 + br_rng_uniform(&rng));
+            ph.l[k] = (float)(0.5 + br_rng_unit(&rng));
         for (size_t j = 0; j < n; j++)
-            ph.g[j] = (float)((0.5 + br_rng_uniform(&rng)) / sqrt((double)n));
+            ph.g[j] = (float)((0.5 + br_rng_unit(&rng)) / sqrt((double)n));
     }
     /* copies of the plan: at least 2 × L2 of signs per graph (and at least 4) */
     const int copies = (int)std::min<double>(256.0, std::max(4.0, ceil(2.0 * l2 / bits_bytes)));
@@ -175,7 +175,7 @@ void bench_shape(br_ctx *ctx, cublasHandle_t blas, cudaStream_t stream, size_t m
     std::vector<__half> xh(maxtok * n);
     std::vector<uint16_t> xb(maxtok * n);
     for (size_t i = 0; i < maxtok * n; i++) {
-        xh[i] = __float2half_rn(2.0f * (float)br_rng_uniform(&rng) - 1.0f);
+        xh[i] = __float2half_rn(2.0f * (float)br_rng_unit(&rng) - 1.0f);
         xf[i] = __half2float(xh[i]);
         uint32_t u;
         memcpy(&u, &xf[i], 4);
@@ -196,7 +196,7 @@ void bench_shape(br_ctx *ctx, cublasHandle_t blas, cudaStream_t stream, size_t m
     {
         std::vector<__half> wh(m * n);
         for (size_t i = 0; i < m * n; i++)
-            wh[i] = __float2half_rn((2.0f * (float)br_rng_uniform(&rng) - 1.0f) * 0.02f);
+            wh[i] = __float2half_rn((2.0f * (float)br_rng_unit(&rng) - 1.0f) * 0.02f);
         for (int c = 0; c < dcopies; c++) {
             CUDA_OK(cudaMalloc(&W[c], wbytes));
             CUDA_OK(cudaMemcpy(W[c], wh.data(), wbytes, cudaMemcpyHostToDevice));

@@ -985,10 +985,10 @@ void br_blr_infer_free(br_blr_infer *p);
  * br_blr_infer_cuda_new returns. A plan is used by one caller at a time (a run writes
  * its scratch and counters), and its runs are ordered on one stream.
  *
- * Kernels. ntok ≤ 32 ("decode"): one launch of a persistent grid, both products
- * fused, the signs expanded to ±1 tensor-core operands in registers: z = g⊙x and
- * t = ℓ⊙(S_Vᵀz) are rounded to the activation type (f16 or bf16) as the operands of
- * the second product; sums in f32 in a fixed order. Larger ntok ("prefill"): the
+ * Kernels. Up to 64 tokens ("decode"): one launch of a persistent grid per 32 tokens,
+ * both products fused, the signs expanded to ±1 tensor-core operands in registers:
+ * z = g⊙x and t = ℓ⊙(S_Vᵀz) are rounded to the activation type (f16 or bf16) as the
+ * operands of the products; sums in f32 in a fixed order. 65 tokens and more ("prefill"): the
  * bitmap GEMMs of br_mm_bits on f16 operands (g⊙x and t rounded to f16 whatever the
  * activation type, so their values must lie within f16's range), f32 sums. Either
  * way the result is rounded once to the activation type, and two runs on the same
