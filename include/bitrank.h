@@ -880,6 +880,29 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
                            const br_compress_opts *opts, const char *checkpoint_dir, int resume,
                            br_compress_progress_fn progress, void *user,
                            br_compress_report **report);
+/* br_compress_file with the layers spread over several contexts, one thread each
+ * (typically one per GPU: "cuda:0", "cuda:1", ...): each thread takes the next
+ * layer in plan order, the caller's thread writes them in the input's order. The
+ * output is the same file as with one context of the same kind: a layer's result
+ * depends on its inputs and the options alone (its seeds derive from its name).
+ * ctx is the job's context (the files, the plan, the writer and the errors; any
+ * backend: it does host work only); devices[0..n_devices) must be distinct, none
+ * of them ctx, all of one backend (a layer's bits depend on the kind of device
+ * that computes it), at most BR_COMPRESS_MAX_DEVICES (else BR_E_ARG). GPUs of
+ * different models may run different kernels: for the same file as one GPU's,
+ * use GPUs of one model. The first failure on a device stops
+ * the others at their next step and is the job's status, its message on ctx
+ * naming the device ("device 1 (cuda:1): ...", its index in `devices`) and the
+ * layer. n_devices 0, or one device that is ctx, is br_compress_file. progress
+ * is called from the device threads, one call at a time, the layers' calls
+ * interleaved (its `layer` says which); work_before is then the work of the
+ * layers finished so far. The report's `device` lists the devices. */
+#define BR_COMPRESS_MAX_DEVICES 256
+br_status br_compress_file_on(br_ctx *ctx, br_ctx *const *devices, size_t n_devices,
+                              const char *in_path, const char *out_path,
+                              const br_compress_opts *opts, const char *checkpoint_dir, int resume,
+                              br_compress_progress_fn progress, void *user,
+                              br_compress_report **report);
 
 /* One matrix, for library users with their own trainer or file handling: W f32
  * [m][n] on the host, its inputs x f32 [ntok][n] (NULL: Gaussian inputs of the

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,23 @@ typedef struct layer_plan {
     double work;    /* estimated cost, for the progress display's ETA */
 } layer_plan;
 
+/* Where a layer runs: a context (device), its Dual-SVID state, and the checkpoint
+ * directory seen through that context (its errors land there). */
+typedef struct job_device {
+    br_ctx *ctx;
+    br_svid_device *svid; /* made by the device's first layer, freed at the end */
+    br_ckpt ckpt;
+} job_device;
+
+/* A layer's result on the way from the device that ran it to the writer. */
+typedef enum { LAYER_WAITING, LAYER_RUNNING, LAYER_FINISHED } layer_state;
+typedef struct layer_result {
+    layer_state state;
+    br_status st;
+    int stopped; /* its progress call said stop (a cancel, or another layer failed) */
+    br_blr_host L;
+} layer_result;
+
 typedef struct job {
     br_ctx *ctx;
     const char *in_path, *out_path;
@@ -38,8 +56,21 @@ typedef struct job {
     struct layer_plan *plans; /* [layers]: what the plan decided for each selected layer */
     double work_done;         /* estimated cost of the layers before this one */
     double work_total;        /* of every selected layer */
-    br_svid_device *svid; /* device Dual-SVID state: made by the first layer, freed at the end */
-    br_ckpt ckpt;         /* the checkpoint directory */
+    br_ckpt ckpt;             /* the checkpoint directory */
+    int resume;
+    /* Several devices: one thread each takes the next layer in plan order; the
+     * caller's thread writes the results in order. `mu` guards everything below,
+     * the progress callback and the report's layers; `cv` signals a result. */
+    int threaded; /* the layers run on device threads (else on the caller's) */
+    size_t n_devices;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t next;          /* the next layer to take */
+    layer_result *result; /* [layers] */
+    int abort;            /* a layer failed, the writer failed or a cancel: take no more */
+    int failed;           /* a device's failure is recorded below (the first one only) */
+    br_status fail_st;
+    char fail_msg[sizeof(((br_ctx *)0)->err)]; /* a context's message naming the device */
 } job;
 
 static double now_seconds(void) {
@@ -56,11 +87,11 @@ static br_status prefixed(br_ctx *ctx, br_status st, const char *prefix) {
     return br_fail(ctx, st, "%s: %s", prefix, msg);
 }
 
-static int emit(job *j, br_compress_phase phase, const br_layer_report *lr, int step, int steps,
-                double loss) {
+static int emit_locked(job *j, size_t layer, br_compress_phase phase, const br_layer_report *lr,
+                       int step, int steps, double loss) {
     if (!j->progress) return 0;
     br_compress_progress p = {.phase = phase,
-                              .layer = j->layer,
+                              .layer = layer,
                               .layers = j->layers,
                               .report = lr,
                               .step = step,
@@ -69,13 +100,29 @@ static int emit(job *j, br_compress_phase phase, const br_layer_report *lr, int 
                               .elapsed = now_seconds() - j->t0,
                               .work_before = j->work_done,
                               .work_layer =
-                                  j->plans && j->layer < j->layers ? j->plans[j->layer].work : 0,
+                                  j->plans && layer < j->layers ? j->plans[layer].work : 0,
                               .work_total = j->work_total};
     return j->progress(&p, j->user);
 }
 
+/* The progress callback for layer `layer`: one call at a time, whichever device
+ * thread makes it; nonzero (stop) also once the job is aborting (another device's
+ * layer or the writer failed), which marks the layer as stopped rather than
+ * failed: its "cancelled" is a consequence, not the job's failure. */
+static int emit(job *j, size_t layer, br_compress_phase phase, const br_layer_report *lr, int step,
+                int steps, double loss) {
+    if (!j->threaded) return emit_locked(j, layer, phase, lr, step, steps, loss);
+    pthread_mutex_lock(&j->mu);
+    int stop = j->abort;
+    if (!stop && emit_locked(j, layer, phase, lr, step, steps, loss)) stop = j->abort = 1;
+    if (stop && layer < j->layers) j->result[layer].stopped = 1;
+    pthread_mutex_unlock(&j->mu);
+    return stop;
+}
+
 typedef struct step_hook {
     job *j;
+    size_t layer;
     const br_layer_report *lr;
     double last_loss;
 } step_hook;
@@ -83,7 +130,7 @@ typedef struct step_hook {
 static int on_step(void *user, int step, int steps, double loss) {
     step_hook *h = user;
     if (loss >= 0) h->last_loss = loss;
-    return emit(h->j, BR_PHASE_TRAIN, h->lr, step, steps, h->last_loss);
+    return emit(h->j, h->layer, BR_PHASE_TRAIN, h->lr, step, steps, h->last_loss);
 }
 
 static int is_float_dtype(br_st_dtype d) {
@@ -139,14 +186,15 @@ static uint64_t blr_bytes(size_t m, size_t n, size_t r, size_t paths) {
 }
 
 /* Read tensor t as f32 [numel] into a new array; NaN/Inf fail naming the element. */
-static br_status read_weight(job *j, const br_st_file *in, const br_st_tensor *t, float **out) {
+static br_status read_weight(br_ctx *ctx, const char *in_path, const br_st_file *in,
+                             const br_st_tensor *t, float **out) {
     size_t m = (size_t)t->shape[0], n = (size_t)t->shape[1];
     float *w = malloc(m * n * sizeof *w);
     if (!w)
-        return br_fail(j->ctx, BR_E_NOMEM, "%s: tensor '%s' [%zu][%zu]: out of host memory",
-                       j->in_path, t->name, m, n);
-    br_status st = br_st_read_f32(j->ctx, in, t, 0, m * n, w);
-    if (!st) st = br_check_weights(j->ctx, j->in_path, t->name, w, m, n);
+        return br_fail(ctx, BR_E_NOMEM, "%s: tensor '%s' [%zu][%zu]: out of host memory", in_path,
+                       t->name, m, n);
+    br_status st = br_st_read_f32(ctx, in, t, 0, m * n, w);
+    if (!st) st = br_check_weights(ctx, in_path, t->name, w, m, n);
     if (st) {
         free(w);
         return st;
@@ -295,7 +343,7 @@ static br_status plan(job *j, const br_st_file *in, const br_calib_src *cs) {
         if (j->plans[l].skip) continue;
         const br_st_tensor *t = br_st_tensor_at(in, j->plans[l].tensor);
         float *w = NULL;
-        st = read_weight(j, in, t, &w);
+        st = read_weight(ctx, j->in_path, in, t, &w);
         if (st) break;
         uint64_t h = br_bytes_hash(br_name_hash(t->name), w, (size_t)t->numel * sizeof *w);
         free(w);
@@ -306,15 +354,17 @@ static br_status plan(job *j, const br_st_file *in, const br_calib_src *cs) {
     return st;
 }
 
-/* One selected layer: skipped, from the checkpoint, or compressed and
- * checkpointed. *L is left empty (L->paths 0) when the layer is written unchanged. */
-static br_status one_layer(job *j, const br_st_file *in, const br_calib_src *cs, int resume,
-                           br_blr_host *L) {
-    br_ctx *ctx = j->ctx;
+/* Selected layer `layer` on device d: skipped, from the checkpoint, or compressed
+ * and checkpointed. *L is left empty (L->paths 0) when the layer is written
+ * unchanged. Touches only the layer's own report and d's state, so devices run
+ * layers side by side. */
+static br_status one_layer(job *j, job_device *d, size_t layer, const br_st_file *in,
+                           const br_calib_src *cs, br_blr_host *L) {
+    br_ctx *ctx = d->ctx;
     const br_compress_opts *o = j->o;
-    const layer_plan *p = &j->plans[j->layer];
+    const layer_plan *p = &j->plans[layer];
     const br_st_tensor *t = br_st_tensor_at(in, p->tensor);
-    br_layer_report *lr = &j->rep->layers[j->layer];
+    br_layer_report *lr = &j->rep->layers[layer];
     memset(lr, 0, sizeof *lr);
     size_t m = (size_t)t->shape[0], n = (size_t)t->shape[1], rank = p->rank;
     snprintf(lr->name, sizeof lr->name, "%s", t->name);
@@ -323,36 +373,37 @@ static br_status one_layer(job *j, const br_st_file *in, const br_calib_src *cs,
     lr->n = n;
     lr->rank = rank;
     lr->paths = o->paths;
-    j->rep->n_layers = j->layer + 1;
     if (p->skip) {
         lr->outcome = BR_LAYER_SKIPPED;
-        if (emit(j, BR_PHASE_DONE, lr, 0, 0, 0)) return br_fail(ctx, BR_E_STATE, "cancelled");
+        if (emit(j, layer, BR_PHASE_DONE, lr, 0, 0, 0))
+            return br_fail(ctx, BR_E_STATE, "cancelled");
         return BR_OK;
     }
     lr->bpw = br_blr_bpw(m, n, rank, o->paths);
     br_status st = BR_OK;
-    if (resume) {
-        int got = br_ckpt_load(&j->ckpt, j->layer, j->layer_data[j->layer], t->name, m, n, rank, L,
-                               lr, &st);
+    if (j->resume) {
+        int got =
+            br_ckpt_load(&d->ckpt, layer, j->layer_data[layer], t->name, m, n, rank, L, lr, &st);
         if (got < 0) return st;
         if (got > 0) {
-            if (emit(j, BR_PHASE_RESUMED, lr, 0, 0, 0))
+            if (emit(j, layer, BR_PHASE_RESUMED, lr, 0, 0, 0))
                 return br_fail(ctx, BR_E_STATE, "cancelled");
             return BR_OK;
         }
     }
-    if (emit(j, BR_PHASE_INIT, lr, 0, o->steps, 0)) return br_fail(ctx, BR_E_STATE, "cancelled");
+    if (emit(j, layer, BR_PHASE_INIT, lr, 0, o->steps, 0))
+        return br_fail(ctx, BR_E_STATE, "cancelled");
     float *w = NULL;
     double *gram = NULL;
     br_calib_set calib = {0};
-    st = read_weight(j, in, t, &w);
+    st = read_weight(ctx, j->in_path, in, t, &w);
     if (!st) st = br_calib_gram(ctx, cs->gram, t->name, n, &gram);
     if (!st)
         st = br_calib_inputs(ctx, cs, t->name, n, o->eval_tokens, o->seed, gram, o->synthetic,
                              &calib);
     if (!st) {
-        step_hook hook = {j, lr, -1};
-        st = br_compress_layer(ctx, &j->svid, t->name, w, m, n, rank, &calib, gram, o, L, lr,
+        step_hook hook = {j, layer, lr, -1};
+        st = br_compress_layer(ctx, &d->svid, t->name, w, m, n, rank, &calib, gram, o, L, lr,
                                on_step, &hook);
         if (st && st != BR_E_STATE) st = prefixed(ctx, st, t->name);
         if (!st && p->note[0] && !lr->note[0]) snprintf(lr->note, sizeof lr->note, "%s", p->note);
@@ -360,11 +411,107 @@ static br_status one_layer(job *j, const br_st_file *in, const br_calib_src *cs,
     free(w);
     free(gram);
     br_calib_free(&calib);
-    if (!st) st = br_ckpt_save(&j->ckpt, j->layer, j->layer_data[j->layer], L, lr);
+    if (!st) st = br_ckpt_save(&d->ckpt, layer, j->layer_data[layer], L, lr);
     if (st) return st;
-    if (emit(j, BR_PHASE_DONE, lr, lr->steps, o->steps, 0))
+    if (emit(j, layer, BR_PHASE_DONE, lr, lr->steps, o->steps, 0))
         return br_fail(ctx, BR_E_STATE, "cancelled");
     return BR_OK;
+}
+
+/* ---------------------------------------------------------------- several devices */
+
+typedef struct device_thread {
+    job *j;
+    size_t index; /* in the caller's list of devices (for messages) */
+    job_device d;
+    const br_st_file *in;
+    const br_calib_src *cs;
+    pthread_t thread;
+    int started;
+} device_thread;
+
+/* The device's name in a message: its description's first word ("cuda:1", "cpu"). */
+static void device_name(br_ctx *ctx, char *out, size_t cap) {
+    const char *desc = br_ctx_device(ctx);
+    snprintf(out, cap, "%.*s", (int)strcspn(desc, " "), desc);
+}
+
+/* Record a device's failure of layer l as the job's, unless one is recorded
+ * already (the first stops the job; later ones are its consequences, or at least
+ * not what the user must fix first). The message names the device and the layer
+ * (the device's own message mostly names the layer already). Under j->mu. */
+static void record_failure(job *j, size_t k, br_ctx *dev, size_t l, br_status st) {
+    if (j->failed) return;
+    j->failed = 1;
+    j->fail_st = st;
+    const char *msg = br_ctx_error(dev), *name = j->rep->layers[l].name;
+    char dn[64];
+    device_name(dev, dn, sizeof dn);
+    if (strstr(msg, name))
+        snprintf(j->fail_msg, sizeof j->fail_msg, "device %zu (%s): %s", k, dn, msg);
+    else
+        snprintf(j->fail_msg, sizeof j->fail_msg, "device %zu (%s): layer '%s': %s", k, dn, name,
+                 msg);
+}
+
+/* A device's thread: the next layer in plan order until none is left or the job
+ * aborts. Each layer's result depends only on its inputs and the options (its
+ * seeds derive from its name), so which device runs it does not change it. */
+static void *device_main(void *arg) {
+    device_thread *dt = arg;
+    job *j = dt->j;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        if (j->abort || j->next >= j->layers) {
+            pthread_mutex_unlock(&j->mu);
+            break;
+        }
+        size_t l = j->next++;
+        j->result[l].state = LAYER_RUNNING;
+        pthread_mutex_unlock(&j->mu);
+        br_blr_host L = {0};
+        br_status st = one_layer(j, &dt->d, l, dt->in, dt->cs, &L);
+        pthread_mutex_lock(&j->mu);
+        layer_result *r = &j->result[l];
+        r->st = st;
+        r->L = L;
+        if (st) {
+            if (!r->stopped) record_failure(j, dt->index, dt->d.ctx, l, st);
+            j->abort = 1;
+        } else {
+            j->work_done += j->plans[l].work;
+        }
+        r->state = LAYER_FINISHED;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+    }
+    return NULL;
+}
+
+/* Wait for layer l's result: BR_OK with *L (then the writer's to free), or the
+ * layer's failure status (BR_E_STATE for a layer the abort left untaken), whose
+ * message the caller takes from the job once every device has stopped
+ * (job_failure). */
+static br_status await_layer(job *j, size_t l, br_blr_host *L) {
+    pthread_mutex_lock(&j->mu);
+    layer_result *r = &j->result[l];
+    while (r->state != LAYER_FINISHED && !(j->abort && r->state == LAYER_WAITING))
+        pthread_cond_wait(&j->cv, &j->mu);
+    br_status st = r->state == LAYER_FINISHED ? r->st : BR_E_STATE;
+    if (!st) {
+        *L = r->L;
+        memset(&r->L, 0, sizeof r->L);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
+/* After the devices stopped at a failure or a cancel: the job's status and
+ * message on its context: the device's failure that stopped it, else
+ * "cancelled" (the progress callback asked). */
+static br_status job_failure(job *j) {
+    if (j->failed) return br_fail(j->ctx, j->fail_st, "%s", j->fail_msg);
+    return br_fail(j->ctx, BR_E_STATE, "cancelled");
 }
 
 /* The options that decide the result, as "key=value …" (the report's and the
@@ -414,15 +561,85 @@ static br_status copy_metadata(br_st_writer *w, const br_st_file *in) {
     return BR_OK;
 }
 
+/* The report's device of a job on several: their names, then the first one's
+ * details when all share them ("cuda:0, cuda:1 NVIDIA H100 (sm_90, 79.1 GiB)",
+ * "cpu, cpu"), else every description. */
+static void devices_text(br_ctx *const *devices, size_t n, char *out, size_t cap) {
+    const char *first = br_ctx_device(devices[0]);
+    const char *detail = first + strcspn(first, " ");
+    int same = 1;
+    for (size_t k = 1; k < n && same; k++) {
+        const char *d = br_ctx_device(devices[k]);
+        same = !strcmp(d + strcspn(d, " "), detail);
+    }
+    size_t pos = 0;
+    out[0] = '\0';
+    for (size_t k = 0; k < n && pos + 1 < cap; k++) {
+        const char *d = br_ctx_device(devices[k]);
+        int len = same ? (int)strcspn(d, " ") : (int)strlen(d);
+        pos += (size_t)snprintf(out + pos, cap - pos, "%s%.*s", k ? ", " : "", len, d);
+    }
+    if (same && pos + 1 < cap) snprintf(out + pos, cap - pos, "%s", detail);
+}
+
+/* The device contexts against the job's: none, or the job's alone, runs on the
+ * caller's thread (*threaded 0); otherwise each is distinct, not the job's (whose
+ * thread writes the output), not NULL, and of one backend. */
+static br_status check_devices(br_ctx *ctx, br_ctx *const *devices, size_t n_devices,
+                               int *threaded) {
+    *threaded = 0;
+    if (n_devices == 0 || (n_devices == 1 && devices && devices[0] == ctx)) return BR_OK;
+    if (!devices) return br_fail(ctx, BR_E_ARG, "br_compress_file_on: devices is NULL");
+    if (n_devices > BR_COMPRESS_MAX_DEVICES)
+        return br_fail(ctx, BR_E_ARG, "br_compress_file_on: %zu devices (at most %d)", n_devices,
+                       BR_COMPRESS_MAX_DEVICES);
+    for (size_t k = 0; k < n_devices; k++) {
+        if (!devices[k])
+            return br_fail(ctx, BR_E_ARG, "br_compress_file_on: devices[%zu] is NULL", k);
+        if (devices[k] == ctx)
+            return br_fail(ctx, BR_E_ARG,
+                           "br_compress_file_on: devices[%zu] is the job's context: with several "
+                           "devices the job's context only writes the output; open one more",
+                           k);
+        if (strcmp(br_ctx_backend(devices[k]), br_ctx_backend(devices[0])) != 0)
+            return br_fail(ctx, BR_E_ARG,
+                           "br_compress_file_on: devices[0] is %s and devices[%zu] %s: a layer's "
+                           "bits depend on the kind of device that computes it, so the devices "
+                           "of one job are of one kind (the output is then the same file "
+                           "whichever device takes which layer)",
+                           br_ctx_backend(devices[0]), k, br_ctx_backend(devices[k]));
+        for (size_t i = 0; i < k; i++)
+            if (devices[i] == devices[k])
+                return br_fail(ctx, BR_E_ARG,
+                               "br_compress_file_on: devices[%zu] and devices[%zu] are the same "
+                               "context (a context runs on one thread at a time; open one per "
+                               "device)",
+                               i, k);
+    }
+    *threaded = 1;
+    return BR_OK;
+}
+
 br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_path,
                            const br_compress_opts *opts, const char *checkpoint_dir, int resume,
                            br_compress_progress_fn progress, void *user,
                            br_compress_report **report) {
+    return br_compress_file_on(ctx, NULL, 0, in_path, out_path, opts, checkpoint_dir, resume,
+                               progress, user, report);
+}
+
+br_status br_compress_file_on(br_ctx *ctx, br_ctx *const *devices, size_t n_devices,
+                              const char *in_path, const char *out_path,
+                              const br_compress_opts *opts, const char *checkpoint_dir, int resume,
+                              br_compress_progress_fn progress, void *user,
+                              br_compress_report **report) {
     if (report) *report = NULL;
     if (!ctx) return BR_E_ARG;
     if (!in_path || !out_path)
         return br_fail(ctx, BR_E_ARG, "br_compress_file: %s is NULL",
                        !in_path ? "in_path" : "out_path");
+    int threaded = 0;
+    BR_TRY(check_devices(ctx, devices, n_devices, &threaded));
     br_compress_opts o;
     if (opts)
         o = *opts;
@@ -435,7 +652,18 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
              .o = &o,
              .progress = progress,
              .user = user,
-             .t0 = now_seconds()};
+             .t0 = now_seconds(),
+             .resume = resume,
+             .threaded = threaded,
+             .n_devices = threaded ? n_devices : 1};
+    if (threaded) {
+        if (pthread_mutex_init(&j.mu, NULL))
+            return br_fail(ctx, BR_E_STATE, "no mutex for the job");
+        if (pthread_cond_init(&j.cv, NULL)) {
+            pthread_mutex_destroy(&j.mu);
+            return br_fail(ctx, BR_E_STATE, "no condition variable for the job");
+        }
+    }
     snprintf(j.ckpt.dir, sizeof j.ckpt.dir, "%s", checkpoint_dir ? checkpoint_dir : "");
     if (!checkpoint_dir) snprintf(j.ckpt.dir, sizeof j.ckpt.dir, "%s.partial", out_path);
 
@@ -480,8 +708,11 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
         if (ckpt_made) st = br_ckpt_lock(&j.ckpt);
         if (!st && !resume) br_ckpt_clear(&j.ckpt, 0);
     }
-    if (rep) {
+    if (rep && threaded)
+        devices_text(devices, n_devices, rep->device, sizeof rep->device);
+    else if (rep)
         snprintf(rep->device, sizeof rep->device, "%s", br_ctx_device(ctx));
+    if (rep) {
         snprintf(rep->calibration, sizeof rep->calibration, "%s",
                  o.activations                   ? "activations"
                  : o.gram                        ? "gram"
@@ -512,8 +743,39 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
             free(lr.eval);
         }
     }
+    /* the devices: the job's context alone runs the layers on the caller's thread;
+     * several run one thread each, each with its own view of the checkpoints */
+    job_device one = {.ctx = ctx, .ckpt = j.ckpt};
+    device_thread *threads = NULL;
+    int device_failed = 0; /* the writer stopped at a device's failure */
+    if (!st && j.threaded) {
+        threads = calloc(j.n_devices, sizeof *threads);
+        j.result = calloc(j.layers, sizeof *j.result);
+        if (!threads || !j.result) st = br_fail(ctx, BR_E_NOMEM, "out of host memory");
+        for (size_t k = 0; !st && k < j.n_devices; k++) {
+            device_thread *dt = &threads[k];
+            *dt = (device_thread){.j = &j, .index = k, .in = in, .cs = &cs};
+            dt->d.ctx = devices[k];
+            dt->d.ckpt = j.ckpt;
+            dt->d.ckpt.ctx = devices[k];
+            dt->d.ckpt.locked = 0; /* the job's thread holds the lock */
+            int e = pthread_create(&dt->thread, NULL, device_main, dt);
+            if (e) {
+                pthread_mutex_lock(&j.mu);
+                j.abort = 1;
+                pthread_mutex_unlock(&j.mu);
+                char dn[64];
+                device_name(devices[k], dn, sizeof dn);
+                st = br_fail(ctx, BR_E_STATE, "cannot start the thread of device %zu (%s): %s", k,
+                             dn, strerror(e));
+            } else {
+                dt->started = 1;
+            }
+        }
+    }
     /* tensors in the input's order: copies, and each layer as soon as it is done
-     * (br_st_writer_add_blr copies it, so at most one layer is held) */
+     * (br_st_writer_add_blr copies it; with one device at most one layer is held,
+     * with several those finished ahead of the one written) */
     for (size_t i = 0; !st && i < count; i++) {
         const br_st_tensor *t = br_st_tensor_at(in, i);
         if (j.layer >= j.layers || j.plans[j.layer].tensor != i) {
@@ -522,7 +784,13 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
             continue;
         }
         br_blr_host L = {0};
-        st = one_layer(&j, in, &cs, resume, &L);
+        if (threads) {
+            st = await_layer(&j, j.layer, &L);
+            device_failed = st != BR_OK;
+        } else {
+            rep->n_layers = j.layer + 1;
+            st = one_layer(&j, &one, j.layer, in, &cs, &L);
+        }
         const br_layer_report *lr = &rep->layers[j.layer];
         if (!st && lr->outcome == BR_LAYER_SKIPPED) {
             rep->n_skipped++;
@@ -536,10 +804,34 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
             }
         }
         br_blr_host_free(&L);
-        j.work_done += j.plans[j.layer].work;
+        if (!threads) j.work_done += j.plans[j.layer].work;
         j.layer++;
     }
-    if (!st && emit(&j, BR_PHASE_WRITE, NULL, 0, 0, 0)) st = br_fail(ctx, BR_E_STATE, "cancelled");
+    if (threads) {
+        if (st) {
+            pthread_mutex_lock(&j.mu);
+            j.abort = 1;
+            pthread_mutex_unlock(&j.mu);
+        }
+        for (size_t k = 0; k < j.n_devices; k++)
+            if (threads[k].started) pthread_join(threads[k].thread, NULL);
+        /* a device's failure is the job's, with its message (the writer's own
+         * failure is already on ctx) */
+        if (device_failed) st = job_failure(&j);
+        /* the report holds the layers the devices took: a prefix in plan order,
+         * each finished now (ok, failed or stopped), whose curves it frees */
+        size_t done = 0;
+        while (j.result && done < j.layers && j.result[done].state == LAYER_FINISHED)
+            done++;
+        rep->n_layers = done;
+        for (size_t k = 0; k < j.n_devices; k++)
+            br_svid_device_free(threads[k].d.svid);
+        for (size_t l = 0; j.result && l < j.layers; l++)
+            br_blr_host_free(&j.result[l].L);
+        free(threads);
+    }
+    if (!st && emit(&j, j.layers, BR_PHASE_WRITE, NULL, 0, 0, 0))
+        st = br_fail(ctx, BR_E_STATE, "cancelled");
     if (!st) st = copy_metadata(w, in);
     char num[64];
     snprintf(num, sizeof num, "%g", o.rank ? 0.0 : o.bpw);
@@ -571,7 +863,12 @@ br_status br_compress_file(br_ctx *ctx, const char *in_path, const char *out_pat
         if (stat(out_path, &sb) == 0) rep->file_out = (uint64_t)sb.st_size;
         br_ckpt_clear(&j.ckpt, 1);
     }
-    br_svid_device_free(j.svid);
+    br_svid_device_free(one.svid);
+    free(j.result);
+    if (j.threaded) {
+        pthread_cond_destroy(&j.cv);
+        pthread_mutex_destroy(&j.mu);
+    }
     free(j.layer_data);
     free(j.plans);
     br_st_writer_free(w);
