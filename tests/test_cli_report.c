@@ -2,11 +2,13 @@
  * the natural order of layer names, their block and type, the terminal escape of
  * names, the table (stop reasons, skipped layers, per-token and weight errors,
  * width), the HTML report (curves, options, calibration, the depth plot,
- * escaping) and the progress line's ETA. */
+ * escaping), the progress line's ETA (on one device and on several) and the
+ * list of `--devices`. */
 #include <stdarg.h>
 #include <unistd.h>
 
 #include "cli/compress_report.h"
+#include "cli/device_list.h"
 #include "cli/layer_name.h"
 #include "cli/term_escape.h"
 #include "harness.h"
@@ -648,6 +650,145 @@ static void progress_line_eta(void) {
     free(s);
 }
 
+/* A report of `phase` for layer `layer` (work 100 of 400, 4 layers) at `elapsed`. */
+static void feed(br_cli_progress *p, br_compress_phase phase, size_t layer, double elapsed,
+                 int step, double work_before) {
+    br_compress_progress pr;
+    memset(&pr, 0, sizeof pr);
+    pr.phase = phase;
+    pr.layer = layer;
+    pr.layers = 4;
+    pr.step = step;
+    pr.steps = 100;
+    pr.elapsed = elapsed;
+    pr.work_before = work_before;
+    pr.work_layer = 100;
+    pr.work_total = 400;
+    br_cli_progress_cb(&pr, p);
+}
+
+/* Two devices, each on a layer at once: the rate counts both layers' steps and
+ * seconds, the work left is shared between the devices (four layers of work
+ * 100). */
+static void eta_shares_work_among_devices(void) {
+    FILE *f = tmpfile();
+    if (!f) {
+        fprintf(stderr, "no temporary file\n");
+        exit(1);
+    }
+    br_cli_progress p;
+    br_cli_progress_init(&p, f, 0, NULL);
+    p.tty = 0;
+    p.devices = 2;
+    br_compress_progress pr;
+    memset(&pr, 0, sizeof pr);
+    /* layers 0 and 1 begin at 0 s, each half done at 10 s: 100 units in 10 s on
+     * two devices, 300 left: 30 s */
+    feed(&p, BR_PHASE_INIT, 0, 0, 0, 0);
+    feed(&p, BR_PHASE_INIT, 1, 0, 0, 0);
+    feed(&p, BR_PHASE_TRAIN, 0, 10, 50, 0);
+    feed(&p, BR_PHASE_TRAIN, 1, 10, 50, 0);
+    CHECK(p.n_running == 2, "%zu layers running", p.n_running);
+    pr = (br_compress_progress){.phase = BR_PHASE_TRAIN,
+                                .layer = 1,
+                                .layers = 4,
+                                .step = 50,
+                                .steps = 100,
+                                .elapsed = 10,
+                                .work_layer = 100,
+                                .work_total = 400};
+    double eta = br_cli_eta(&p, &pr);
+    CHECK(fabs(eta - 30) < 1e-9, "ETA %.6f s, expected 30", eta);
+    /* both done at 20 s (40 device-seconds), layers 2 and 3 a quarter done at
+     * 25 s: 250 units in 50 device-seconds, 150 left on two devices: 15 s */
+    feed(&p, BR_PHASE_DONE, 0, 20, 100, 0);
+    feed(&p, BR_PHASE_DONE, 1, 20, 100, 100);
+    CHECK(p.n_running == 0 && p.finished == 2 && fabs(p.done_seconds - 40) < 1e-12,
+          "after two layers: %zu running, %zu finished, %f s", p.n_running, p.finished,
+          p.done_seconds);
+    feed(&p, BR_PHASE_INIT, 2, 20, 0, 200);
+    feed(&p, BR_PHASE_INIT, 3, 20, 0, 200);
+    feed(&p, BR_PHASE_TRAIN, 2, 25, 25, 200);
+    pr = (br_compress_progress){.phase = BR_PHASE_TRAIN,
+                                .layer = 3,
+                                .layers = 4,
+                                .step = 25,
+                                .steps = 100,
+                                .elapsed = 25,
+                                .work_before = 200,
+                                .work_layer = 100,
+                                .work_total = 400};
+    eta = br_cli_eta(&p, &pr);
+    CHECK(fabs(eta - 15) < 1e-9, "ETA %.6f s, expected 15", eta);
+    /* layer 2 done at 40 s (60 device-seconds for 300 units), layer 3 half done
+     * at 45 s (25 s more for 50 units): the last layer runs alone, on one device
+     * whatever the count: 50 units left at 85 / 350 s each */
+    feed(&p, BR_PHASE_DONE, 2, 40, 100, 200);
+    pr.step = 50;
+    pr.elapsed = 45;
+    pr.work_before = 300;
+    eta = br_cli_eta(&p, &pr);
+    CHECK(fabs(eta - 85.0 / 350.0 * 50.0) < 1e-9, "ETA %.6f s, expected %.6f", eta,
+          85.0 / 350.0 * 50.0);
+    fclose(f);
+}
+
+/* `--devices`: the items as given, each checked; a message naming the bad one. */
+static void device_lists(void) {
+    static const struct {
+        const char *list;
+        size_t n;
+        const char *msg; /* NULL: accepted */
+    } cases[] = {
+        {"cpu,cpu", 2, NULL},
+        {"cuda:0,cuda:1,cuda:7", 3, NULL},
+        {"cuda:0,cuda:1,cpu", 0, "items 1 'cuda:0' and 3 'cpu' mix the CPU and a GPU"},
+        {"cpu,cuda", 0, "items 1 'cpu' and 2 'cuda' mix the CPU and a GPU"},
+        {"cuda:3", 1, NULL},
+        {"cuda,cuda:1024", 2, NULL},
+        {"", 0, "the list is empty"},
+        {"cpu,,cpu", 0, "item 2 is empty"},
+        {",cpu", 0, "item 1 is empty"},
+        {"cpu,", 0, "item 2 is empty"},
+        {"auto,cpu", 0, "item 1 'auto' picks one device by itself"},
+        {"cpu,gpu", 0, "item 2 'gpu' is not a device: expected cpu, cuda or cuda:N"},
+        {"CPU", 0, "item 1 'CPU' is not a device"},
+        {"cuda:-1", 0, "item 1 'cuda:-1' is not a device"},
+        {"cuda: 1", 0, "item 1 'cuda: 1' is not a device"},
+        {"cuda:1025", 0, "item 1 'cuda:1025' is not a device"},
+        {"cuda:", 0, "item 1 'cuda:' is not a device"},
+        {"cuda:0,cuda", 0, "items 1 'cuda:0' and 2 'cuda' are the same GPU, cuda:0"},
+        {"cuda:2,cuda:1,cuda:01", 0, "items 2 'cuda:1' and 3 'cuda:01' are the same GPU, cuda:1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        br_cli_device_list l;
+        char err[600] = "";
+        int rc = br_cli_device_list_parse(cases[i].list, &l, err, sizeof err);
+        if (!cases[i].msg) {
+            CHECK(rc == 0 && l.n == cases[i].n, "'%s': rc %d, %zu items (%s)", cases[i].list, rc,
+                  l.n, err);
+        } else {
+            CHECK(rc != 0 && l.n == 0 && !l.items && strstr(err, cases[i].msg),
+                  "'%s': rc %d, message '%s', expected '%s'", cases[i].list, rc, err, cases[i].msg);
+        }
+        br_cli_device_list_free(&l);
+    }
+    br_cli_device_list l;
+    char err[600] = "";
+    CHECK(br_cli_device_list_parse("cuda,cuda:2", &l, err, sizeof err) == 0 && l.n == 2 &&
+              !strcmp(l.items[0], "cuda") && !strcmp(l.items[1], "cuda:2"),
+          "items of 'cuda,cuda:2'");
+    br_cli_device_list_free(&l);
+    /* more than BR_COMPRESS_MAX_DEVICES */
+    char many[4 * (BR_COMPRESS_MAX_DEVICES + 1) + 1];
+    size_t pos = 0;
+    for (int k = 0; k <= BR_COMPRESS_MAX_DEVICES; k++)
+        pos += (size_t)snprintf(many + pos, sizeof many - pos, "%scpu", k ? "," : "");
+    CHECK(br_cli_device_list_parse(many, &l, err, sizeof err) != 0 && strstr(err, "at most 256"),
+          "%d devices: '%s'", BR_COMPRESS_MAX_DEVICES + 1, err);
+    br_cli_device_list_free(&l);
+}
+
 static void progress_escapes_names(void) {
     for (int tty = 0; tty <= 1; tty++) {
         FILE *f = tmpfile();
@@ -712,4 +853,4 @@ T_RUN("cli_report", T_CASE(names_compare_naturally), T_CASE(layer_order_is_natur
       T_CASE(table_escapes_names), T_CASE(table_fits_120_columns), T_CASE(html_summary_and_table),
       T_CASE(html_escapes_markup), T_CASE(html_layer_curves), T_CASE(html_depth_plot),
       T_CASE(eta_weighs_layers_by_work), T_CASE(progress_line_eta), T_CASE(progress_escapes_names),
-      T_CASE(progress_reports_skipped))
+      T_CASE(progress_reports_skipped), T_CASE(eta_shares_work_among_devices), T_CASE(device_lists))

@@ -10,6 +10,7 @@
 #include "bitrank.h"
 #include "cli/commands.h"
 #include "cli/compress_report.h"
+#include "cli/device_list.h"
 #include "cli/term_escape.h"
 #include "compress/paths.h"
 
@@ -37,6 +38,9 @@ static const char usage_text[] =
     "                      N(0, I), which fits the weights themselves) or heavy\n"
     "                      (log-normal channel scales: a stand-in for activations)\n"
     "  --device D          auto, cpu, cuda or cuda:N (auto)\n"
+    "  --devices LIST      one job over several devices of one kind, e.g.\n"
+    "                      cuda:0,cuda:1: each takes the next layer; the output is\n"
+    "                      the file one of them alone writes (not with --device)\n"
     "  --steps N           training steps per layer (300; 0 = initialization only)\n"
     "  --tokens T          tokens per step (512)\n"
     "  --lr X              peak learning rate of the scales (0.02)\n"
@@ -164,9 +168,9 @@ int br_cli_profiling(const br_ctx *ctx) {
     return br_ctx_option(ctx, "profile", v, sizeof v) == BR_OK && !strcmp(v, "1");
 }
 
-int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_compress_opts *o,
-                        const char *checkpoint_dir, int resume, int quiet, const char *report_path,
-                        const char *who) {
+int br_cli_run_compress(br_ctx *ctx, br_ctx *const *devices, size_t n_devices, const char *in,
+                        const char *out, const br_compress_opts *o, const char *checkpoint_dir,
+                        int resume, int quiet, const char *report_path, const char *who) {
     char err[512];
     if (check_paths(ctx, in, out, o, checkpoint_dir, report_path, who)) return 1;
     if (report_path && br_cli_html_writable(report_path, err, sizeof err) != 0) {
@@ -175,14 +179,15 @@ int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_c
     }
     br_cli_progress prog;
     br_cli_progress_init(&prog, stderr, quiet, &cancel_requested);
+    if (n_devices > 1) prog.devices = n_devices;
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     br_compress_report *rep = NULL;
-    br_status st =
-        br_compress_file(ctx, in, out, o, checkpoint_dir, resume, br_cli_progress_cb, &prog, &rep);
+    br_status st = br_compress_file_on(ctx, devices, n_devices, in, out, o, checkpoint_dir, resume,
+                                       br_cli_progress_cb, &prog, &rep);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     br_cli_progress_end(&prog);
@@ -215,11 +220,71 @@ int br_cli_run_compress(br_ctx *ctx, const char *in, const char *out, const br_c
     return rc;
 }
 
+/* The job on one context (--device). */
+static int run_on_device(const char *in, const char *out, const br_compress_opts *o, int resume,
+                         int quiet, const char *report, const char *device) {
+    br_ctx *ctx = NULL;
+    char err[256];
+    if (br_ctx_new(device, &ctx, err, sizeof err) != BR_OK) {
+        fprintf(stderr, "bitrank compress: device %s: %s\n", device, err);
+        return 1;
+    }
+    if (!quiet) fprintf(stderr, "bitrank %s on %s\n", BITRANK_VERSION, br_ctx_device(ctx));
+    int rc = br_cli_run_compress(ctx, NULL, 0, in, out, o, NULL, resume, quiet, report,
+                                 "bitrank compress");
+    /* profile=1 (BITRANK_OPTIONS): where the device time went, op by op */
+    if (br_cli_profiling(ctx)) br_profile_report(ctx, stderr);
+    br_ctx_free(ctx);
+    return rc;
+}
+
+/* The job over several contexts (--devices): one per item, each compressing
+ * layers on its own thread, and one on the CPU for the job itself (the files,
+ * the plan and the output: host work, which needs no device of its own). */
+static int run_on_devices(const char *in, const char *out, const br_compress_opts *o, int resume,
+                          int quiet, const char *report, const br_cli_device_list *list) {
+    br_ctx *job = NULL, **dev = calloc(list->n, sizeof *dev);
+    char err[256];
+    int rc = 0;
+    if (!dev) {
+        fprintf(stderr, "bitrank compress: out of memory\n");
+        return 1;
+    }
+    if (br_ctx_new("cpu", &job, err, sizeof err) != BR_OK) {
+        fprintf(stderr, "bitrank compress: the job's context (cpu): %s\n", err);
+        rc = 1;
+    }
+    for (size_t k = 0; k < list->n && !rc; k++)
+        if (br_ctx_new(list->items[k], &dev[k], err, sizeof err) != BR_OK) {
+            fprintf(stderr, "bitrank compress: device %s (item %zu of --devices): %s\n",
+                    list->items[k], k + 1, err);
+            rc = 1;
+        }
+    if (!rc && !quiet) {
+        fprintf(stderr, "bitrank %s on %zu devices:", BITRANK_VERSION, list->n);
+        for (size_t k = 0; k < list->n; k++)
+            fprintf(stderr, "%s %s", k ? ";" : "", br_ctx_device(dev[k]));
+        fputc('\n', stderr);
+    }
+    int ran = !rc;
+    if (ran)
+        rc = br_cli_run_compress(job, dev, list->n, in, out, o, NULL, resume, quiet, report,
+                                 "bitrank compress");
+    for (size_t k = 0; k < list->n; k++) {
+        /* profile=1 (BITRANK_OPTIONS): each device's time, op by op */
+        if (ran && br_cli_profiling(dev[k])) br_profile_report(dev[k], stderr);
+        br_ctx_free(dev[k]);
+    }
+    br_ctx_free(job);
+    free(dev);
+    return rc;
+}
+
 int br_cmd_compress(int argc, char **argv) {
     br_compress_opts o;
     br_compress_opts_default(&o);
-    const char *in = NULL, *out = NULL, *device = "auto", *report = NULL;
-    int resume = 0, quiet = 0;
+    const char *in = NULL, *out = NULL, *device = "auto", *devices = NULL, *report = NULL;
+    int resume = 0, quiet = 0, device_given = 0;
     const char **inc = calloc((size_t)argc + 1, sizeof *inc);
     const char **exc = calloc((size_t)argc + 1, sizeof *exc);
     if (!inc || !exc) {
@@ -276,6 +341,9 @@ int br_cmd_compress(int argc, char **argv) {
                     rc = bad_usage("--synthetic: '%s' is not iso or heavy", v);
             } else if (!strcmp(a, "--device")) {
                 device = v;
+                device_given = 1;
+            } else if (!strcmp(a, "--devices")) {
+                devices = v;
             } else if (!strcmp(a, "--steps")) {
                 if (parse_size(v, &u) || u > 10000000)
                     rc = bad_usage("--steps: '%s' is not a count", v);
@@ -321,21 +389,20 @@ int br_cmd_compress(int argc, char **argv) {
     o.exclude = exc;
     if (rc < 0 && !in) rc = bad_usage("%s", "no input file given");
     if (rc < 0 && !out) rc = bad_usage("%s", "no output file given (-o OUT)");
-    if (rc < 0) {
-        br_ctx *ctx = NULL;
-        char err[256];
-        if (br_ctx_new(device, &ctx, err, sizeof err) != BR_OK) {
-            fprintf(stderr, "bitrank compress: device %s: %s\n", device, err);
-            rc = 1;
-        } else {
-            if (!quiet) fprintf(stderr, "bitrank %s on %s\n", BITRANK_VERSION, br_ctx_device(ctx));
-            rc = br_cli_run_compress(ctx, in, out, &o, NULL, resume, quiet, report,
-                                     "bitrank compress");
-            /* profile=1 (BITRANK_OPTIONS): where the device time went, op by op */
-            if (br_cli_profiling(ctx)) br_profile_report(ctx, stderr);
-            br_ctx_free(ctx);
-        }
+    if (rc < 0 && device_given && devices)
+        rc = bad_usage("%s", "--device and --devices together: give one (--devices for several)");
+    br_cli_device_list list = {0};
+    if (rc < 0 && devices) {
+        char why[600];
+        if (br_cli_device_list_parse(devices, &list, why, sizeof why) != 0)
+            rc = bad_usage("%s", why);
+        else if (list.n == 1)
+            device = list.items[0]; /* one device: as --device */
     }
+    if (rc < 0)
+        rc = list.n > 1 ? run_on_devices(in, out, &o, resume, quiet, report, &list)
+                        : run_on_device(in, out, &o, resume, quiet, report, device);
+    br_cli_device_list_free(&list);
     free(inc);
     free(exc);
     return rc;

@@ -158,7 +158,8 @@ int br_cmd_demo(int argc, char **argv) {
         fprintf(stderr, "bitrank %s on %s: compressing %s at %.1f bits per weight%s%s\n",
                 BITRANK_VERSION, br_ctx_device(ctx), data, o.bpw,
                 o.gram ? ", calibrated by the input Grams " : "", o.gram ? o.gram : "");
-    int rc = br_cli_run_compress(ctx, data, out, &o, ckpt, 0, quiet, report, "bitrank demo");
+    int rc =
+        br_cli_run_compress(ctx, NULL, 0, data, out, &o, ckpt, 0, quiet, report, "bitrank demo");
     /* profile=1 (BITRANK_OPTIONS): where the device time went, op by op */
     if (br_cli_profiling(ctx)) br_profile_report(ctx, stderr);
     br_ctx_free(ctx);

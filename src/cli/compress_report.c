@@ -15,6 +15,7 @@ void br_cli_progress_init(br_cli_progress *p, FILE *out, int quiet, volatile sig
     p->quiet = quiet;
     p->tty = isatty(fileno(out));
     p->last_draw = -1;
+    p->devices = 1;
     p->cancel = cancel;
 }
 
@@ -64,16 +65,50 @@ static void put_padded(FILE *out, const char *s, size_t width) {
         fputc(' ', out);
 }
 
+/* The running layer `layer`'s slot, or NULL. */
+static br_cli_running *running_of(br_cli_progress *p, size_t layer) {
+    for (size_t i = 0; i < p->n_running; i++)
+        if (p->running[i].layer == layer) return &p->running[i];
+    return NULL;
+}
+
+/* Layer `layer` began (or reports a step): its slot, made at `elapsed` if new;
+ * NULL when every slot is taken (more layers at once than devices allowed). */
+static br_cli_running *running_at(br_cli_progress *p, size_t layer, double elapsed, double work) {
+    br_cli_running *r = running_of(p, layer);
+    if (r) return r;
+    if (p->n_running == sizeof p->running / sizeof p->running[0]) return NULL;
+    r = &p->running[p->n_running++];
+    *r = (br_cli_running){.layer = layer, .start = elapsed, .work = work};
+    return r;
+}
+
 double br_cli_eta(const br_cli_progress *p, const br_compress_progress *pr) {
-    double spent = pr->elapsed - p->layer_start;
+    /* this layer from the report; the others running beside it from their slots */
+    double start = p->layer_start, others_work = 0, others_seconds = 0;
+    for (size_t i = 0; i < p->n_running; i++) {
+        const br_cli_running *r = &p->running[i];
+        if (r->layer == pr->layer) {
+            start = r->start;
+            continue;
+        }
+        others_work += r->work * r->frac;
+        if (pr->elapsed > r->start) others_seconds += pr->elapsed - r->start;
+    }
+    double spent = pr->elapsed - start;
     if (spent < 0) spent = 0;
+    /* the devices that can still work at once: no more than the layers left */
+    size_t left_layers = pr->layers > p->finished ? pr->layers - p->finished : 1;
+    double devices = (double)(p->devices < 1             ? 1
+                              : p->devices < left_layers ? p->devices
+                                                         : left_layers);
     if (pr->work_total > 0) {
         double frac = pr->steps > 0 ? (double)pr->step / (double)pr->steps : 1.0;
-        double done = p->done_work + pr->work_layer * frac;
-        double seconds = p->done_seconds + spent;
+        double done = p->done_work + pr->work_layer * frac + others_work;
+        double seconds = p->done_seconds + spent + others_seconds;
         if (!(done > 0) || !(seconds > 0)) return -1;
-        double left = pr->work_total - pr->work_before - pr->work_layer * frac;
-        return seconds / done * (left > 0 ? left : 0);
+        double left = pr->work_total - pr->work_before - pr->work_layer * frac - others_work;
+        return seconds / done * (left > 0 ? left : 0) / devices;
     }
     /* no work estimate: this layer's remaining steps at its rate, plus the layers
      * left at the mean time of the layers done (or of this one, projected) */
@@ -81,7 +116,13 @@ double br_cli_eta(const br_cli_progress *p, const br_compress_progress *pr) {
     double layer_left = per_step * (pr->steps - pr->step);
     double mean_layer =
         p->done_layers ? p->done_seconds / (double)p->done_layers : spent + layer_left;
-    return layer_left + mean_layer * (double)(pr->layers - pr->layer - 1);
+    /* one device: those after this one; several: those neither finished nor begun */
+    double ahead = (double)(pr->layers - pr->layer - 1);
+    if (p->devices > 1) {
+        size_t busy = p->n_running ? p->n_running : 1;
+        ahead = left_layers > busy ? (double)(left_layers - busy) : 0;
+    }
+    return layer_left + mean_layer * ahead / devices;
 }
 
 int br_cli_progress_cb(const br_compress_progress *pr, void *user) {
@@ -94,6 +135,12 @@ int br_cli_progress_cb(const br_compress_progress *pr, void *user) {
     if (lr) {
         br_cli_escape(name, sizeof name, lr->name);
         tail_name(shown, sizeof shown, name, 44);
+    }
+    /* the layers running at once (the ETA's rate counts each) */
+    if (pr->phase == BR_PHASE_INIT || pr->phase == BR_PHASE_TRAIN) {
+        br_cli_running *r = running_at(p, pr->layer, pr->elapsed, pr->work_layer);
+        if (r && pr->phase == BR_PHASE_TRAIN)
+            r->frac = pr->steps > 0 ? (double)pr->step / (double)pr->steps : 1.0;
     }
     switch (pr->phase) {
     case BR_PHASE_INIT:
@@ -119,12 +166,16 @@ int br_cli_progress_cb(const br_compress_progress *pr, void *user) {
         break;
     }
     case BR_PHASE_DONE:
-    case BR_PHASE_RESUMED:
+    case BR_PHASE_RESUMED: {
+        /* a layer that began (INIT) took the time since; a skipped one, none */
+        br_cli_running *r = running_of(p, pr->layer);
         if (pr->phase == BR_PHASE_DONE) {
-            p->done_seconds += pr->elapsed - p->layer_start;
+            if (r) p->done_seconds += pr->elapsed - r->start;
             p->done_layers++;
             p->done_work += pr->work_layer;
         }
+        if (r) *r = p->running[--p->n_running];
+        p->finished++;
         if (!lr) break;
         fmt_time(eta, sizeof eta, lr->seconds);
         fprintf(p->out, "%s[%zu/%zu] %s [%zu][%zu] ", p->tty ? "\r\033[K" : "", pr->layer + 1,
@@ -141,6 +192,7 @@ int br_cli_progress_cb(const br_compress_progress *pr, void *user) {
                 eta);
         fflush(p->out);
         break;
+    }
     case BR_PHASE_WRITE:
         if (p->tty) {
             fprintf(p->out, "\r\033[Kwriting the output");
