@@ -95,6 +95,7 @@ void br_ctx_free(br_ctx *ctx) {
     for (size_t i = 0; i < ctx->n_expand_retired; i++)
         br_buf_free(ctx->expand_retired[i]);
     free(ctx->expand_retired);
+    br_buf_free(ctx->unit_transient);
     br_prof_free(ctx);
     ctx->be->close(ctx);
     free(ctx);

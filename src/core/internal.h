@@ -45,6 +45,7 @@ struct br_ctx {
     int expand_plane_named;  /* a recording named expand_plane: keep it when outgrown */
     br_buf **expand_retired; /* outgrown expand planes that recorded graphs may name */
     size_t n_expand_retired;
+    br_buf *unit_transient; /* ops/op.h: br_unit_transient (NULL until a unit names it) */
 };
 
 struct br_buf {

@@ -152,11 +152,7 @@ static const br_backend cpu_backend = {
             [BR_OP_EXPAND_SCALED] = br_cpu_expand_scaled,
             [BR_OP_SIGN_ROWDOT] = br_cpu_sign_rowdot,
             [BR_OP_CVT_BOTH] = br_cpu_cvt_both,
-            [BR_OP_MM_STAGE] = br_cpu_mm_stage,
             [BR_OP_MM_TN] = br_cpu_mm_tn,
-            [BR_OP_MM_TN2] = br_cpu_mm_tn2,
-            [BR_OP_EXPAND_SCALED2] = br_cpu_expand_scaled2,
-            [BR_OP_MM_COLSUM] = br_cpu_mm_colsum,
         },
 };
 

@@ -1,6 +1,6 @@
 /* The CUDA backend: one device, its own stream or a caller's, device memory (its
  * own or wrapped), events for the profiler, stream-captured graphs, and the op
- * table. */
+ * table (units of ops run through cuda_fuse.c, which fuses their patterns). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,12 +231,8 @@ static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
         }
         s->capturing = 1;
         br_status st = BR_OK;
-        for (size_t i = 0; i < g->n && st == BR_OK; i++) {
-            br_op_fn fn = ctx->be->ops[g->ops[i].kind];
-            st = fn ? fn(ctx, &g->ops[i])
-                    : br_fail(ctx, BR_E_UNSUPPORTED, "%s is not implemented on the cuda backend",
-                              br_op_name(g->ops[i].kind));
-        }
+        for (size_t i = 0; i < g->n && st == BR_OK; i += g->ops[i].unit_n)
+            st = br_unit_exec(ctx, &g->ops[i]);
         s->capturing = 0;
         cudaGraph_t graph = NULL;
         e = cudaStreamEndCapture(s->stream, &graph);
@@ -411,8 +407,8 @@ static const br_backend cuda_backend = {
     .graph_release = cuda_graph_release,
     .timer_mark = cuda_timer_mark,
     .timer_elapsed = cuda_timer_elapsed,
-    .mm_stage_ws = br_cuda_mm_stage_ws,
-    .mm_tn_ws = br_cuda_mm_tn_ws,
+    .unit_ws = br_cuda_unit_ws,
+    .run_unit = br_cuda_run_unit,
     .check_wrap = cuda_check_wrap,
     .set_stream = cuda_set_stream,
     .stream = cuda_stream,
@@ -447,11 +443,7 @@ static const br_backend cuda_backend = {
             [BR_OP_EXPAND_SCALED] = br_cuda_expand_scaled,
             [BR_OP_SIGN_ROWDOT] = br_cuda_sign_rowdot,
             [BR_OP_CVT_BOTH] = br_cuda_cvt_both,
-            [BR_OP_MM_STAGE] = br_cuda_mm_stage,
             [BR_OP_MM_TN] = br_cuda_mm_tn,
-            [BR_OP_MM_TN2] = br_cuda_mm_tn2,
-            [BR_OP_EXPAND_SCALED2] = br_cuda_expand_scaled2,
-            [BR_OP_MM_COLSUM] = br_cuda_mm_colsum,
         },
 };
 

@@ -116,12 +116,7 @@ br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op);
 /* cuda_layer_ops.cu */
 br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op);
-br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op);
-/* Two sign rowdots in one launch, each exactly as br_cuda_sign_rowdot computes it
- * (br_mm_tn2_rowdot's sides; cuda_layer_ops.cu). */
-br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_sign_rowdot_args *a,
-                               const br_sign_rowdot_args *b);
 br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op);
 /* cvt_both on device pointers (the MM_STAGE op's unfused path stages with it); with
  * c (col NULL) the value staged is fl(fl(src·alpha) + fl(beta·c)), a GEMM epilogue
@@ -135,16 +130,45 @@ br_status br_cuda_cvt_both_res16(br_ctx *ctx, const float *src, uint16_t *dst, u
                                  size_t m, size_t k, size_t ld, float scale, const uint16_t *c,
                                  float alpha, float beta, float *res_out);
 /* gemm/dispatch.cu (dispatch to the mma.sync and wgmma kernels) */
-br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op);
-size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a);
-br_status br_cuda_mm_colsum(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op);
-br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op);
+/* room for the transposed operands where an MM_TN op runs on K-major kernels */
 size_t br_cuda_mm_tn_ws(br_ctx *ctx, const br_mm_args *a);
 br_status br_cuda_mm(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op);
 /* whether this build carries the sm_90a (wgmma) kernels */
 int br_cuda_built_wgmma(void);
+
+/* ---------------------------------------------------------------- fusions
+ * The fused launchers of cuda_fuse.c's table: each takes the ops of the pattern it
+ * matched, in unit order, and runs them with the same bits as those ops in turn
+ * (the unit's front-end checked them apart where a kernel runs them at once).
+ * *_match: whether the ops (of the pattern's kinds) are the form the launcher takes;
+ * *_ws: the workspace it needs beyond the unit's reservation. */
+
+/* MM then CVT_BOTH of its product (br_mm_stage): the product staged from the GEMM's
+ * epilogue where it can (EPI_STAGE16, gemm/dispatch.cu), else the plain product and
+ * the staging pass applying c (br_cuda_cvt_both_ptr / _res16). */
+typedef struct br_mm_stage_args {
+    br_mm_args mm; /* mm.out NULL: not kept (the unit transient) */
+    br_buf *dst;   /* f16 [br_pad_rows(g.m)][ld] */
+    br_buf *dst_t; /* f16 [br_pad_rows(g.n)][br_pad_tokens(g.m)] or NULL */
+    size_t ld;
+    float scale;
+} br_mm_stage_args;
+int br_cuda_mm_stage_match(br_ctx *ctx, const br_op *ops);
+size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_op *ops);
+br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *ops);
+/* MM_TN, MM_TN sharing k (br_mm_tn2): one launch of the MN-major kernel. */
+int br_cuda_mm_tn_pair_match(br_ctx *ctx, const br_op *ops);
+br_status br_cuda_mm_tn_pair(br_ctx *ctx, const br_op *ops);
+/* SIGN_ROWDOT, SIGN_ROWDOT (br_mm_tn2_rowdot's sides): one launch (cuda_layer_ops.cu). */
+br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_op *ops);
+/* EXPAND_SCALED, EXPAND_SCALED (br_expand_scaled2): one launch (cuda_layer_ops.cu). */
+br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *ops);
+
+/* cuda_fuse.c: the backend's run_unit and unit_ws */
+br_status br_cuda_run_unit(br_ctx *ctx, const br_op *ops, size_t n);
+size_t br_cuda_unit_ws(br_ctx *ctx, const br_op *ops, size_t n);
 
 #ifdef __cplusplus
 }

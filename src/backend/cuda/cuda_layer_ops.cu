@@ -288,13 +288,12 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
     return BR_OK;
 }
 
-extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *op) {
+extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *ops) {
     br_cuda *s = br_cuda_state(ctx);
-    const br_expand_scaled2_args *a = &op->u.expand_scaled2;
     unsigned bx[2], y[2];
     bool vec[2];
-    const expand_job e1 = expand_job_of(ctx, &a->e[0], &bx[0], &y[0], &vec[0]);
-    const expand_job e2 = expand_job_of(ctx, &a->e[1], &bx[1], &y[1], &vec[1]);
+    const expand_job e1 = expand_job_of(ctx, &ops[0].u.expand_scaled, &bx[0], &y[0], &vec[0]);
+    const expand_job e2 = expand_job_of(ctx, &ops[1].u.expand_scaled, &bx[1], &y[1], &vec[1]);
     typedef void (*kernel2)(const expand_job, const expand_job, unsigned, unsigned, unsigned);
     static const kernel2 ks[2][2][2] = {
         {{expand_scaled2_kernel<false, false, false>, expand_scaled2_kernel<false, false, true>},
@@ -428,9 +427,9 @@ extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
     return BR_OK;
 }
 
-extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_sign_rowdot_args *a,
-                                          const br_sign_rowdot_args *b) {
+extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_op *ops) {
     br_cuda *s = br_cuda_state(ctx);
+    const br_sign_rowdot_args *a = &ops[0].u.sign_rowdot, *b = &ops[1].u.sign_rowdot;
     /* each side's paths in grid rows of its own (both within MAX_GRID_Y together) */
     const unsigned half = MAX_GRID_Y / 2;
     const unsigned y1 = a->paths < half ? (unsigned)a->paths : half;
