@@ -90,8 +90,10 @@ static void stage_unit_is_its_primitives(void) {
 }
 
 /* On Hopper: the layer's staged output GEMM (f16 c, out not kept, no dst_t, aligned)
- * runs as the EPI_STAGE16 kernel alone, and br_mm_tn2's two aligned products of one
- * k, and br_mm_tn2_rowdot's, as one pair launch (the rowdots as one more). */
+ * runs as the EPI_STAGE16 kernel alone, br_mm_tn2's two aligned products of one k,
+ * and br_mm_tn2_rowdot's, as one pair launch (the rowdots as one more), and
+ * br_cvt_multi as one launch. (br_sign_steps: test_sign; br_expand_scaled2:
+ * test_layer_ops.) */
 static void cuda_fuses_units(void) {
     br_ctx *ctx = t_ctx();
     if (!strcmp(br_ctx_backend(ctx), "cpu") || !has_wgmma(ctx)) {
@@ -149,6 +151,18 @@ static void cuda_fuses_units(void) {
     CHECK(strstr(br_ctx_last_kernel(ctx), "pair") && ctx->stats.launches - l0 == 2,
           "mm_tn2_rowdot ran %s in %llu launches, want the pair and one rowdot launch",
           br_ctx_last_kernel(ctx), (unsigned long long)(ctx->stats.launches - l0));
+
+    /* br_cvt_multi: its three CVT ops in one launch */
+    br_buf *src = t_buf_poison(ctx, BR_F32, m * n, 0x3f800000u), *outs[3];
+    for (int i = 0; i < 3; i++)
+        outs[i] = t_buf_poison(ctx, BR_F16, br_pad_rows(m) * n, T_NAN16);
+    l0 = ctx->stats.launches;
+    CHECK_OK(ctx, br_cvt_multi(ctx, src, 3, NULL, outs, m, n, 1.0f));
+    CHECK(ctx->stats.launches - l0 == 1, "cvt_multi: %llu launches, want 1",
+          (unsigned long long)(ctx->stats.launches - l0));
+    br_buf_free(src);
+    for (int i = 0; i < 3; i++)
+        br_buf_free(outs[i]);
 
     br_buf *all[] = {act, plane, c16, dst, a1, p1, a2, p2, o1, o2,
                      bits[0], bits[1], scale[0], scale[1], grad[0], grad[1]};

@@ -12,7 +12,6 @@ typedef enum br_op_kind {
     BR_OP_MM,
     BR_OP_MM_BITS,
     BR_OP_CVT,
-    BR_OP_CVT_MULTI,
     BR_OP_CVT_COLS,
     BR_OP_CVT_T,
     BR_OP_EXPAND,
@@ -34,8 +33,7 @@ typedef enum br_op_kind {
     BR_OP_SIGN_STEP,     /* sign_ops.c: latent Adam / exact-flip scores, budgeted flips */
     BR_OP_EXPAND_SCALED, /* layer_ops.c: sign bitmap → scaled f16 plane, transposed */
     BR_OP_SIGN_ROWDOT,   /* layer_ops.c: sign gradients and Σ_k s·M per row */
-    BR_OP_CVT_BOTH,      /* layer_ops.c: cvt_pad and cvt_t from one read */
-    BR_OP_SIGN_STEPS,    /* sign_ops.c: sign steps of up to BR_SIGN_STEPS_MAX matrices */
+    BR_OP_CVT_BOTH,      /* layer_ops.c: staging padded, transposed or both from one read */
     BR_OP_MM_TN,         /* gemm.c: br_mm on act and plane stored k-rows-first */
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT

@@ -1,7 +1,8 @@
 /* Op descriptors: what the front-end hands a backend, and what a graph records.
  * One kind per backend op (core/op_kind.h); composites (plane_linear, weight_grad,
  * gram_acc) are sequences of these, and so are the fused calls (br_mm_stage,
- * br_mm_tn2, br_mm_colsum_grouped, br_expand_scaled2), each submitted as one unit
+ * br_mm_tn2, br_mm_colsum_grouped, br_expand_scaled2, br_cvt_multi, br_sign_steps),
+ * each submitted as one unit
  * (br_submit_unit) that a backend may run as one kernel.
  *
  * Where an op lives: its contract in the header of its front-end
@@ -57,15 +58,6 @@ typedef struct br_cvt_args {
     size_t m, k;
     float scale;
 } br_cvt_args;
-
-typedef struct br_cvt_multi_args {
-    const br_buf *src;
-    size_t n_out;         /* 1..4 */
-    const br_buf *col[4]; /* entries may be NULL */
-    br_buf *dst[4];
-    size_t m, k;
-    float scale;
-} br_cvt_multi_args;
 
 typedef struct br_cvt_cols_args {
     const br_buf *src;
@@ -192,16 +184,9 @@ typedef struct br_sign_step_args {
     float curv2; /* 2 · curvature */
 } br_sign_step_args;
 
-/* Sign steps of several matrices in one op (a backend may run them together); with
- * with_adam, then br_adam_cat's op on `adam` (br_sign_steps_adam: the layer's Adam
- * over its scales, in the steps' last launch where a backend can). */
+/* The most sign steps one unit of br_sign_steps holds (the CUDA backend runs them as
+ * one launch). */
 #define BR_SIGN_STEPS_MAX 4
-typedef struct br_sign_steps_args {
-    br_sign_step_args m[BR_SIGN_STEPS_MAX];
-    size_t n;
-    int with_adam;
-    br_adam_args adam; /* as br_adam_cat builds it (rel_floor per element) */
-} br_sign_steps_args;
 
 /* The reformulated layer's ops (ops/layer_ops.h documents them). Both run `paths`
  * (≥ 1) independent paths in one op: path p reads its inputs at p·(their stride)
@@ -257,7 +242,6 @@ typedef struct br_op {
         br_copy_args copy;
         br_mm_args mm;
         br_cvt_args cvt;
-        br_cvt_multi_args cvt_multi;
         br_cvt_cols_args cvt_cols;
         br_cvt_t_args cvt_t;
         br_expand_args expand;
@@ -273,7 +257,6 @@ typedef struct br_op {
         br_cvt_pad_args cvt_pad;
         br_step_ctrl_args step_ctrl;
         br_sign_step_args sign_step;
-        br_sign_steps_args sign_steps;
         br_expand_scaled_args expand_scaled;
         br_sign_rowdot_args sign_rowdot;
         br_cvt_both_args cvt_both;

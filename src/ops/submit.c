@@ -14,7 +14,6 @@ static const char *const op_names[BR_OP_COUNT] = {
     [BR_OP_MM] = "mm",
     [BR_OP_MM_BITS] = "mm_bits",
     [BR_OP_CVT] = "cvt",
-    [BR_OP_CVT_MULTI] = "cvt_multi",
     [BR_OP_CVT_COLS] = "cvt_cols",
     [BR_OP_CVT_T] = "cvt_t",
     [BR_OP_EXPAND] = "expand",
@@ -37,7 +36,6 @@ static const char *const op_names[BR_OP_COUNT] = {
     [BR_OP_EXPAND_SCALED] = "expand_scaled",
     [BR_OP_SIGN_ROWDOT] = "sign_rowdot",
     [BR_OP_CVT_BOTH] = "cvt_both",
-    [BR_OP_SIGN_STEPS] = "sign_step",
     [BR_OP_MM_TN] = "mm_tn",
 };
 

@@ -288,7 +288,7 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
     return BR_OK;
 }
 
-extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *ops) {
+extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *ops, size_t) {
     br_cuda *s = br_cuda_state(ctx);
     unsigned bx[2], y[2];
     bool vec[2];
@@ -427,7 +427,7 @@ extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
     return BR_OK;
 }
 
-extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_op *ops) {
+extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_op *ops, size_t) {
     br_cuda *s = br_cuda_state(ctx);
     const br_sign_rowdot_args *a = &ops[0].u.sign_rowdot, *b = &ops[1].u.sign_rowdot;
     /* each side's paths in grid rows of its own (both within MAX_GRID_Y together) */

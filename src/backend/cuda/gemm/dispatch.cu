@@ -445,7 +445,7 @@ extern "C" size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_op *ops) {
     return a.mm.g.m * a.mm.g.n * sizeof(float); /* room for the product */
 }
 
-extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *ops) {
+extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *ops, size_t) {
     using namespace br_gemm_cuda;
     const br_mm_stage_args a = stage_of(ctx, ops);
     const size_t m = a.mm.g.m, n = a.mm.g.n;
@@ -590,7 +590,7 @@ extern "C" int br_cuda_mm_tn_pair_match(br_ctx *ctx, const br_op *ops) {
     return tn_pair_problems(ctx, ops, p);
 }
 
-extern "C" br_status br_cuda_mm_tn_pair(br_ctx *ctx, const br_op *ops) {
+extern "C" br_status br_cuda_mm_tn_pair(br_ctx *ctx, const br_op *ops, size_t) {
     using namespace br_gemm_cuda;
     Problem p[2];
     tn_pair_problems(ctx, ops, p);
