@@ -164,8 +164,8 @@ static void cuda_fuses_units(void) {
     for (int i = 0; i < 3; i++)
         br_buf_free(outs[i]);
 
-    br_buf *all[] = {act, plane, c16, dst, a1, p1, a2, p2, o1, o2,
-                     bits[0], bits[1], scale[0], scale[1], grad[0], grad[1]};
+    br_buf *all[] = {act, plane, c16,     dst,     a1,       p1,       a2,      p2,
+                     o1,  o2,    bits[0], bits[1], scale[0], scale[1], grad[0], grad[1]};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         br_buf_free(all[i]);
     br_ctx_free(ctx);

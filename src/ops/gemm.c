@@ -204,8 +204,8 @@ static br_status submit_tn2(br_ctx *ctx, const char *fn, br_op *ops, size_t n) {
             (pieces){i ? "plane2" : "plane1", m->plane, 1, 0, (m->g.k - 1) * m->ldp + m->g.n};
         grad[i] = (pieces){i ? "grad2" : "grad1", rd->grad, P, rd->grad_stride, rd->rows * rd->r};
         dsum[i] = (pieces){i ? "dsum2" : "dsum1", rd->dsum, P, rd->dsum_stride, rd->rows};
-        rnorm[i] = (pieces){i ? "rownorm2" : "rownorm1", rd->rownorm, P, rd->rownorm_stride,
-                            rd->rows};
+        rnorm[i] =
+            (pieces){i ? "rownorm2" : "rownorm1", rd->rownorm, P, rd->rownorm_stride, rd->rows};
         bits[i] =
             (pieces){i ? "bits2" : "bits1", rd->bits, P, rd->bits_stride, rd->rows * rd->r / 32};
         scale[i] =
@@ -223,8 +223,8 @@ static br_status submit_tn2(br_ctx *ctx, const char *fn, br_op *ops, size_t n) {
                     return br_fail(ctx, BR_E_ARG, "%s: %s overlaps %s", fn, outs[u]->name,
                                    others[v]->name);
     }
-    const size_t split = ops[0].u.mm.ws_bytes > ops[1].u.mm.ws_bytes ? ops[0].u.mm.ws_bytes
-                                                                     : ops[1].u.mm.ws_bytes;
+    const size_t split =
+        ops[0].u.mm.ws_bytes > ops[1].u.mm.ws_bytes ? ops[0].u.mm.ws_bytes : ops[1].u.mm.ws_bytes;
     return br_submit_unit(ctx, ops, n, "mm_tn2", 0, unit_ws_bytes(ctx, ops, n, split));
 }
 
@@ -404,7 +404,7 @@ br_status br_mm_colsum_grouped(br_ctx *ctx, const br_buf *act, const br_buf *pla
     BR_TRY(br_colsum_fused_args_of(ctx, fn, a, b, sum, g.m, g.n, fuse, group, stride, !accumulate,
                                    &ops[1].u.colsum_fused, &cs_ws));
     /* The outputs apart from every input: the column sums' checks cover b, sum and dst
-     * among themselves and sum and dst against a and col; in one op b is also written
+     * among themselves and sum and dst against a and col; in one unit b is also written
      * while a and col are read, and sum and dst while act and plane are (a fused
      * backend writes them from the GEMM's epilogue). Counts checked above. */
     const br_gemm *gr = &mm->g; /* lda resolved */

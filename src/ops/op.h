@@ -2,16 +2,17 @@
  * One kind per backend op (core/op_kind.h); composites (plane_linear, weight_grad,
  * gram_acc) are sequences of these, and so are the fused calls (br_mm_stage,
  * br_mm_tn2, br_mm_colsum_grouped, br_expand_scaled2, br_cvt_multi, br_sign_steps),
- * each submitted as one unit
- * (br_submit_unit) that a backend may run as one kernel.
+ * each submitted as one unit (br_submit_unit) that a backend may run as one kernel.
  *
  * Where an op lives: its contract in the header of its front-end
  * (include/bitrank_ops.h, ops/layer_ops.h, ops/sign_ops.h) and its arguments here;
  * its CPU meaning in backend/cpu (the table in cpu_backend.c names the function);
  * its CUDA kernel in backend/cuda (the table in cuda_backend.c names the launcher),
- * and a unit's fused kernel in the fusion table, backend/cuda/cuda_fuse.c. Every size here has been checked by the
- * front-end: element counts fit BR_MAX_ELEMS (except fill and copy counts, bounded
- * only by the buffer: up to 2^40) and every buffer holds what the shapes need. */
+ * and a unit's fused kernel in the fusion table, backend/cuda/cuda_fuse.c.
+ *
+ * Every size here has been checked by the front-end: element counts fit
+ * BR_MAX_ELEMS (except fill and copy counts, bounded only by the buffer: up to 2^40)
+ * and every buffer holds what the shapes need. */
 #ifndef BR_OPS_OP_H
 #define BR_OPS_OP_H
 

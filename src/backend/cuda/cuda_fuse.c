@@ -16,7 +16,7 @@ typedef struct fusion {
     /* the ops it takes at ops[0..left): 2 or more, or 0 where its pattern is not there */
     size_t (*take)(br_ctx *ctx, const br_op *ops, size_t left);
     br_status (*launch)(br_ctx *ctx, const br_op *ops, size_t n); /* the fused run */
-    size_t (*ws)(br_ctx *ctx, const br_op *ops); /* NULL: none beyond the unit's */
+    size_t (*ws)(br_ctx *ctx, const br_op *ops);                  /* NULL: none beyond the unit's */
 } fusion;
 
 /* Whether the ops at ops[0..left) begin with kinds a, b. */
@@ -32,7 +32,7 @@ static size_t take_mm_stage(br_ctx *ctx, const br_op *ops, size_t left) {
 /* MM_TN, MM_TN that pair (br_mm_tn2) */
 static size_t take_mm_tn_pair(br_ctx *ctx, const br_op *ops, size_t left) {
     return begins(ops, left, BR_OP_MM_TN, BR_OP_MM_TN) && br_cuda_mm_tn_pair_match(ctx, ops) ? 2
-                                                                                               : 0;
+                                                                                             : 0;
 }
 
 /* SIGN_ROWDOT, SIGN_ROWDOT (br_mm_tn2_rowdot's sides) */

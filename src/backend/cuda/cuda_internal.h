@@ -116,9 +116,9 @@ br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op);
 br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op);
 br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op);
-/* cvt_both on device pointers (the MM_STAGE op's unfused path stages with it); with
- * c (col NULL) the value staged is fl(fl(src·alpha) + fl(beta·c)), a GEMM epilogue
- * with c applied to the plain product src. */
+/* cvt_both on device pointers (br_mm_stage's fusion stages with it where the GEMM
+ * cannot); with c (col NULL) the value staged is fl(fl(src·alpha) + fl(beta·c)), a
+ * GEMM epilogue with c applied to the plain product src. */
 br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const float *col, uint16_t *dst,
                                uint16_t *dst_t, size_t m, size_t k, size_t ld, float scale,
                                const float *c, float alpha, float beta);

@@ -216,8 +216,9 @@ __global__ void __launch_bounds__(THREADS, 8) expand_scaled_rows_kernel(const ex
     expand_rows_blocks<VEC>(e, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
 }
 
-/* Two expands in one launch (EXPAND_SCALED2): blocks x < bx1 run the first job as
- * its own launch of bx1 blocks by y1 path rows would, the rest the second's (bx2 =
+/* Two expands in one launch (two EXPAND_SCALED ops of a unit, cuda_fuse.c): blocks
+ * x < bx1 run the first job as its own launch of bx1 blocks by y1 path rows would,
+ * the rest the second's (bx2 =
  * gridDim.x − bx1 by y2). Grid rows y ≥ a job's count start past its last path (a
  * count below gridDim.y ≤ MAX_GRID_Y is the job's path count). VEC: both jobs allow
  * it; ROWS1, ROWS2: the jobs' orientations (compiled in: a run-time choice of body
