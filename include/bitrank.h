@@ -975,6 +975,57 @@ br_status br_blr_infer_run_f16(br_blr_infer *p, const uint16_t *x, size_t ntok,
                                const uint16_t *bias, uint16_t *y);
 void br_blr_infer_free(br_blr_infer *p);
 
+/* ---------------------------------------------------------------- inference on a CUDA device */
+
+/* A BLR linear prepared for inference on a context's GPU: the same product as the CPU
+ * plan, y [ntok][m] = Σ_p h_p ⊙ (S_U,p · (ℓ_p ⊙ (S_V,pᵀ · (g_p ⊙ x)))) (+ bias), on
+ * activations of 16-bit types in device memory, straight from the signs (Ŵ never
+ * formed). The plan holds, on the GPU, the signs repacked as the kernels read them,
+ * the scales (f32) and its scratch; the layer it was made from may change or go once
+ * br_blr_infer_cuda_new returns. A plan is used by one caller at a time (a run writes
+ * its scratch and counters), and its runs are ordered on one stream.
+ *
+ * Kernels. Up to 64 tokens ("decode"): one launch of a persistent grid per 32 tokens,
+ * both products fused, the signs expanded to ±1 tensor-core operands in registers:
+ * z = g⊙x and t = ℓ⊙(S_Vᵀz) are rounded to the activation type (f16 or bf16) as the
+ * operands of the products; sums in f32 in a fixed order. 65 tokens and more ("prefill"): the
+ * bitmap GEMMs of br_mm_bits on f16 operands (g⊙x and t rounded to f16 whatever the
+ * activation type, so their values must lie within f16's range), f32 sums. Either
+ * way the result is rounded once to the activation type, and two runs on the same
+ * inputs give the same bits.
+ *
+ * Accuracy. With u the unit roundoff of the operand type (f16 2^-11, bf16 2^-8;
+ * prefill: f16's) and u_y that of the activation type, each output is within
+ *     Σ_p |h_p,i|·u·(‖ℓ_p‖₁·‖z_p‖₁ + ‖t_p‖₁) + u_y·|y_i|   (+ f32 rounding, ~2^-22 of it)
+ * of the exact product of the given x, a worst case; the roundings are independent,
+ * so the typical error is that bound with the 1-norms replaced by 2-norms over √3
+ * (tests/test_blr_infer_cuda.c checks both). */
+typedef struct br_blr_infer_cuda br_blr_infer_cuda;
+
+/* The element type of x, bias and y (IEEE binary16 or bfloat16 bit patterns). */
+typedef enum br_act_type { BR_ACT_F16 = 0, BR_ACT_BF16 = 1 } br_act_type;
+
+/* A plan of `layer` resident on ctx's GPU: signs repacked as the kernels read them,
+ * scales, scratch. ctx must be a CUDA context (BR_E_UNSUPPORTED for a CPU context or
+ * a build without CUDA) and outlive the plan. Same checks as br_blr_infer_new
+ * (arrays, shapes, finite scales: BR_E_ARG / BR_E_SHAPE / BR_E_OVERFLOW /
+ * BR_E_NONFINITE), BR_E_NOMEM, BR_E_DEVICE. */
+br_status br_blr_infer_cuda_new(br_ctx *ctx, const br_blr_host *layer, br_blr_infer_cuda **out);
+/* y [ntok][m] = layer(x [ntok][n]) (+ bias [m] or NULL): device pointers of `type`,
+ * row-major, asynchronous on the context's current stream (br_ctx_set_stream: the
+ * caller's, e.g. torch's). x, bias and y must be 2-byte aligned and y must not
+ * overlap x or bias (BR_E_ARG); ntok ≥ 1 (BR_E_SHAPE). Runs allocate nothing once a
+ * run of at least this ntok has run (so decode steps can be captured in a CUDA
+ * graph); a run with more tokens than any before grows the scratch first. */
+br_status br_blr_infer_cuda_run(br_blr_infer_cuda *p, br_act_type type, const void *x, size_t ntok,
+                                const void *bias, void *y);
+/* Device bytes the plan holds (weights + scratch); 0 for NULL. */
+size_t br_blr_infer_cuda_bytes(const br_blr_infer_cuda *p);
+/* What the last run ran: "decode" or "prefill" ("none" before any run, and for NULL). */
+const char *br_blr_infer_cuda_kernel(const br_blr_infer_cuda *p);
+/* Waits for the plan's runs issued so far, then frees it (NULL: nothing). */
+void br_blr_infer_cuda_free(br_blr_infer_cuda *p);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -5,6 +5,7 @@
     bitrank.distill(model, original, texts, tokenizer=tok)  # end to end
     bitrank.save_pretrained(model, "out")          # config.json + model.safetensors
     model = bitrank.load("out")                    # its linears are BLRLinear
+    print(bitrank.pack_for_inference(model))       # plans only; bytes vs fp16
 
 The C library (libbitrank.so, shipped in this package) runs the layers and the
 per-layer compression; torch runs the rest of the model.
@@ -24,9 +25,12 @@ from ._lib import BitrankError  # noqa: E402
 from .compress import CompressReport, compress_linear, compress_model, find_blocks  # noqa: E402
 from .distill import DistillReport, distill, sliced_kl  # noqa: E402
 from .hf import load, save_pretrained  # noqa: E402
+from .inference import (InferenceMemory, inference_memory, pack_for_inference,  # noqa: E402
+                        unpack_for_training)
 from .torch import BLRLinear, LibraryOptimizer  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["BLRLinear", "BitrankError", "CompressReport", "DistillReport", "LibraryOptimizer",
-           "compress_linear", "compress_model", "distill", "find_blocks", "load",
-           "save_pretrained", "sliced_kl"]
+__all__ = ["BLRLinear", "BitrankError", "CompressReport", "DistillReport", "InferenceMemory",
+           "LibraryOptimizer", "compress_linear", "compress_model", "distill", "find_blocks",
+           "inference_memory", "load", "pack_for_inference", "save_pretrained", "sliced_kl",
+           "unpack_for_training"]

@@ -2,6 +2,8 @@
 
     python -m bitrank eval COMPRESSED [--reference ORIGINAL_DIR] [--kind auto|encoder|causal]
         [--text FILE] [--device cpu|cuda|auto] [--seq-len N] [--max-tokens N] [--json OUT]
+    python -m bitrank generate COMPRESSED [--prompt TEXT] [--max-new-tokens N]
+        [--device cpu|cuda|auto] [--compare-fp16 ORIGINAL_DIR]   (bitrank.cli_generate)
     python -m bitrank compress ...   (bitrank.cli_compress, where installed)
     python -m bitrank demo ...       (bitrank.demo, where installed)
 
@@ -148,6 +150,7 @@ def subcommands():
         # ---- registered here by their own modules (each defines add_arguments and run):
         "compress": _optional("compress", "bitrank.cli_compress"),
         "distill": _optional("distill", "bitrank.cli_distill"),
+        "generate": _optional("generate", "bitrank.cli_generate"),
         "demo": _optional("demo", "bitrank.demo"),
         # ---- end of the optional subcommands
     }
@@ -156,6 +159,7 @@ def subcommands():
 HELP = {"eval": "quality of a compressed model on held-out text",
         "compress": "compress a model block by block through its own forward",
         "distill": "train a compressed model end to end against the original",
+        "generate": "greedy text generation with a compressed causal LM: speed and memory",
         "demo": "compress a small model and show what it kept"}
 
 
@@ -195,7 +199,8 @@ def _is_user_error(e):
         if module is not None:
             kinds.append(getattr(module, cls))
     kinds += [k for k in (getattr(sys.modules.get(m), "UserError", None)
-                          for m in ("bitrank.cli_compress", "bitrank.cli_distill", "bitrank.demo")) if k]
+                          for m in ("bitrank.cli_compress", "bitrank.cli_distill", "bitrank.cli_generate",
+                                    "bitrank.demo")) if k]
     return isinstance(e, tuple(kinds))
 
 

@@ -36,6 +36,9 @@ SIGN_OFF, SIGN_LATENT, SIGN_EXACT = 0, 1, 2
 # br_infer_kernel (CPU inference plans)
 INFER_AUTO, INFER_PORTABLE, INFER_AVX2 = 0, 1, 2
 
+# br_act_type (CUDA inference plans: the activations' dtype)
+ACT_F16, ACT_BF16 = 0, 1
+
 c_size_t = ctypes.c_size_t
 c_void_p = ctypes.c_void_p
 c_char_p = ctypes.c_char_p
@@ -197,7 +200,23 @@ _SIGS = {
     "br_blr_infer_free": (None, [P]),
 }
 
+# Functions a library build may lack: bound when present, and the features that need
+# them report themselves unavailable otherwise (has()). The CUDA inference plan
+# (br_blr_infer_cuda_*) is only in builds with it; a CPU-only or older library still
+# loads, and BLRLinear keeps its other paths.
+_OPTIONAL_SIGS = {
+    "br_ctx_stream": (P, [P]),
+    "br_blr_infer_cuda_new": (ctypes.c_int, [P, ctypes.POINTER(BlrHost), ctypes.POINTER(P)]),
+    "br_blr_infer_cuda_run": (ctypes.c_int, [P, ctypes.c_int, P, c_size_t, P, P]),
+    "br_blr_infer_cuda_bytes": (c_size_t, [P]),
+    "br_blr_infer_cuda_kernel": (c_char_p, [P]),
+    "br_blr_infer_cuda_free": (None, [P]),
+}
+CUDA_INFER = ("br_blr_infer_cuda_new", "br_blr_infer_cuda_run", "br_blr_infer_cuda_bytes",
+              "br_blr_infer_cuda_kernel", "br_blr_infer_cuda_free")
+
 _lib = None
+_absent = set()  # the optional functions the loaded library lacks
 _lock = threading.Lock()
 
 
@@ -228,6 +247,14 @@ def lib():
                 fn = getattr(handle, name)
                 fn.restype = res
                 fn.argtypes = args
+            for name, (res, args) in _OPTIONAL_SIGS.items():
+                try:
+                    fn = getattr(handle, name)
+                except AttributeError:
+                    _absent.add(name)
+                    continue
+                fn.restype = res
+                fn.argtypes = args
             for cname, mirror in _MIRRORS.items():
                 want = handle.br_struct_size(cname.encode())
                 if want != ctypes.sizeof(mirror):
@@ -236,6 +263,18 @@ def lib():
                                        "do not match this library build")
             _lib = handle
     return _lib
+
+
+def has(*names):
+    """Whether the loaded library has every one of the (optional) functions `names`."""
+    lib()
+    return not any(name in _absent for name in names)
+
+
+def has_cuda_infer():
+    """Whether the library has the CUDA inference plan (br_blr_infer_cuda_*). A plan
+    also needs a CUDA context, which only a build with the CUDA backend makes."""
+    return has(*CUDA_INFER)
 
 
 def status_name(st):
@@ -269,13 +308,23 @@ class Context:
             raise BitrankError(status_name(st), err.value.decode(errors="replace"))
         self.ptr = ptr
         self.is_cuda = device.startswith("cuda")
+        self.stream = None  # the handle last set by set_stream (None: the context's own)
+        # held around a stream switch and the ops issued on that stream, so that two
+        # threads sharing the context cannot issue on each other's stream
+        self.lock = threading.RLock()
 
     def check(self, st, what=""):
         check(st, self.ptr, what)
 
     def set_stream(self, handle):
-        """Run the context's ops on CUDA stream `handle` (an int, 0 = legacy default)."""
+        """Run the context's ops on CUDA stream `handle` (an int, 0 = legacy default).
+        A call with the stream already set costs nothing: the per-layer forwards of a
+        model call it for every layer, and the library's switch (an event record and
+        wait, or a host sync when a graph capture begins) is only needed on a change."""
+        if handle == self.stream:
+            return
         self.check(self._lib.br_ctx_set_stream(self.ptr, P(handle)))
+        self.stream = handle
 
     def sync(self):
         self.check(self._lib.br_ctx_sync(self.ptr))

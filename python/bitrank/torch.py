@@ -11,11 +11,25 @@ backend="torch" computes the same product in torch at the input's precision with
 the library (a reference, and a fallback for devices the library does not run on).
 
 Where no autograd graph is needed (torch.no_grad(), inference_mode, or neither x nor
-any of the module's parameters requiring grad) a CPU module with backend="library"
-runs the forward through the library's CPU inference plan instead (br_blr_infer:
-lookup-table kernels straight from the sign bits, f32 results, include/bitrank.h),
-kept per module and rebuilt when u, v, h, l or g change; `module.infer_kernel` names
-the kernel the last such forward ran ("avx2-lut" or "portable").
+any of the module's parameters requiring grad) a module with backend="library" runs
+the forward through one of the library's inference plans instead, kept per module
+and rebuilt when u, v, h, l or g change:
+- on CPU tensors the CPU plan (br_blr_infer: lookup-table kernels straight from the
+  sign bits, f32 results, include/bitrank.h);
+- on CUDA tensors of f16 or bf16 (f32 is cast to f16 and back) the CUDA plan
+  (br_blr_infer_cuda), on torch's current stream, where the library has it (a
+  library without it runs the training forward there, as before). Its runs
+  allocate nothing once a run of as many tokens has happened, so a forward can be
+  captured in torch.cuda.graph after one eager forward of at least the captured
+  token count (a capture that would build or grow a plan is refused with a message
+  saying so).
+`module.infer_kernel` names the kernel the last plan forward ran ("avx2-lut" or
+"portable" on the CPU; the CUDA plan's name, e.g. "decode" or "prefill").
+
+pack_for_inference (bitrank.inference) makes a module inference-only: its plan is
+the one copy of the weights on the device, its parameters move to host memory, its
+training state is freed; its forward then always runs the plan, and one that needs a
+graph is refused (unpack_for_training undoes it).
 
 The backward gives dx, dh, dl, dg, and with `sign_grads = True` also the sign
 gradients G_U = dL/dS_U, G_V = dL/dS_V (the signs taken as real) in
@@ -25,6 +39,7 @@ optimizer (LibraryOptimizer below) and straight-through estimators train on.
 import ctypes
 import math
 import threading
+import warnings
 
 import torch
 from torch import nn
@@ -42,13 +57,38 @@ def _aligned(t):
     return t if _is_aligned(t) else t.contiguous().clone()
 
 
-def _alloc(*shape, device):
-    """Every f32 output the library writes is allocated here (tests poison it)."""
-    return torch.empty(*shape, device=device, dtype=torch.float32)
+def _alloc(*shape, device, dtype=torch.float32):
+    """Every output the library writes is allocated here (tests poison it)."""
+    return torch.empty(*shape, device=device, dtype=dtype)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+_PLAN_DTYPES = (torch.float32,) + _HALF
+
+
+def _raw_stream(device):
+    """The cudaStream_t torch's current stream on `device` is, as an int: the private
+    getter inductor uses where it exists (a Python Stream object is a few
+    microseconds per call, and every layer of a model asks), else the public API."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def _capturing(device):
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 class BLRLinear(nn.Module):
     """A compressed nn.Linear of `paths` binary low-rank paths of rank `rank`."""
+
+    # defaults for modules unpickled from before these existed
+    _infer_cuda = None
+    _captured = ()
+    _pack_device = None
+    _pack_requires_grad = None
 
     def __init__(self, in_features, out_features, rank, paths=2, bias=True, device=None,
                  backend="library"):
@@ -80,7 +120,15 @@ class BLRLinear(nn.Module):
         self._state = {}  # device -> _LayerState (the library's layer, its scratch)
         self._fwd_id = 0
         self._infer = None  # _InferPlan: the CPU inference plan of the current parameters
-        self.infer_kernel = None  # the kernel the last CPU inference forward ran
+        self._infer_cuda = None  # _CudaPlan: the CUDA inference plan of them
+        # plans a CUDA graph captured: kept until the module goes, never freed under
+        # a graph that may still replay them
+        self._captured = []
+        # the device whose plan holds this module's weights (pack_for_inference);
+        # None: not packed
+        self._pack_device = None
+        self._pack_requires_grad = None
+        self.infer_kernel = None  # the kernel the last inference-plan forward ran
 
     # ---- construction and conversion
 
@@ -119,25 +167,49 @@ class BLRLinear(nn.Module):
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"rank={self.rank}, paths={self.paths}, bias={self.bias is not None}, "
-                f"bpw={self.bits_per_weight():.3f}")
+                f"bpw={self.bits_per_weight():.3f}"
+                + (f", packed for {self._pack_device}" if self._pack_device is not None else ""))
 
     def _apply(self, fn, *args, **kwargs):
-        # moving the module drops the library state of the old device
+        # moving the module drops the library state and plans of the old device
         self._release()
-        return super()._apply(fn, *args, **kwargs)
+        if self._pack_device is None:
+            return super()._apply(fn, *args, **kwargs)
+        # A packed module stays packed: its parameters stay in host memory and the
+        # device it is sent to (model.to("cuda:1"), a pipeline's model.to(device))
+        # becomes its plan's, built there at the next forward; a dtype change applies
+        # to the host copies. Where fn sends tensors is read off an empty probe.
+        try:
+            target = fn(torch.empty(0, device=self._pack_device)).device
+        except RuntimeError:  # the plan's device is not here (an unpickled model)
+            target = fn(torch.empty(0)).device
+        out = super()._apply(fn, *args, **kwargs)
+        self._params_to_host()
+        self._pack_device = _resolve(target)
+        return out
+
+    def _free_plan(self, plan):
+        if plan is None:
+            return
+        if plan.captured:
+            self._captured = list(self._captured) + [plan]
+        else:
+            plan.free()
 
     def _release(self):
-        for st in self._state.values():
+        for st in getattr(self, "_state", {}).values():
             st.free()
         self._state = {}
-        plan = getattr(self, "_infer", None)
-        if plan is not None:
-            plan.free()
-        self._infer = None
+        for slot in ("_infer", "_infer_cuda"):
+            self._free_plan(getattr(self, slot, None))
+            setattr(self, slot, None)
 
     def __del__(self):
         try:
             self._release()
+            for plan in self._captured:
+                plan.free()
+            self._captured = []
         except Exception:
             pass
 
@@ -145,7 +217,96 @@ class BLRLinear(nn.Module):
         d = self.__dict__.copy()
         d["_state"] = {}
         d["_infer"] = None
+        d["_infer_cuda"] = None
+        d["_captured"] = []
         return d
+
+    # ---- packing for inference (bitrank.pack_for_inference)
+
+    @property
+    def packed(self):
+        """The device whose inference plan holds this module's weights, or None."""
+        return self._pack_device
+
+    def _params_to_host(self):
+        with torch.no_grad():
+            for name in ("h", "l", "g", "bias"):
+                par = getattr(self, name)
+                if par is not None and par.device.type != "cpu":
+                    par.data = par.data.to("cpu")
+                    par.grad = None
+            for name in ("u", "v"):
+                buf = getattr(self, name)
+                if buf.device.type != "cpu":
+                    setattr(self, name, buf.to("cpu"))
+
+    def pack(self, device=None):
+        """Make this module inference-only on `device` (default: where its parameters
+        are): its inference plan there is built now and is the one device copy of
+        the weights; the library's training layer and scratch, the gradients and
+        the sign gradients are freed; u, v, h, l, g and the bias move to host memory
+        (the plan is rebuilt from them if they change, and save_pretrained reads
+        them) and stop requiring grad. Returns the plan's device."""
+        if device is None:
+            device = self._pack_device or self.h.device
+        device = _resolve(device)
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"BLRLinear.pack: no inference plan on {device}")
+        if device.type == "cuda" and not _lib.has_cuda_infer():
+            raise _lib.BitrankError(
+                "BR_E_UNSUPPORTED", f"{_lib.library_path()} has no CUDA inference plan "
+                "(br_blr_infer_cuda_*): build the library from a tree that has it to pack "
+                "for a GPU")
+        if self._pack_device is None:
+            self._pack_requires_grad = {n: p.requires_grad for n, p in self.named_parameters()}
+        self._release()
+        self.grad_u = self.grad_v = self.sum_a2 = self.sum_x2 = None
+        for p in self.parameters():
+            p.grad = None
+            p.requires_grad_(False)
+        self._params_to_host()
+        self._pack_device = device
+        if device.type == "cuda":
+            self._cuda_plan(device)
+        else:
+            self._infer_plan()
+        return device
+
+    def unpack(self, device=None):
+        """Undo pack(): the parameters back on `device` (default: the plan's), trainable
+        as they were before packing, the plan freed."""
+        if self._pack_device is None:
+            return
+        device = _resolve(device) if device is not None else self._pack_device
+        self._release()
+        with torch.no_grad():
+            for name in ("h", "l", "g", "bias"):
+                par = getattr(self, name)
+                if par is not None:
+                    par.data = par.data.to(device)
+            self.u = self.u.to(device)
+            self.v = self.v.to(device)
+        for name, p in self.named_parameters():
+            p.requires_grad_((self._pack_requires_grad or {}).get(name, True))
+        self._pack_device = None
+        self._pack_requires_grad = None
+
+    def plan_bytes(self):
+        """(bytes, kind) of the weights as this module holds them for inference: a live
+        CUDA plan's device bytes as the library counts them (its scratch included)
+        plus its bias copies, kind "cuda-plan"; for a CPU plan or a module without a
+        live plan, the sign bitmaps (rows padded to the plans' 32 signs) and f32
+        scales and bias a plan holds, kind "estimate"."""
+        plan = self._infer_cuda
+        if plan is not None and plan.ptr:
+            return plan.nbytes(), "cuda-plan"
+        r32 = (self.rank + 31) // 32 * 32
+        m32 = (self.out_features + 31) // 32 * 32
+        n32 = (self.in_features + 31) // 32 * 32
+        per_path = (m32 + n32) * r32 // 8 + 4 * (self.out_features + self.in_features
+                                                 + self.rank)
+        bias = 4 * self.out_features if self.bias is not None else 0
+        return self.paths * per_path + bias, "estimate"
 
     # ---- forward
 
@@ -155,10 +316,18 @@ class BLRLinear(nn.Module):
             raise ValueError(f"BLRLinear: input has {shape[-1]} features, the layer "
                              f"{self.in_features}")
         x2 = x.reshape(-1, self.in_features)
-        if self.backend == "library" and x2.shape[0] > 0 and self._cpu_inference(x2):
-            plan = self._infer_plan()
-            y = plan.run(x2, self.bias)
-            self.infer_kernel = plan.kernel
+        where = self._plan_device(x2)
+        if where is not None:
+            if x2.shape[0] == 0:
+                y = x2.new_zeros(0, self.out_features)
+            elif where.type == "cuda":
+                plan = self._cuda_plan(where)
+                y = plan.run(x2, self.bias)
+                self.infer_kernel = plan.kernel()
+            else:
+                plan = self._infer_plan()
+                y = plan.run(x2, self.bias)
+                self.infer_kernel = plan.kernel
             return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
         if self.backend == "torch" or x2.shape[0] == 0:
             y = self._torch_forward(x2)
@@ -169,34 +338,86 @@ class BLRLinear(nn.Module):
             y = y + self.bias.to(y.dtype)
         return y.reshape(*shape[:-1], self.out_features)
 
-    def _cpu_inference(self, x2):
-        """Whether this forward takes the CPU inference plan: input and module on the
-        CPU, an f32/f16/bf16 input, and no autograd graph to record (grad mode off, or
-        neither x nor any parameter requiring grad): the plan has no backward."""
-        if x2.device.type != "cpu" or self.h.device.type != "cpu":
+    def _needs_graph(self, x2):
+        """Whether this forward must record an autograd graph (which the plans cannot:
+        they have no backward): grad mode on and x or a parameter requiring grad."""
+        if not torch.is_grad_enabled():
             return False
-        if x2.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            return False
-        if torch.is_grad_enabled():
-            params = [self.h, self.l, self.g] + ([self.bias] if self.bias is not None else [])
-            if x2.requires_grad or any(p.requires_grad for p in params):
-                return False
-        return True
+        if x2.requires_grad:
+            return True
+        params = [self.h, self.l, self.g] + ([self.bias] if self.bias is not None else [])
+        return any(p.requires_grad for p in params)
+
+    def _plan_device(self, x2):
+        """The device of the inference plan this forward runs, or None for the
+        training forward: backend "library", x and the module on the CPU, or x on a
+        GPU the module is on where the library has the CUDA plan; an f32/f16/bf16
+        input; no autograd graph to record. A packed module has no other forward:
+        what it cannot run is refused here."""
+        dev = x2.device
+        if self._pack_device is not None:
+            if self._needs_graph(x2):
+                raise RuntimeError(
+                    "BLRLinear: packed for inference (bitrank.pack_for_inference), it has "
+                    "no backward: call bitrank.unpack_for_training(model) to train it, or "
+                    "run under torch.no_grad()")
+            if dev != self._pack_device:
+                raise RuntimeError(f"BLRLinear: packed for inference on {self._pack_device}, "
+                                   f"the input is on {dev} (model.to({str(dev)!r}) moves "
+                                   "the plan)")
+            if x2.dtype not in _PLAN_DTYPES:
+                raise TypeError(f"BLRLinear: packed for inference, its plan takes float32, "
+                                f"float16 or bfloat16 inputs, not {x2.dtype}")
+            if dev.type == "cuda" and not _lib.has_cuda_infer():
+                raise _lib.BitrankError(
+                    "BR_E_UNSUPPORTED", f"BLRLinear: packed for {dev}, but "
+                    f"{_lib.library_path()} has no CUDA inference plan (br_blr_infer_cuda_*)")
+            return dev
+        if self.backend != "library" or x2.dtype not in _PLAN_DTYPES:
+            return None
+        if self.h.device != dev or dev.type not in ("cpu", "cuda"):
+            return None
+        if dev.type == "cuda" and not _lib.has_cuda_infer():
+            return None
+        if self._needs_graph(x2):
+            return None
+        return dev
+
+    def _plan_key(self):
+        """What a plan was built from: each of u, v, h, l, g's version counter (in-place
+        writes, copy_, optimizer steps), storage, shape and dtype."""
+        return tuple((t._version, t.data_ptr(), tuple(t.shape), t.dtype)
+                     for t in (self.u, self.v, self.h, self.l, self.g))
+
+    def _plan(self, slot, cls, device):
+        """The plan in `slot` for the parameters as they are now, rebuilt when they
+        changed since it was built."""
+        key = self._plan_key()
+        plan = getattr(self, slot)
+        if plan is not None and plan.key == key and plan.device == device:
+            return plan
+        if _capturing(device):
+            raise RuntimeError(
+                "BLRLinear: a CUDA graph capture needs this layer's inference plan built "
+                "before it (run one forward outside the capture, after the last change of "
+                "the parameters)")
+        setattr(self, slot, None)
+        self._free_plan(plan)
+        if plan is not None and plan.captured:
+            warnings.warn("BLRLinear: the parameters changed after a CUDA graph captured "
+                          "this layer: that graph still runs the old weights (capture it "
+                          "again)", stacklevel=4)
+        plan = cls(self, key, device)
+        setattr(self, slot, plan)
+        return plan
 
     def _infer_plan(self):
-        """The CPU inference plan of the parameters as they are now: rebuilt when any
-        of u, v, h, l, g was modified (its version counter: in-place writes, copy_,
-        optimizer steps) or replaced (its storage)."""
-        key = tuple((t._version, t.data_ptr(), tuple(t.shape), t.dtype)
-                    for t in (self.u, self.v, self.h, self.l, self.g))
-        plan = getattr(self, "_infer", None)
-        if plan is not None and plan.key == key:
-            return plan
-        if plan is not None:
-            plan.free()
-        self._infer = None
-        self._infer = _InferPlan(self, key)
-        return self._infer
+        """The CPU inference plan of the parameters as they are now."""
+        return self._plan("_infer", _InferPlan, torch.device("cpu"))
+
+    def _cuda_plan(self, device):
+        """The CUDA inference plan on `device` of the parameters as they are now."""
+        return self._plan("_infer_cuda", _CudaPlan, device)
 
     def _torch_forward(self, x2):
         dt = x2.dtype if x2.dtype in (torch.float32, torch.float64) else torch.float32
@@ -234,44 +455,88 @@ def cast_except_blr(model, dtype):
     return model
 
 
-class _InferPlan:
-    """A library CPU inference plan (br_blr_infer) of one module's parameters. The
-    plan holds its own copy of the signs and scales; a run writes the plan's scratch,
-    so runs of one plan are serialized (ctypes lets other Python threads run meanwhile).
-    `calls` counts plans built and runs (tests check which path ran)."""
-    calls = {"build": 0, "run": 0}
+def _resolve(device):
+    """A torch.device with its index ("cuda" -> "cuda:N", the current one)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
-    def __init__(self, mod, key):
+
+def _host_layer(mod):
+    """The br_blr_host of a module's parameters (host copies: u32 sign words, f32
+    scales) and the tensors it points into, which must live until the library copied
+    them."""
+    host = _lib.BlrHost(m=mod.out_features, n=mod.in_features, r=mod.rank, paths=mod.paths)
+    keep = []
+    u32 = ctypes.POINTER(ctypes.c_uint32)
+    f32 = ctypes.POINTER(ctypes.c_float)
+    cpu = torch.device("cpu")
+    for p in range(mod.paths):
+        arrays = (layout.words32(mod.u[p].detach().to(cpu), mod.rank).contiguous(),
+                  layout.words32(mod.v[p].detach().to(cpu), mod.rank).contiguous(),
+                  mod.h.detach()[p].to(cpu, torch.float32).contiguous(),
+                  mod.l.detach()[p].to(cpu, torch.float32).contiguous(),
+                  mod.g.detach()[p].to(cpu, torch.float32).contiguous())
+        keep += arrays
+        hp = host.path[p]
+        hp.bits_u = ctypes.cast(arrays[0].data_ptr(), u32)
+        hp.bits_v = ctypes.cast(arrays[1].data_ptr(), u32)
+        hp.h = ctypes.cast(arrays[2].data_ptr(), f32)
+        hp.l = ctypes.cast(arrays[3].data_ptr(), f32)
+        hp.g = ctypes.cast(arrays[4].data_ptr(), f32)
+    return host, keep
+
+
+class _Plan:
+    """What the CPU and CUDA inference plans share: the key of the parameters a plan
+    was built from (BLRLinear._plan_key), building it from their host form, freeing
+    it. Subclasses name their library functions (NEW, FREE) and run it. `calls`
+    counts builds and runs per class (tests check which path ran)."""
+    NEW = FREE = None
+
+    def __init__(self, mod, key, device):
         self.key = key
-        self.ctx = _lib.context("cpu")
+        self.device = device
+        self.ctx = _lib.context(device)
         self.lib = self.ctx._lib
         self.m, self.n = mod.out_features, mod.in_features
         self.ptr = None
-        self.lock = threading.Lock()
-        host = _lib.BlrHost(m=self.m, n=self.n, r=mod.rank, paths=mod.paths)
-        keep = []
-        u32 = ctypes.POINTER(ctypes.c_uint32)
-        f32 = ctypes.POINTER(ctypes.c_float)
-        for p in range(mod.paths):
-            arrays = (layout.words32(mod.u[p].detach(), mod.rank).contiguous(),
-                      layout.words32(mod.v[p].detach(), mod.rank).contiguous(),
-                      mod.h.detach()[p].float().contiguous(),
-                      mod.l.detach()[p].float().contiguous(),
-                      mod.g.detach()[p].float().contiguous())
-            keep += arrays
-            hp = host.path[p]
-            hp.bits_u = ctypes.cast(arrays[0].data_ptr(), u32)
-            hp.bits_v = ctypes.cast(arrays[1].data_ptr(), u32)
-            hp.h = ctypes.cast(arrays[2].data_ptr(), f32)
-            hp.l = ctypes.cast(arrays[3].data_ptr(), f32)
-            hp.g = ctypes.cast(arrays[4].data_ptr(), f32)
+        self.captured = False  # a CUDA graph captured a run of it
+        host, keep = _host_layer(mod)
         ptr = _lib.P()
-        self.ctx.check(self.lib.br_blr_infer_new(self.ctx.ptr, ctypes.byref(host),
-                                                 ctypes.byref(ptr)))
+        self._build(host, ptr)
         del keep  # the plan copied what it needs
         self.ptr = ptr
-        self.kernel = self.lib.br_blr_infer_kernel(ptr).decode()
-        _InferPlan.calls["build"] += 1
+        type(self).calls["build"] += 1
+
+    def _build(self, host, ptr):
+        self.ctx.check(getattr(self.lib, self.NEW)(self.ctx.ptr, ctypes.byref(host),
+                                                   ctypes.byref(ptr)))
+
+    def free(self):
+        if getattr(self, "ptr", None):
+            getattr(self.lib, self.FREE)(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class _InferPlan(_Plan):
+    """A library CPU inference plan (br_blr_infer) of one module's parameters. The
+    plan holds its own copy of the signs and scales; a run writes the plan's scratch,
+    so runs of one plan are serialized (ctypes lets other Python threads run meanwhile)."""
+    NEW, FREE = "br_blr_infer_new", "br_blr_infer_free"
+    calls = {"build": 0, "run": 0}
+
+    def __init__(self, mod, key, device):
+        self.lock = threading.Lock()
+        super().__init__(mod, key, device)
+        self.kernel = self.lib.br_blr_infer_kernel(self.ptr).decode()
 
     def run(self, x2, bias):
         """y [ntok][m] f32 = the layer of x2 [ntok][n] (+ bias), x2 converted to f32."""
@@ -287,17 +552,87 @@ class _InferPlan:
         _InferPlan.calls["run"] += 1
         return y
 
-    def free(self):
-        if getattr(self, "ptr", None):
-            self.lib.br_blr_infer_free(self.ptr)
-            self.ptr = None
 
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:
-            pass
+class _CudaPlan(_Plan):
+    """A library CUDA inference plan (br_blr_infer_cuda) of one module's parameters on
+    one GPU: its own device copy of the signs and scales, run asynchronously on
+    torch's current stream (the shared context follows it; the library orders a
+    switch after the work issued before). The bias goes to the library in the
+    activations' dtype: one device copy per dtype, made at the first run of that
+    dtype and again when the bias changes. `max_ntok` is the most tokens a run had:
+    the plan's scratch is sized to it, so a larger run allocates (refused while a
+    CUDA graph is being captured)."""
+    NEW, FREE = "br_blr_infer_cuda_new", "br_blr_infer_cuda_free"
+    calls = {"build": 0, "run": 0}
 
+    def __init__(self, mod, key, device):
+        self.max_ntok = 0
+        self._bias = {}  # dtype -> (bias key, device tensor)
+        super().__init__(mod, key, device)
+
+    def _build(self, host, ptr):
+        with self.ctx.lock:
+            # the upload is ordered after the work torch issued on its stream so far
+            self.ctx.set_stream(_raw_stream(self.device))
+            super()._build(host, ptr)
+
+    def _bias_for(self, bias, dtype, capturing):
+        if bias is None:
+            return None
+        key = (bias._version, bias.data_ptr(), bias.device)
+        held = self._bias.get(dtype)
+        if held is not None and held[0] == key:
+            return held[1]
+        if capturing:
+            raise RuntimeError(
+                f"BLRLinear: a CUDA graph capture ran a {dtype} forward, which needs a bias "
+                "copy this layer did not make before it (run one forward of that dtype "
+                "outside the capture)")
+        b = bias.detach().to(self.device, dtype, copy=True).contiguous()
+        self._bias[dtype] = (key, b)
+        return b
+
+    def bias_bytes(self):
+        return sum(b.numel() * b.element_size() for _, b in self._bias.values())
+
+    def nbytes(self):
+        """The device bytes the plan holds (the library's count) and its bias copies."""
+        return int(self.lib.br_blr_infer_cuda_bytes(self.ptr)) + self.bias_bytes()
+
+    def kernel(self):
+        return self.lib.br_blr_infer_cuda_kernel(self.ptr).decode()
+
+    def run(self, x2, bias):
+        """y [ntok][m] in x2's dtype (f16/bf16 as given, f32 through f16) = the layer of
+        x2 [ntok][n] (+ bias)."""
+        xh = x2.detach()
+        if xh.dtype not in _HALF:
+            xh = xh.to(torch.float16)
+        xh = _aligned(xh.contiguous())
+        ntok = xh.shape[0]
+        capturing = torch.cuda.is_current_stream_capturing()
+        if capturing and ntok > self.max_ntok:
+            raise RuntimeError(
+                f"BLRLinear: a CUDA graph capture ran a forward of {ntok} tokens, more than "
+                f"any run of this layer before it ({self.max_ntok}): the plan's scratch would "
+                f"grow inside the capture; run one forward of at least {ntok} tokens outside "
+                "the capture first")
+        b = self._bias_for(bias, xh.dtype, capturing)
+        y = _alloc(ntok, self.m, device=xh.device, dtype=xh.dtype)
+        act = _lib.ACT_BF16 if xh.dtype == torch.bfloat16 else _lib.ACT_F16
+        with self.ctx.lock:
+            self.ctx.set_stream(_raw_stream(self.device))
+            st = self.lib.br_blr_infer_cuda_run(self.ptr, act, _lib.P(xh.data_ptr()), ntok,
+                                                _lib.P(b.data_ptr()) if b is not None else None,
+                                                _lib.P(y.data_ptr()))
+        self.ctx.check(st)
+        self.max_ntok = max(self.max_ntok, ntok)
+        if capturing:
+            self.captured = True
+        _CudaPlan.calls["run"] += 1
+        # xh, b: the caching allocator reuses their memory only for work issued later
+        # on this stream, which runs after this kernel
+        return y
 
 class _LayerState:
     """The library's layer and scratch for one module on one device."""
@@ -337,7 +672,7 @@ class _LayerState:
 
     def stream(self):
         if self.ctx.is_cuda:
-            self.ctx.set_stream(torch.cuda.current_stream(self.device).cuda_stream)
+            self.ctx.set_stream(_raw_stream(torch.device(self.device)))
 
     def ensure(self, ntok, flags):
         if flags != self.flags:

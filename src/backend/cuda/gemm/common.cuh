@@ -112,6 +112,11 @@ br_status launch_reduce_splits(br_ctx *ctx, const Problem &p, int splits, int mp
  * directly to time each variant. */
 br_status run(br_ctx *ctx, const br_mm_args &args, PlaneKind kind, Family family,
               WgmmaTile tile = TILE_AUTO, WgmmaASource src = A_AUTO);
+/* run() on a problem of resolved device pointers (callers that hold no buffers: the
+ * inference plan's prefill); ws_bytes is the workspace a split-K run may take (0:
+ * none, so the call never allocates). */
+br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name, Family family,
+                      WgmmaTile tile, WgmmaASource src);
 /* The tile, A source and split-K factor AUTO picks for a problem on `sm_count`
  * multiprocessors: splits > 1 only where p.ws_bytes holds the partials (splits NULL:
  * never). */

@@ -255,9 +255,6 @@ static void note_kernel(br_ctx *ctx, const char *family, const char *name, Wgmma
                  tile_name(tile), src == A_AUTO ? "-" : asource_name(src), splits, name);
 }
 
-br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name, Family family,
-                      WgmmaTile tile, WgmmaASource src);
-
 /* The resolved problem of an op's arguments (no split, no staging). */
 static Problem problem_of(const br_mm_args &args, PlaneKind kind) {
     Problem p;

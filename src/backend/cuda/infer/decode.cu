@@ -1,0 +1,500 @@
+/* The decode kernel of the CUDA inference plan (src/infer/blr_infer_cuda.h has the
+ * layouts): a BLR linear for 1..32 tokens in one launch.
+ *
+ * A persistent grid of co-resident blocks (a cooperative launch: the runtime refuses
+ * a grid that cannot all be resident instead of letting it hang) runs both phases:
+ *
+ *   phase 1  jobs (path p, k segment, chunk of row tiles): the block stages z = g_p⊙x
+ *            of its segment in shared memory as mma B fragments (f32 product, rounded
+ *            once to the activation type); each warp takes row tiles of the chunk,
+ *            expands their signs from 16-byte loads into A fragments and sums the
+ *            segment on the tensor cores. A row tile's ks1 segment sums go to global
+ *            scratch; the warp that arrives last at the tile's counter adds them in
+ *            segment order (whatever the arrival order: the same bits every run),
+ *            scales by ℓ, rounds t to the activation type and writes it as phase 2's
+ *            B fragments, then counts the tile ready.
+ *   phase 2  jobs (chunk of output row tiles): each warp loads the signs of its first
+ *            item before waiting (they do not depend on t, so their loads overlap
+ *            phase 1's tail), the block waits until every phase-1 tile is ready, then
+ *            warps sum (row tile, path, k segment) items from t's fragments in L2 into
+ *            shared memory, and the block adds them in a fixed order, applies h_p and
+ *            the bias, and stores y.
+ *
+ * The counters reset themselves: a tile's arrival counter by its last arriver, the
+ * ready counter by the last block to leave, so every launch (graph replays too)
+ * finds them zero. Nothing here allocates. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_internal.h"
+#include "infer/blr_infer_cuda.h"
+
+namespace {
+
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+/* units of signs loaded at once per warp (16 bytes a lane each) */
+constexpr int kPF = 4;
+/* shared memory: phase 1's z fragments or phase 2's partial sums (the same bytes),
+ * then a 16×8 transpose scratch per warp */
+constexpr int kRegionBytes = 32768;
+constexpr int kSmemBytes = kRegionBytes + kWarps * 256;
+/* phase-2 items a job may hold: their partials fill the region at 4 token tiles */
+constexpr int kItemsMax4 = kRegionBytes / (BR_IC_TT_MAX * 512);
+
+struct Args {
+    br_ic_dev d;
+    br_ic_launch L;
+    const uint16_t *x, *bias;
+    uint16_t *y;
+    int ntok;
+};
+
+/* 16 bytes read once: no L1 allocation, the non-coherent path (bits never change) */
+__device__ __forceinline__ uint4 ld_stream(const uint32_t *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+template <bool kBF> __device__ __forceinline__ float to_f32(uint16_t h) {
+    if (kBF) return __uint_as_float((uint32_t)h << 16);
+    return __half2float(__ushort_as_half(h));
+}
+
+/* two f32 → the activation type, round to nearest even; lo in the low half */
+template <bool kBF> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    if (kBF) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+template <bool kBF> __device__ __forceinline__ uint16_t round1(float v) {
+    if (kBF) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    return __half_as_ushort(__float2half_rn(v));
+}
+
+/* The A fragment of k step kk (0..15) of a unit from its packed word w = kk/4. */
+template <bool kBF>
+__device__ __forceinline__ void expand(uint32_t w, int kk, uint32_t (&a)[4]) {
+    constexpr uint32_t one = kBF ? 0x3F803F80u : 0x3C003C00u;
+    const int q0 = (kk % 4) * 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        a[i] = ((w << (q0 + i)) & 0x80008000u) | one;
+}
+
+template <bool kBF>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+    if (kBF)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The word of unit data `a` that holds k step kk. */
+__device__ __forceinline__ uint32_t word_of(const uint4 &a, int kk) {
+    const int w = kk / 4;
+    return w == 0 ? a.x : w == 1 ? a.y : w == 2 ? a.z : a.w;
+}
+
+/* Whether this warp is the last of `total` to arrive at `counter` (resetting it then).
+ * Every lane's stores before the call are visible to the last warp's lanes after it
+ * (read them with __ldcg). */
+__device__ __forceinline__ bool warp_last_arrival(uint32_t *counter, uint32_t total, int lane) {
+    __syncwarp();
+    uint32_t last = 0;
+    if (lane == 0) {
+        __threadfence();
+        last = atomicAdd(counter, 1u) == total - 1;
+        if (last) *counter = 0;
+    }
+    last = __shfl_sync(0xffffffffu, last, 0);
+    if (last) __threadfence();
+    return last != 0;
+}
+
+/* ---------------------------------------------------------------- phase 1 */
+
+/* The z fragments of `nks` k steps from k step ks0 (of path p's inputs) into zs
+ * [nks][TT][32] uint2: b0 holds inputs 2c, 2c+1, b1 inputs 2c+8, 2c+9 of the step,
+ * token tt·8 + g, where lane = 4g + c. Zero past n and past ntok. */
+template <bool kBF, int TT>
+__device__ void stage_z(const Args &A, int p, int ks0, int nks, uint2 *zs) {
+    const int n = A.d.n, ntok = A.ntok;
+    const float *g = A.d.g + (size_t)p * n;
+    for (int e = threadIdx.x; e < nks * TT * 32; e += kThreads) {
+        const int lane = e % 32, tt = e / 32 % TT, ks = e / (32 * TT);
+        const int tok = tt * 8 + lane / 4;
+        const int k0 = (ks0 + ks) * 16 + 2 * (lane % 4);
+        float v[4] = {0.f, 0.f, 0.f, 0.f};
+        if (tok < ntok) {
+            const uint16_t *xt = A.x + (size_t)tok * n;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int k = k0 + (j / 2) * 8 + j % 2;
+                if (k < n) v[j] = __fmul_rn(__ldg(g + k), to_f32<kBF>(__ldg(xt + k)));
+            }
+        }
+        zs[e] = make_uint2(pack2<kBF>(v[0], v[1]), pack2<kBF>(v[2], v[3]));
+    }
+}
+
+/* Row tile rt of path p is complete in `sum` (lane's C fragment, token tile tt): t =
+ * ℓ⊙sum rounded, transposed through the warp's scratch into B-fragment order. */
+template <bool kBF>
+__device__ void write_t(const Args &A, int p, int rt, int tt, const float4 &sum, int lane,
+                        uint16_t *tsh) {
+    const int g = lane / 4, c = lane % 4, r = A.d.r;
+    const float *l = A.d.l + (size_t)p * r;
+    const float s[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int row = rt * 16 + g + 8 * (j / 2), tok = tt * 8 + 2 * c + j % 2;
+        const float v = row < r && tok < A.ntok ? __fmul_rn(s[j], __ldg(l + row)) : 0.f;
+        tsh[(g + 8 * (j / 2)) * 8 + 2 * c + j % 2] = round1<kBF>(v);
+    }
+    __syncwarp();
+    /* B fragment: b0 = t[2c, 2c+1][g], b1 = t[2c+8, 2c+9][g] (k = row of the tile) */
+    const uint32_t b0 = tsh[(2 * c) * 8 + g] | (uint32_t)tsh[(2 * c + 1) * 8 + g] << 16;
+    const uint32_t b1 = tsh[(2 * c + 8) * 8 + g] | (uint32_t)tsh[(2 * c + 9) * 8 + g] << 16;
+    const size_t ks2 = (size_t)A.d.ku2 * 16;
+    reinterpret_cast<uint2 *>(A.d.tfrag)[(((size_t)p * ks2 + rt) * BR_IC_TT_MAX + tt) * 32 + lane] =
+        make_uint2(b0, b1);
+    __syncwarp(); /* the scratch is reused */
+}
+
+template <bool kBF, int TT>
+__device__ void phase1(const Args &A, unsigned char *smem) {
+    const br_ic_dev &d = A.d;
+    const br_ic_launch &L = A.L;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint2 *zs = reinterpret_cast<uint2 *>(smem);
+    uint16_t *tsh = reinterpret_cast<uint16_t *>(smem + kRegionBytes) + warp * 128;
+    const int chunks = (d.rt1 + L.rpc1 - 1) / L.rpc1;
+    const int jobs = d.paths * L.ks1 * chunks;
+    uint32_t *ready = d.sync + (size_t)d.paths * d.rt1;
+    for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
+        const int col = job / chunks, ch = job % chunks;
+        const int p = col / L.ks1, ks = col % L.ks1;
+        const int u0 = ks * L.seg1, nu = std::min(L.seg1, d.ku1 - u0);
+        const int rt_lo = ch * L.rpc1, rt_hi = std::min(d.rt1, rt_lo + L.rpc1);
+        __syncthreads(); /* the previous job's fragments are no longer read */
+        stage_z<kBF, TT>(A, p, u0 * 16, nu * 16, zs);
+        __syncthreads();
+        for (int rt = rt_lo + warp; rt < rt_hi; rt += kWarps) {
+            float acc[TT][4];
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.f;
+            const uint32_t *bits = d.bits1 + (((size_t)p * d.rt1 + rt) * d.ku1 + u0) * 128 + lane * 4;
+            for (int uc = 0; uc < nu; uc += kPF) {
+                uint4 a[kPF];
+#pragma unroll
+                for (int j = 0; j < kPF; j++)
+                    if (uc + j < nu) a[j] = ld_stream(bits + (size_t)(uc + j) * 128);
+#pragma unroll
+                for (int j = 0; j < kPF; j++) {
+                    if (uc + j >= nu) break;
+#pragma unroll
+                    for (int kk = 0; kk < 16; kk++) {
+                        uint32_t af[4];
+                        expand<kBF>(word_of(a[j], kk), kk, af);
+                        const uint2 *zk = zs + ((size_t)((uc + j) * 16 + kk) * TT) * 32 + lane;
+#pragma unroll
+                        for (int tt = 0; tt < TT; tt++) {
+                            const uint2 b = zk[tt * 32];
+                            mma<kBF>(acc[tt], af, b.x, b.y);
+                        }
+                    }
+                }
+            }
+            float4 *part = reinterpret_cast<float4 *>(d.part1) +
+                           ((((size_t)p * d.rt1 + rt) * L.ks1) * TT) * 32 + lane;
+            bool last = true;
+            if (L.ks1 > 1) {
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++)
+                    part[((size_t)ks * TT + tt) * 32] =
+                        make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]);
+                last = warp_last_arrival(d.sync + (size_t)p * d.rt1 + rt, (uint32_t)L.ks1, lane);
+            }
+            if (!last) continue;
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                float4 sum = make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]);
+                if (L.ks1 > 1) { /* the segments in order 0, 1, ...: the same bits every run */
+                    sum = __ldcg(part + (size_t)tt * 32);
+                    for (int s = 1; s < L.ks1; s++) {
+                        const float4 v = __ldcg(part + ((size_t)s * TT + tt) * 32);
+                        sum.x = __fadd_rn(sum.x, v.x), sum.y = __fadd_rn(sum.y, v.y);
+                        sum.z = __fadd_rn(sum.z, v.z), sum.w = __fadd_rn(sum.w, v.w);
+                    }
+                }
+                write_t<kBF>(A, p, rt, tt, sum, lane, tsh);
+            }
+            /* t of this tile is written by every lane: count it ready */
+            __syncwarp();
+            if (lane == 0) {
+                __threadfence();
+                atomicAdd(ready, 1u);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- phase 2 */
+
+/* The sums of one phase-2 item (row tile rt, path p, units [u0, u0 + nu)) into acc;
+ * `pre` holds its first kPF units' signs where have_pre. */
+template <bool kBF, int TT>
+__device__ __forceinline__ void item2(const Args &A, int rt, int p, int u0, int nu,
+                                      const uint4 (&pre)[kPF], bool have_pre, float (&acc)[TT][4],
+                                      int lane) {
+    const br_ic_dev &d = A.d;
+    const uint32_t *bits = d.bits2 + (((size_t)rt * d.paths + p) * d.ku2 + u0) * 128 + lane * 4;
+    const uint2 *tf = reinterpret_cast<const uint2 *>(d.tfrag) +
+                      ((size_t)p * d.ku2 * 16 + (size_t)u0 * 16) * BR_IC_TT_MAX * 32 + lane;
+    for (int uc = 0; uc < nu; uc += kPF) {
+        uint4 a[kPF];
+#pragma unroll
+        for (int j = 0; j < kPF; j++)
+            if (uc + j < nu) a[j] = have_pre && uc == 0 ? pre[j] : ld_stream(bits + (size_t)(uc + j) * 128);
+#pragma unroll
+        for (int j = 0; j < kPF; j++) {
+            if (uc + j >= nu) break;
+#pragma unroll
+            for (int kk = 0; kk < 16; kk++) {
+                uint32_t af[4];
+                expand<kBF>(word_of(a[j], kk), kk, af);
+                const uint2 *tk = tf + (size_t)((uc + j) * 16 + kk) * BR_IC_TT_MAX * 32;
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++) {
+                    const uint2 b = __ldcg(tk + tt * 32);
+                    mma<kBF>(acc[tt], af, b.x, b.y);
+                }
+            }
+        }
+    }
+}
+
+template <bool kBF, int TT>
+__device__ void phase2(const Args &A, unsigned char *smem) {
+    const br_ic_dev &d = A.d;
+    const br_ic_launch &L = A.L;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float4 *ps = reinterpret_cast<float4 *>(smem);
+    const int jobs = (d.rt2 + L.rpc2 - 1) / L.rpc2;
+    const int per_rt = d.paths * L.ks2;
+    /* the signs of this warp's first item, loaded before the wait for t */
+    uint4 pre[kPF];
+    bool have_pre = false;
+    if ((int)blockIdx.x < jobs) {
+        const int rt_lo = blockIdx.x * L.rpc2;
+        const int items = (std::min(d.rt2, rt_lo + L.rpc2) - rt_lo) * per_rt;
+        if (warp < items) {
+            const int rt = rt_lo + warp / per_rt, p = warp / L.ks2 % d.paths, ks = warp % L.ks2;
+            const int u0 = ks * L.seg2, nu = std::min(L.seg2, d.ku2 - u0);
+            const uint32_t *bits = d.bits2 + (((size_t)rt * d.paths + p) * d.ku2 + u0) * 128 + lane * 4;
+#pragma unroll
+            for (int j = 0; j < kPF; j++)
+                if (j < nu) pre[j] = ld_stream(bits + (size_t)j * 128);
+            have_pre = true;
+        }
+    }
+    /* every phase-1 tile ready */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const uint32_t *ready = d.sync + (size_t)d.paths * d.rt1;
+        const uint32_t want = (uint32_t)(d.paths * d.rt1);
+        while (ld_acquire(ready) < want) {
+        }
+    }
+    __syncthreads();
+    for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
+        const int rt_lo = job * L.rpc2, nrt = std::min(d.rt2, rt_lo + L.rpc2) - rt_lo;
+        const int items = nrt * per_rt;
+        for (int it = warp; it < items; it += kWarps) {
+            const int rt = rt_lo + it / per_rt, p = it / L.ks2 % d.paths, ks = it % L.ks2;
+            const int u0 = ks * L.seg2, nu = std::max(0, std::min(L.seg2, d.ku2 - u0));
+            float acc[TT][4];
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.f;
+            item2<kBF, TT>(A, rt, p, u0, nu, pre, have_pre, acc, lane);
+            have_pre = false;
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                ps[((size_t)it * TT + tt) * 32 + lane] =
+                    make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]);
+        }
+        have_pre = false;
+        __syncthreads();
+        /* y[tok][row] = Σ_p h_p[row]·(Σ_ks item sums) + bias[row]: paths and segments in
+         * order; consecutive threads take consecutive rows (coalesced stores) */
+        const float *pf = reinterpret_cast<const float *>(ps);
+        const int rows = nrt * 16;
+        for (int e = threadIdx.x; e < A.ntok * rows; e += kThreads) {
+            const int tok = e / rows, rr = e % rows, row = rt_lo * 16 + rr;
+            if (row >= d.m) continue;
+            const int rtl = rr / 16, i = rr % 16, tt = tok / 8, tk = tok % 8;
+            const int ln = (i % 8) * 4 + tk / 2, comp = (i / 8) * 2 + tk % 2;
+            float v = 0.f;
+            for (int p = 0; p < d.paths; p++) {
+                const int it0 = rtl * per_rt + p * L.ks2;
+                float c = pf[(((size_t)it0 * TT + tt) * 32 + ln) * 4 + comp];
+                for (int s = 1; s < L.ks2; s++)
+                    c = __fadd_rn(c, pf[(((size_t)(it0 + s) * TT + tt) * 32 + ln) * 4 + comp]);
+                const float hc = __fmul_rn(__ldg(d.h + (size_t)p * d.m + row), c);
+                v = p == 0 ? hc : __fadd_rn(v, hc);
+            }
+            if (A.bias) v = __fadd_rn(v, to_f32<kBF>(__ldg(A.bias + row)));
+            A.y[(size_t)tok * d.m + row] = round1<kBF>(v);
+        }
+        __syncthreads();
+    }
+}
+
+template <bool kBF, int TT>
+__global__ void __launch_bounds__(kThreads, 2) decode_kernel(const Args A) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    phase1<kBF, TT>(A, smem);
+    phase2<kBF, TT>(A, smem);
+    /* the last block out resets the ready counter for the next launch: every block
+     * has passed its wait by now */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t *ready = A.d.sync + (size_t)A.d.paths * A.d.rt1;
+        __threadfence();
+        if (atomicAdd(ready + 1, 1u) == gridDim.x - 1) {
+            atomicExch(ready, 0u);
+            atomicExch(ready + 1, 0u);
+        }
+    }
+}
+
+using KernelFn = void (*)(const Args);
+
+KernelFn kernel_of(int bf16, int tt) {
+    static const KernelFn k[2][BR_IC_TT_MAX] = {
+        {decode_kernel<false, 1>, decode_kernel<false, 2>, decode_kernel<false, 3>,
+         decode_kernel<false, 4>},
+        {decode_kernel<true, 1>, decode_kernel<true, 2>, decode_kernel<true, 3>,
+         decode_kernel<true, 4>}};
+    return k[bf16][tt - 1];
+}
+
+int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+/* The geometry of a launch of `grid` blocks for TT token tiles: the least estimated
+ * time of the busiest warp, each phase in units of one unit's mma work (16 k steps). */
+br_ic_launch choose(const br_ic_dev &d, int grid, int TT) {
+    br_ic_launch L = {};
+    L.grid = grid;
+    /* phase 1: segments of seg1 units (their z fragments fit the region) */
+    const int seg_max = std::max(1, kRegionBytes / (16 * TT * 256));
+    double best = -1;
+    for (int seg = 1; seg <= std::min(seg_max, d.ku1); seg++) {
+        const int ks = ceil_div(d.ku1, seg);
+        if (seg > 1 && ceil_div(d.ku1, seg - 1) == ks) continue; /* same split, longer segments */
+        const int cols = d.paths * ks;
+        const int per_col = std::max(1, grid / cols);
+        const int rpc = ceil_div(d.rt1, per_col);
+        const int jobs = cols * ceil_div(d.rt1, rpc);
+        /* a warp's units, plus staging z (about a unit's worth a segment) and the
+         * reduction of the segments (a tenth of a unit each) */
+        const double cost = (double)ceil_div(jobs, grid) *
+                            ((double)ceil_div(rpc, kWarps) * seg + 1.0 + 0.1 * ks);
+        if (best < 0 || cost < best) best = cost, L.ks1 = ks, L.seg1 = seg, L.rpc1 = rpc;
+    }
+    /* phase 2: one job a block where the partials fit, k segments to busy the warps */
+    const int items_max = kRegionBytes / (TT * 512);
+    L.rpc2 = std::max(1, std::min(ceil_div(d.rt2, grid), items_max / d.paths));
+    const int jobs2 = ceil_div(d.rt2, L.rpc2);
+    best = -1;
+    for (int ks = 1; ks <= d.ku2; ks++) {
+        const int seg = ceil_div(d.ku2, ks), kse = ceil_div(d.ku2, seg);
+        if (kse != ks) continue;
+        if (L.rpc2 * d.paths * ks > items_max) break;
+        const double cost = (double)ceil_div(jobs2, grid) *
+                            ((double)ceil_div(L.rpc2 * d.paths * ks, kWarps) * seg + 0.05 * ks);
+        if (best < 0 || cost < best) best = cost, L.ks2 = ks, L.seg2 = seg;
+    }
+    return L;
+}
+
+} // namespace
+
+static_assert(kItemsMax4 >= 2 * 1, "a job holds both paths of a row tile");
+
+extern "C" br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d, size_t *part1_floats) {
+    br_cuda *s = br_cuda_state(ctx);
+    size_t need = 0;
+    for (int bf = 0; bf < 2; bf++)
+        for (int tt = 1; tt <= BR_IC_TT_MAX; tt++) {
+            KernelFn k = kernel_of(bf, tt);
+            BR_CUDA_TRY(ctx, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  kSmemBytes));
+            int per_sm = 0;
+            BR_CUDA_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads,
+                                                                          kSmemBytes));
+            if (per_sm < 1)
+                return br_fail(ctx, BR_E_DEVICE,
+                               "br_blr_infer_cuda_new: the decode kernel does not fit an SM of "
+                               "cuda:%d", s->device);
+            br_ic_launch L = choose(*d, per_sm * s->sm_count, tt);
+            d->launch[bf][tt - 1] = L;
+            const size_t f = (size_t)d->paths * d->rt1 * L.ks1 * tt * 128;
+            if (L.ks1 > 1 && f > need) need = f;
+        }
+    *part1_floats = need;
+    return BR_OK;
+}
+
+extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type type, const void *x,
+                                  size_t ntok, const void *bias, void *y) {
+    br_cuda *s = br_cuda_state(ctx);
+    const int bf = type == BR_ACT_BF16, tt = (int)((ntok + 7) / 8);
+    Args a;
+    a.d = *d;
+    a.L = d->launch[bf][tt - 1];
+    a.x = static_cast<const uint16_t *>(x);
+    a.bias = static_cast<const uint16_t *>(bias);
+    a.y = static_cast<uint16_t *>(y);
+    a.ntok = (int)ntok;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)a.L.grid);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmemBytes;
+    cfg.stream = s->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    ctx->stats.launches++;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel_of(bf, tt), a);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return br_cuda_check(ctx, e, "launch of the decode kernel", __FILE__, __LINE__);
+    return BR_OK;
+}

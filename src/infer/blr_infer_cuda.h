@@ -1,0 +1,107 @@
+/* Internals of the CUDA inference plan (br_blr_infer_cuda, include/bitrank.h
+ * "inference on a CUDA device"): the device state the host side (blr_infer_cuda.c)
+ * builds and the kernels' launchers (src/backend/cuda/infer/) read, and the layouts
+ * the host packs the signs into.
+ *
+ * The decode kernel runs the two sign products of every path as tensor-core
+ * matrix-vector products, m16n8k16 (mma.sync): 16 sign rows × 16 inputs (the A
+ * operand, expanded from bits in registers) times 16 inputs × 8 tokens (B: z or t
+ * rounded to the activation type), f32 sums.
+ *     phase 1: t_p [r] = ℓ_p ⊙ (S_V,pᵀ · z_p)     rows: latent index, K = n
+ *     phase 2: y   [m] = Σ_p h_p ⊙ (S_U,p · t_p)  rows: outputs,      K = r per path
+ * Rows come in tiles of 16 (BR_IC_TILE), K in units of 256 (BR_IC_UNIT: 16 mma k
+ * steps), tokens in tiles of 8 (up to BR_IC_TT_MAX of them).
+ *
+ * Packed A of one (row tile, unit): u32 [32 lanes][4 words], 512 contiguous bytes, so
+ * a warp reads it with one 16-byte load per lane. Lane l (g = l/4, c = l%4) holds in
+ * word w, for k step kk = 4w + q/4 (q = 0..15) and fragment register i = q%4, the two
+ * signs of A[row][col], A[row][col + 1] with row = g + 8·(i%2), col = 16·kk + 2c +
+ * 8·(i/2) — mma's A fragment order — at bits 15 − q and 31 − q. A bit is 1 for −1
+ * (the library's bitmaps have 1 for +1): then the register (word << q) & 0x80008000
+ * | one (one = ±1's magnitude bits in both halves) is the fragment, two operations.
+ * Signs past the matrix are 0 (+1): their inputs are zero or their rows unused. */
+#ifndef BR_INFER_BLR_INFER_CUDA_H
+#define BR_INFER_BLR_INFER_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bitrank.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BR_IC_TILE 16      /* rows of a tile (mma M) */
+#define BR_IC_UNIT 256     /* inputs of a unit: 16 k steps of 16 */
+#define BR_IC_TT_MAX 4     /* token tiles of 8 a decode launch takes */
+#define BR_IC_DECODE_MAX 32 /* tokens of one decode launch: BR_IC_TT_MAX · 8 */
+
+/* One decode launch's geometry, chosen for a token-tile count and activation type
+ * (br_ic_decode_setup). Phase 1: jobs of (path, k segment of seg1 units, up to rpc1
+ * row tiles); ks1 segments per row tile. Phase 2: jobs of up to rpc2 row tiles, each
+ * row tile's K cut into ks2 segments of seg2 units per path. */
+typedef struct br_ic_launch {
+    int grid; /* blocks: all co-resident (cooperative launch) */
+    int ks1, seg1, rpc1;
+    int rpc2, ks2, seg2;
+} br_ic_launch;
+
+/* The decode kernel's view of a plan (device pointers). */
+typedef struct br_ic_dev {
+    int m, n, r, paths;
+    int rt1; /* phase-1 row tiles per path: ceil(r/16) */
+    int ku1; /* phase-1 units: ceil(n/256) */
+    int rt2; /* phase-2 row tiles: ceil(m/16) */
+    int ku2; /* phase-2 units per path: ceil(r/256) */
+    const uint32_t *bits1; /* S_V,pᵀ packed: [paths][rt1][ku1][32][4] */
+    const uint32_t *bits2; /* S_U,p packed:  [rt2][paths][ku2][32][4] */
+    const float *h, *l, *g; /* [paths][m], [paths][r], [paths][n] */
+    float *part1;      /* phase-1 partial sums: [paths][rt1][ks1][tt][32][4] */
+    uint32_t *tfrag;   /* t as B fragments: [paths][ku2·16][BR_IC_TT_MAX][32][2], pads 0 */
+    uint32_t *sync;    /* [paths·rt1] arrival counters, then ready, then exit (all 0 between runs) */
+    br_ic_launch launch[2][BR_IC_TT_MAX]; /* [bf16][token tiles − 1] */
+} br_ic_dev;
+
+/* Bytes of the device arrays the host allocates for the decode kernel. */
+size_t br_ic_bits1_words(const br_ic_dev *d);
+size_t br_ic_bits2_words(const br_ic_dev *d);
+size_t br_ic_tfrag_words(const br_ic_dev *d);
+size_t br_ic_sync_words(const br_ic_dev *d);
+
+/* The prefill path's view of a plan: bitmaps as br_mm_bits takes them and f16/f32
+ * scratch for `cap` tokens. */
+typedef struct br_ic_pre {
+    int m, n, r, paths;
+    int n32, r32;            /* n, r rounded up to 32 (the GEMMs' k) */
+    const uint32_t *bits_v;  /* [paths][n32][r32/32]: S_V, rows past n zero (BR_BITS_COLS) */
+    const uint32_t *bits_u;  /* [paths][m][r32/32]: S_U as the layer has it (BR_BITS_ROWS) */
+    const float *h, *l, *g;  /* as br_ic_dev's */
+    size_t cap;              /* tokens the scratch holds (0: none yet) */
+    uint16_t *xs;            /* f16 [paths][cap][n32]: g_p ⊙ x */
+    float *t32;              /* f32 [cap][r]: one path's ℓ ⊙ (S_Vᵀ·xs) */
+    uint16_t *t16;           /* f16 [paths][cap][r32] */
+    float *y32;              /* f32 [cap][m] */
+} br_ic_pre;
+
+/* Largest token count one prefill pass takes (the scratch is sized for at most this). */
+#define BR_IC_PREFILL_CHUNK 4096
+/* Scratch bytes of a prefill pass of `cap` tokens. */
+size_t br_ic_prefill_bytes(const br_ic_pre *p, size_t cap);
+
+#ifdef BR_HAVE_CUDA
+/* Choose d->launch for every token-tile count and type (occupancy of this device) and
+ * say how many floats part1 needs. */
+br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d, size_t *part1_floats);
+/* One decode launch for 1..32 tokens on the context's stream. */
+br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type type, const void *x,
+                       size_t ntok, const void *bias, void *y);
+/* The prefill path for ntok ≤ p->cap tokens (in one pass) on the context's stream. */
+br_status br_ic_prefill(br_ctx *ctx, const br_ic_pre *p, br_act_type type, const void *x,
+                        size_t ntok, const void *bias, void *y);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
