@@ -1,0 +1,18 @@
+// br_buf_fill on 32-bit elements: dst[i] = bits for i < count.
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+layout(local_size_x = 256) in;
+
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Args {
+    uint64_t dst;
+    uint count, bits;
+};
+
+void main() {
+    Args a = Args(pc.args);
+    U32 dst = U32(a.dst);
+    uint stride = gl_NumWorkGroups.x * 256u;
+    for (uint i = gl_GlobalInvocationID.x; i < a.count; i += stride)
+        dst.v[i] = a.bits;
+}
