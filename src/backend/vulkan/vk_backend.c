@@ -235,6 +235,19 @@ static const br_backend vulkan_backend = {
         {
             [BR_OP_FILL] = br_vk_fill,
             [BR_OP_COPY] = br_vk_copy,
+            [BR_OP_CVT] = br_vk_cvt,
+            [BR_OP_CVT_COLS] = br_vk_cvt_cols,
+            [BR_OP_CVT_T] = br_vk_cvt_t,
+            [BR_OP_EXPAND] = br_vk_expand,
+            [BR_OP_COLSUM] = br_vk_colsum,
+            [BR_OP_COLSUM_FUSED] = br_vk_colsum_fused,
+            [BR_OP_SCALE_ACC] = br_vk_scale_acc,
+            [BR_OP_SCALE_ACC2] = br_vk_scale_acc2,
+            [BR_OP_F16_TO_F32] = br_vk_f16_to_f32,
+            [BR_OP_ADD] = br_vk_add,
+            [BR_OP_SPLIT_QG] = br_vk_split_qg,
+            [BR_OP_CVT_PAD] = br_vk_cvt_pad,
+            [BR_OP_CVT_BOTH] = br_vk_cvt_both,
         },
 };
 

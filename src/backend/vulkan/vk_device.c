@@ -60,6 +60,7 @@ static const char *missing_feature(VkPhysicalDevice p, const VkPhysicalDevicePro
     if (!f11.storageBuffer16BitAccess) return "storageBuffer16BitAccess";
     if (!f.features.shaderInt64) return "shaderInt64";
     if (!f.features.shaderInt16) return "shaderInt16";
+    if (!f.features.shaderFloat64) return "shaderFloat64";
     if (compute_family(p) < 0) return "a compute queue";
     return "";
 }
@@ -117,7 +118,7 @@ br_status br_vk_open_device(br_vk *s, int index, int hardware_only, char *err, s
         }
         if (best < 0) {
             ERR("no Vulkan %s has what bitrank's shaders need (Vulkan 1.2, bufferDeviceAddress, "
-                "16-bit storage, 64- and 16-bit integers)",
+                "16-bit storage, 64- and 16-bit integers, 64-bit floats)",
                 hardware_only ? "GPU" : "device");
             return BR_E_UNSUPPORTED;
         }
@@ -160,6 +161,7 @@ br_status br_vk_open_device(br_vk *s, int index, int hardware_only, char *err, s
                                    .pNext = &f12};
     f.features.shaderInt64 = VK_TRUE;
     f.features.shaderInt16 = VK_TRUE;
+    f.features.shaderFloat64 = VK_TRUE;
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                               .pNext = &f,
                               .queueCreateInfoCount = 1,

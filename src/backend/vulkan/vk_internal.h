@@ -24,7 +24,18 @@
  * to SPIR-V at build time and embedded: vk_shaders.c). */
 #define BR_VK_SHADERS(X)                                                                           \
     X(fill16)                                                                                      \
-    X(fill32)
+    X(fill32)                                                                                      \
+    X(stage_rows)                                                                                  \
+    X(stage_t)                                                                                     \
+    X(expand)                                                                                      \
+    X(scale_acc)                                                                                   \
+    X(scale_acc2)                                                                                  \
+    X(f16_to_f32)                                                                                  \
+    X(add)                                                                                         \
+    X(split_qg)                                                                                    \
+    X(colsum_part)                                                                                 \
+    X(colsum_fused_part)                                                                           \
+    X(colsum_finish)
 
 typedef enum br_vk_shader {
 #define BR_VK_ENUM(name) BR_VK_SH_##name,

@@ -10,6 +10,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
 #extension GL_EXT_shader_16bit_storage : require
+#extension GL_ARB_gpu_shader_int64 : require
 
 layout(push_constant) uniform Push {
     uint64_t args; // the argument block (vk_queue.c: br_vk_args)
@@ -58,4 +59,36 @@ uint f32_bits_of_f16(uint h) {
     }
     if (e == 31u) return sign | 0x7f800000u | (man << 13);
     return sign | ((e + 112u) << 23) | (man << 13);
+}
+
+layout(local_size_x = 256) in;
+
+// Grid-stride loop over i < n (the host caps the grid at 65535 groups).
+#define FOR_EACH(i, n) for (uint i = gl_GlobalInvocationID.x; i < (n); i += gl_NumWorkGroups.x * 256u)
+
+// Column c of a vector stored in groups (br_colsum_fused_args.group; 0: plain).
+uint grouped(uint c, uint group, uint stride) {
+    return group == 0u ? c : c / group * stride + c % group;
+}
+
+// fmaf(a, b, c): a·b + c rounded once, as the CPU's fmaf. Vulkan lets fma() be a
+// product rounded and then a sum rounded (lavapipe's is), so it is computed here:
+// a·b is exact in f64, the f64 sum is corrected to round-to-odd with its exact
+// error (TwoSum), and round-to-odd in 53 bits then round-to-nearest to 24 bits is
+// the correctly rounded result (53 ≥ 24 + 2).
+float fma_exact(float a, float b, float c) {
+    precise double p = double(a) * double(b);
+    precise double cd = double(c);
+    precise double s = p + cd;
+    precise double bv = s - p;
+    precise double e = (p - (s - bv)) + (cd - bv);
+    if (e != 0.0) {
+        uint64_t u = doubleBitsToUint64(s);
+        if ((u & 1ul) == 0ul) {
+            // the odd neighbour on the side of the exact sum s + e
+            u = ((e > 0.0) == (s > 0.0)) ? u + 1ul : u - 1ul;
+            s = uint64BitsToDouble(u);
+        }
+    }
+    return float(s);
 }

@@ -2,7 +2,6 @@
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
-layout(local_size_x = 256) in;
 
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Args {
     uint64_t dst;
@@ -12,7 +11,6 @@ layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Arg
 void main() {
     Args a = Args(pc.args);
     U32 dst = U32(a.dst);
-    uint stride = gl_NumWorkGroups.x * 256u;
-    for (uint i = gl_GlobalInvocationID.x; i < a.count; i += stride)
+    FOR_EACH(i, a.count)
         dst.v[i] = a.bits;
 }
