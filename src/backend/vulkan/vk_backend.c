@@ -235,6 +235,9 @@ static const br_backend vulkan_backend = {
         {
             [BR_OP_FILL] = br_vk_fill,
             [BR_OP_COPY] = br_vk_copy,
+            [BR_OP_MM] = br_vk_mm,
+            [BR_OP_MM_BITS] = br_vk_mm_bits,
+            [BR_OP_MM_TN] = br_vk_mm_tn,
             [BR_OP_CVT] = br_vk_cvt,
             [BR_OP_CVT_COLS] = br_vk_cvt_cols,
             [BR_OP_CVT_T] = br_vk_cvt_t,

@@ -35,7 +35,8 @@
     X(split_qg)                                                                                    \
     X(colsum_part)                                                                                 \
     X(colsum_fused_part)                                                                           \
-    X(colsum_finish)
+    X(colsum_finish)                                                                               \
+    X(mm_tiled)
 
 typedef enum br_vk_shader {
 #define BR_VK_ENUM(name) BR_VK_SH_##name,
