@@ -251,6 +251,14 @@ static const br_backend vulkan_backend = {
             [BR_OP_SPLIT_QG] = br_vk_split_qg,
             [BR_OP_CVT_PAD] = br_vk_cvt_pad,
             [BR_OP_CVT_BOTH] = br_vk_cvt_both,
+            [BR_OP_EXPAND_SCALED] = br_vk_expand_scaled,
+            [BR_OP_SIGN_ROWDOT] = br_vk_sign_rowdot,
+            [BR_OP_DENSE_FWD] = br_vk_dense_fwd,
+            [BR_OP_DENSE_BWD] = br_vk_dense_bwd,
+            [BR_OP_ADAM] = br_vk_adam,
+            [BR_OP_ADAM_CAT] = br_vk_adam,
+            [BR_OP_SUMSQ] = br_vk_sumsq,
+            [BR_OP_SUMSQ_CAT] = br_vk_sumsq,
         },
 };
 

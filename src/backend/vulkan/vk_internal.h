@@ -36,7 +36,12 @@
     X(colsum_part)                                                                                 \
     X(colsum_fused_part)                                                                           \
     X(colsum_finish)                                                                               \
-    X(mm_tiled)
+    X(mm_tiled)                                                                                    \
+    X(expand_scaled)                                                                               \
+    X(sign_rowdot)                                                                                 \
+    X(dense)                                                                                       \
+    X(adam)                                                                                        \
+    X(sumsq)
 
 typedef enum br_vk_shader {
 #define BR_VK_ENUM(name) BR_VK_SH_##name,
@@ -169,5 +174,11 @@ br_status br_vk_colsum_fused(br_ctx *ctx, const br_op *op);
 br_status br_vk_mm(br_ctx *ctx, const br_op *op);
 br_status br_vk_mm_bits(br_ctx *ctx, const br_op *op);
 br_status br_vk_mm_tn(br_ctx *ctx, const br_op *op);
+br_status br_vk_expand_scaled(br_ctx *ctx, const br_op *op);
+br_status br_vk_sign_rowdot(br_ctx *ctx, const br_op *op);
+br_status br_vk_dense_fwd(br_ctx *ctx, const br_op *op);
+br_status br_vk_dense_bwd(br_ctx *ctx, const br_op *op);
+br_status br_vk_adam(br_ctx *ctx, const br_op *op);
+br_status br_vk_sumsq(br_ctx *ctx, const br_op *op);
 
 #endif

@@ -92,3 +92,24 @@ float fma_exact(float a, float b, float c) {
     }
     return float(s);
 }
+
+// sqrtf(x) correctly rounded (Vulkan's sqrt is not): the f64 root rounded to f32,
+// then moved to the neighbour whose midpoint test says it is nearer (the midpoints
+// and their squares are exact in f64).
+float sqrt_exact(float x) {
+    if (!(x > 0.0) || isinf(x)) return sqrt(x); // 0, −0, Inf, NaN, negatives
+    float y = float(sqrt(double(x)));
+    for (int it = 0; it < 2; it++) {
+        float up = uintBitsToFloat(floatBitsToUint(y) + 1u);
+        float lo = uintBitsToFloat(floatBitsToUint(y) - 1u);
+        precise double mu = (double(y) + double(up)) * 0.5;
+        precise double ml = (double(y) + double(lo)) * 0.5;
+        if (double(x) > mu * mu) y = up;
+        else if (double(x) < ml * ml) y = lo;
+    }
+    return y;
+}
+
+// a / b correctly rounded for ordinary operands (Vulkan's division is 2.5 ulp): the
+// quotient in f64 rounded to f32.
+float div_f32(float a, float b) { return float(double(a) / double(b)); }
