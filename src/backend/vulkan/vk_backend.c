@@ -1,6 +1,6 @@
 /* The Vulkan backend: open and close, buffers and host transfers, timestamps for
- * the profiler, fill and copy, and the op table. Ops without a shader yet have no
- * entry: the front-end then refuses them (BR_E_UNSUPPORTED, naming the op). */
+ * the profiler, fill and copy, and the op table (every op kind; an op without an
+ * entry would be refused by the front-end, BR_E_UNSUPPORTED naming it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +259,8 @@ static const br_backend vulkan_backend = {
             [BR_OP_ADAM_CAT] = br_vk_adam,
             [BR_OP_SUMSQ] = br_vk_sumsq,
             [BR_OP_SUMSQ_CAT] = br_vk_sumsq,
+            [BR_OP_STEP_CTRL] = br_vk_step_ctrl,
+            [BR_OP_SIGN_STEP] = br_vk_sign_step,
         },
 };
 

@@ -41,7 +41,12 @@
     X(sign_rowdot)                                                                                 \
     X(dense)                                                                                       \
     X(adam)                                                                                        \
-    X(sumsq)
+    X(sumsq)                                                                                       \
+    X(step_ctrl)                                                                                   \
+    X(sign_factored)                                                                               \
+    X(sign_lanes)                                                                                  \
+    X(sign_scores)                                                                                 \
+    X(sign_select)
 
 typedef enum br_vk_shader {
 #define BR_VK_ENUM(name) BR_VK_SH_##name,
@@ -180,5 +185,7 @@ br_status br_vk_dense_fwd(br_ctx *ctx, const br_op *op);
 br_status br_vk_dense_bwd(br_ctx *ctx, const br_op *op);
 br_status br_vk_adam(br_ctx *ctx, const br_op *op);
 br_status br_vk_sumsq(br_ctx *ctx, const br_op *op);
+br_status br_vk_step_ctrl(br_ctx *ctx, const br_op *op);
+br_status br_vk_sign_step(br_ctx *ctx, const br_op *op);
 
 #endif
