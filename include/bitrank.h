@@ -63,15 +63,19 @@ const char *br_status_name(br_status st);
 
 typedef struct br_ctx br_ctx;
 
-/* Open a context on `device`: "cpu", "cuda" (GPU 0), "cuda:N", or "auto" (the first
- * usable CUDA GPU, else the CPU). NULL means "auto". On failure *out is NULL and, if
+/* Open a context on `device`: "cpu", "cuda" (GPU 0), "cuda:N", "vulkan" (the most
+ * capable Vulkan device: a discrete GPU before an integrated one, a software device
+ * such as lavapipe last), "vulkan:N" (the loader's device N), or "auto" (the first
+ * usable CUDA GPU, else a Vulkan GPU, never a software device, else the CPU). NULL
+ * means "auto". A build without the backend asked for answers BR_E_UNSUPPORTED. On
+ * failure *out is NULL and, if
  * `err` is given, a message is written there (at most err_len bytes, terminated). */
 br_status br_ctx_new(const char *device, br_ctx **out, char *err, size_t err_len);
 /* Free the context's buffers, graphs and the objects holding them (layers,
  * scratches, optimizers) first: they use the context when they are freed. */
 void br_ctx_free(br_ctx *ctx);
 
-/* "cpu" or "cuda". */
+/* "cpu", "cuda" or "vulkan". */
 const char *br_ctx_backend(const br_ctx *ctx);
 /* Human description of the device, e.g. "cuda:0 NVIDIA H200 (sm_90, 139.8 GiB)". */
 const char *br_ctx_device(const br_ctx *ctx);

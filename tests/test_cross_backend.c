@@ -1,6 +1,6 @@
 /* Cross-backend test: every non-GEMM op runs on the same fresh random inputs on the
- * device under test (a CUDA context) and on the CPU context, and the outputs are
- * compared — bit for bit where the contract says bit-exact (staging, expand,
+ * device under test (a CUDA or Vulkan context) and on the CPU context, and the
+ * outputs are compared — bit for bit where the contract says bit-exact (staging, expand,
  * column reductions incl. the fused transposed operand, elementwise, dense plain
  * and tiled, fill, copy, and sumsq, whose partition the kernels reproduce), within
  * 1e-6 relative for Adam. Each side's outputs are poisoned first with a different
@@ -9,8 +9,8 @@
  * scalar (unaligned) paths.
  *
  * It compares two backends, so it is skipped (exit 77) unless BITRANK_TEST_DEVICE
- * is "cuda" (or "cuda:N"). BITRANK_CROSS_SELFTEST=1 runs it CPU against CPU, to
- * check the test itself on a machine without a GPU. */
+ * is "cuda", "cuda:N", "vulkan" or "vulkan:N". BITRANK_CROSS_SELFTEST=1 runs it CPU
+ * against CPU, to check the test itself on a machine without a GPU. */
 #include "harness.h"
 #include "ops/layer_ops.h"
 
@@ -115,9 +115,8 @@ static void close32_scaled(const char *out, const float *x, const float *y, cons
         if (scale && fabs((double)scale[i]) > ref) ref = fabs((double)scale[i]);
         if (!(d <= rel * ref) && !bad++) first = i;
     }
-    CHECK(bad == 0, "%s %s: %zu of %zu beyond %g relative (first [%zu]: %s %.9g, cpu %.9g)",
-          g_what, out, bad, n, rel, first, side_name[DUT], bad ? x[first] : 0.0,
-          bad ? y[first] : 0.0);
+    CHECK(bad == 0, "%s %s: %zu of %zu beyond %g relative (first [%zu]: %s %.9g, cpu %.9g)", g_what,
+          out, bad, n, rel, first, side_name[DUT], bad ? x[first] : 0.0, bad ? y[first] : 0.0);
 }
 static void close32(const char *out, const float *x, const float *y, size_t n, double rel) {
     close32_scaled(out, x, y, NULL, n, rel);

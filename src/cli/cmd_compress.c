@@ -36,7 +36,7 @@ static const char usage_text[] =
     "  --synthetic KIND    inputs of layers without recorded ones: iso (default:\n"
     "                      N(0, I), which fits the weights themselves) or heavy\n"
     "                      (log-normal channel scales: a stand-in for activations)\n"
-    "  --device D          auto, cpu, cuda or cuda:N (auto)\n"
+    "  --device D          auto, cpu, cuda, cuda:N, vulkan or vulkan:N (auto)\n"
     "  --steps N           training steps per layer (300; 0 = initialization only)\n"
     "  --tokens T          tokens per step (512)\n"
     "  --lr X              peak learning rate of the scales (0.02)\n"

@@ -25,8 +25,8 @@ static br_status vk_open_impl(br_ctx *ctx, int index, int hardware_only, char *e
         return st;
     }
     ctx->be_state = s;
-    snprintf(ctx->device_desc, sizeof ctx->device_desc, "vulkan:%d %.100s (%s, Vulkan %u.%u)", s->index,
-             s->props.deviceName, br_vk_type_name(s->props.deviceType),
+    snprintf(ctx->device_desc, sizeof ctx->device_desc, "vulkan:%d %.100s (%s, Vulkan %u.%u)",
+             s->index, s->props.deviceName, br_vk_type_name(s->props.deviceType),
              VK_API_VERSION_MAJOR(s->props.apiVersion), VK_API_VERSION_MINOR(s->props.apiVersion));
     return BR_OK;
 }
@@ -165,10 +165,12 @@ static br_status vk_timer_elapsed(br_ctx *ctx, size_t from, size_t to, double *m
         return br_fail(ctx, BR_E_ARG, "vulkan: timer slots %zu, %zu were never marked", from, to);
     BR_TRY(br_vk_flush(ctx));
     uint64_t t[2];
-    BR_VK(ctx, vkGetQueryPoolResults(s->dev, s->timers, (uint32_t)from, 1, sizeof t[0], &t[0],
-                                     sizeof t[0], VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
-    BR_VK(ctx, vkGetQueryPoolResults(s->dev, s->timers, (uint32_t)to, 1, sizeof t[1], &t[1],
-                                     sizeof t[1], VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+    BR_VK(ctx,
+          vkGetQueryPoolResults(s->dev, s->timers, (uint32_t)from, 1, sizeof t[0], &t[0],
+                                sizeof t[0], VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+    BR_VK(ctx,
+          vkGetQueryPoolResults(s->dev, s->timers, (uint32_t)to, 1, sizeof t[1], &t[1], sizeof t[1],
+                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
     *ms = (double)(int64_t)(t[1] - t[0]) * (double)s->props.limits.timestampPeriod * 1e-6;
     return BR_OK;
 }

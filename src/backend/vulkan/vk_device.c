@@ -49,8 +49,8 @@ static int preference(VkPhysicalDeviceType t) {
 /* What the shaders need that p lacks ("" when nothing). */
 static const char *missing_feature(VkPhysicalDevice p, const VkPhysicalDeviceProperties *pr) {
     if (pr->apiVersion < VK_API_VERSION_1_2) return "Vulkan 1.2";
-    VkPhysicalDeviceVulkan11Features f11 = {.sType =
-                                                VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceVulkan11Features f11 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features f12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &f11};
     VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
@@ -185,8 +185,8 @@ br_status br_vk_open_device(br_vk *s, int index, int hardware_only, char *err, s
     if ((r = vkCreateCommandPool(s->dev, &pci, NULL, &s->pool)) != VK_SUCCESS ||
         (r = vkCreateFence(s->dev, &fci, NULL, &s->fence)) != VK_SUCCESS ||
         (r = vkCreatePipelineLayout(s->dev, &lci, NULL, &s->layout)) != VK_SUCCESS) {
-        ERR("vulkan:%d %s: creating the command pool, fence or pipeline layout failed (%s)",
-            index, s->props.deviceName, br_vk_result_name(r));
+        ERR("vulkan:%d %s: creating the command pool, fence or pipeline layout failed (%s)", index,
+            s->props.deviceName, br_vk_result_name(r));
         return BR_E_DEVICE;
     }
     VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,

@@ -94,8 +94,8 @@ typedef struct br_vk {
     VkCommandPool pool;
     VkCommandBuffer cmd;
     VkFence fence;
-    int recording; /* cmd is begun */
-    size_t recorded;  /* commands recorded since the last submit */
+    int recording;   /* cmd is begun */
+    size_t recorded; /* commands recorded since the last submit */
 
     VkPipelineLayout layout;
     VkPipeline pipe[BR_VK_SHADER_COUNT]; /* created on first use */

@@ -29,8 +29,8 @@ br_status br_vk_scale_acc2(br_ctx *ctx, const br_op *op) {
     struct {
         uint64_t a0, col0, a1, col1, out;
         uint32_t m, k;
-    } x = {br_vk_addr(a->a0), br_vk_addr(a->col0), br_vk_addr(a->a1), br_vk_addr(a->col1),
-           br_vk_addr(a->out), (uint32_t)a->m, (uint32_t)a->k};
+    } x = {br_vk_addr(a->a0),  br_vk_addr(a->col0), br_vk_addr(a->a1), br_vk_addr(a->col1),
+           br_vk_addr(a->out), (uint32_t)a->m,      (uint32_t)a->k};
     return launch(ctx, BR_VK_SH_scale_acc2, &x, sizeof x, a->m * a->k);
 }
 
@@ -57,7 +57,7 @@ br_status br_vk_split_qg(br_ctx *ctx, const br_op *op) {
     struct {
         uint64_t qg, q, gate;
         uint32_t rows, hd, merge;
-    } x = {br_vk_addr(a->qg),          br_vk_addr(a->q), br_vk_addr(a->gate),
-           (uint32_t)(a->m * a->heads), (uint32_t)a->hd, (uint32_t)a->merge};
+    } x = {br_vk_addr(a->qg),           br_vk_addr(a->q), br_vk_addr(a->gate),
+           (uint32_t)(a->m * a->heads), (uint32_t)a->hd,  (uint32_t)a->merge};
     return launch(ctx, BR_VK_SH_split_qg, &x, sizeof x, a->m * a->heads * a->hd);
 }

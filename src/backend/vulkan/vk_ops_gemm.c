@@ -51,8 +51,7 @@ static br_status run_tiled(br_ctx *ctx, const br_op *op, uint32_t mode) {
 br_status br_vk_mm(br_ctx *ctx, const br_op *op) { return run_tiled(ctx, op, MODE_F16); }
 
 br_status br_vk_mm_bits(br_ctx *ctx, const br_op *op) {
-    return run_tiled(ctx, op,
-                     op->u.mm.layout == BR_BITS_ROWS ? MODE_BITS_ROWS : MODE_BITS_COLS);
+    return run_tiled(ctx, op, op->u.mm.layout == BR_BITS_ROWS ? MODE_BITS_ROWS : MODE_BITS_COLS);
 }
 
 br_status br_vk_mm_tn(br_ctx *ctx, const br_op *op) { return run_tiled(ctx, op, MODE_TN); }

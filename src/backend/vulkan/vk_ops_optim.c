@@ -23,8 +23,7 @@ static br_status dense(br_ctx *ctx, const br_op *op, int bwd) {
                       .r = (uint32_t)a->r,
                       .accumulate = (uint32_t)a->accumulate,
                       .bwd = (uint32_t)bwd};
-    return br_vk_dispatch(ctx, BR_VK_SH_dense, args, br_vk_groups(a->m * (bwd ? a->k : a->r)),
-                          1);
+    return br_vk_dispatch(ctx, BR_VK_SH_dense, args, br_vk_groups(a->m * (bwd ? a->k : a->r)), 1);
 }
 
 /* Both impls (plain, tiled) are one shader: they are the same bits by contract. */

@@ -27,7 +27,7 @@ br_status br_vk_colsum(br_ctx *ctx, const br_op *op) {
     struct {
         uint64_t a, b, f, part;
         uint32_t rows, k, block, nb, term;
-    } *h;
+    } * h;
     VkDeviceAddress args;
     BR_TRY(br_vk_args(ctx, sizeof *h, (void **)&h, &args));
     h->a = br_vk_addr(a->a);
@@ -59,7 +59,7 @@ br_status br_vk_colsum_fused(br_ctx *ctx, const br_op *op) {
         uint32_t kind, accumulate, group, stride;
         uint32_t ld_t, mpad, kpad;
         float scale, t_scale;
-    } *h;
+    } * h;
     VkDeviceAddress args;
     BR_TRY(br_vk_args(ctx, sizeof *h, (void **)&h, &args));
     memset(h, 0, sizeof *h);

@@ -25,8 +25,7 @@ static br_status stage_rows(br_ctx *ctx, const stage_rows_args *x) {
     VkDeviceAddress args;
     BR_TRY(br_vk_args(ctx, sizeof *h, (void **)&h, &args));
     *h = *x;
-    return br_vk_dispatch(ctx, BR_VK_SH_stage_rows, args,
-                          br_vk_groups((size_t)x->mpad * x->ld), 1);
+    return br_vk_dispatch(ctx, BR_VK_SH_stage_rows, args, br_vk_groups((size_t)x->mpad * x->ld), 1);
 }
 
 static br_status stage_t(br_ctx *ctx, const stage_t_args *x) {

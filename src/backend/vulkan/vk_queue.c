@@ -14,9 +14,10 @@
 br_status br_vk_check(br_ctx *ctx, VkResult r, const char *what, const char *file, int line) {
     if (r == VK_SUCCESS) return BR_OK;
     const char *base = strrchr(file, '/');
-    return br_fail(ctx, r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
-                            ? BR_E_NOMEM
-                            : BR_E_DEVICE,
+    return br_fail(ctx,
+                   r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
+                       ? BR_E_NOMEM
+                       : BR_E_DEVICE,
                    "Vulkan error in %s: %s at %s:%d", what, br_vk_result_name(r),
                    base ? base + 1 : file, line);
 }
@@ -56,12 +57,11 @@ br_status br_vk_cmd(br_ctx *ctx, VkCommandBuffer *out) {
 }
 
 void br_vk_barrier(br_vk *s) {
-    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT |
-                                           VK_ACCESS_TRANSFER_WRITE_BIT,
-                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                           VK_ACCESS_TRANSFER_READ_BIT |
-                                           VK_ACCESS_TRANSFER_WRITE_BIT};
+    VkMemoryBarrier mb = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                         VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
     VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
     vkCmdPipelineBarrier(s->cmd, st, st, 0, 1, &mb, 0, NULL, 0, NULL);
 }
@@ -106,9 +106,8 @@ static br_status pipeline(br_ctx *ctx, br_vk_shader sh, VkPipeline *out) {
     }
     size_t bytes = 0;
     const uint32_t *code = br_vk_spirv(sh, &bytes);
-    VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                    .codeSize = bytes,
-                                    .pCode = code};
+    VkShaderModuleCreateInfo mci = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = bytes, .pCode = code};
     VkShaderModule mod;
     VkResult r = vkCreateShaderModule(s->dev, &mci, NULL, &mod);
     if (r != VK_SUCCESS)
