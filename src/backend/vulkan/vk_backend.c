@@ -140,6 +140,19 @@ static br_status vk_download(br_ctx *ctx, void *dst, const void *src, size_t byt
 
 static br_status vk_sync(br_ctx *ctx) { return br_vk_flush(ctx); }
 
+/* Only this context's own device memory can be wrapped: a pointer is a device
+ * address here, and the shaders would fault on anything else. */
+static br_status vk_check_wrap(br_ctx *ctx, const void *ptr, size_t bytes) {
+    VkDeviceSize off;
+    const br_vk_alloc *a = br_vk_find(br_vk_of(ctx), (VkDeviceAddress)(uintptr_t)ptr, &off);
+    if (!a || bytes > a->bytes - off)
+        return br_fail(ctx, BR_E_ARG,
+                       "br_buf_wrap: %zu bytes at %p are not memory of this Vulkan context (a "
+                       "Vulkan context wraps only device addresses of its own buffers)",
+                       bytes, ptr);
+    return BR_OK;
+}
+
 static br_status vk_timer_mark(br_ctx *ctx, size_t slot) {
     br_vk *s = br_vk_of(ctx);
     if (slot >= TIMER_SLOTS)
@@ -233,6 +246,7 @@ static const br_backend vulkan_backend = {
     .graph_release = NULL,
     .timer_mark = vk_timer_mark,
     .timer_elapsed = vk_timer_elapsed,
+    .check_wrap = vk_check_wrap,
     .ops =
         {
             [BR_OP_FILL] = br_vk_fill,
