@@ -60,9 +60,11 @@ void main() {
                 if (g.mode == 0u) {
                     v = h2f(uint(plane16.v[j * g.k + kg]));
                 } else if (g.mode == 1u) {
-                    v = ((bits.v[j * (g.k / 32u) + kg / 32u] >> (kg % 32u)) & 1u) != 0u ? 1.0 : -1.0;
+                    uint word = bits.v[j * (g.k / 32u) + kg / 32u];
+                    v = ((word >> (kg % 32u)) & 1u) != 0u ? 1.0 : -1.0;
                 } else if (g.mode == 2u) {
-                    v = ((bits.v[kg * words_cols + j / 32u] >> (j % 32u)) & 1u) != 0u ? 1.0 : -1.0;
+                    uint word = bits.v[kg * words_cols + j / 32u];
+                    v = ((word >> (j % 32u)) & 1u) != 0u ? 1.0 : -1.0;
                 } else {
                     v = h2f(uint(plane16.v[kg * g.ldp + j]));
                 }

@@ -43,7 +43,8 @@ void main() {
             uint64_t pre = prefix;
             for (uint e = l; e < n; e += 256u) {
                 uint64_t kk = sel_key(key.v[e], e);
-                if (kk != 0ul && (kk & mask) == pre) atomicAdd(hist[uint((kk >> shift) & 255ul)], 1u);
+                if (kk != 0ul && (kk & mask) == pre)
+                    atomicAdd(hist[uint((kk >> shift) & 255ul)], 1u);
             }
             barrier();
             if (l == 0u) {
