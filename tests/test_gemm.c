@@ -1012,10 +1012,13 @@ static void mm_graph(void) {
     br_ctx_free(ctx);
 }
 
-/* One op per op execution on the CPU backend (the expand path is two ops). */
+/* One op per op execution on the CPU backend (the expand path is two ops); one
+ * dispatch per op on Vulkan, each GEMM on the tiled shader (br_ctx_last_kernel says
+ * which shader ran: a cooperative-matrix one would be named apart). */
 static void mm_launch_counts(void) {
     br_ctx *ctx = t_ctx();
-    if (strcmp(br_ctx_backend(ctx), "cpu") != 0) {
+    const int vulkan = !strcmp(br_ctx_backend(ctx), "vulkan");
+    if (strcmp(br_ctx_backend(ctx), "cpu") != 0 && !vulkan) {
         br_ctx_free(ctx);
         return;
     }
@@ -1030,15 +1033,21 @@ static void mm_launch_counts(void) {
     CHECK_OK(ctx, br_mm(ctx, ab, pb, ob, g));
     CHECK(ctx->stats.launches == l0 + 1, "mm: %llu launches",
           (unsigned long long)(ctx->stats.launches - l0));
+    CHECK(!vulkan || !strcmp(br_ctx_last_kernel(ctx), "vk_tiled(mm)"), "mm ran %s",
+          br_ctx_last_kernel(ctx));
     l0 = ctx->stats.launches;
     CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
     CHECK(ctx->stats.launches == l0 + 1, "mm_bits: %llu launches",
           (unsigned long long)(ctx->stats.launches - l0));
+    CHECK(!vulkan || !strcmp(br_ctx_last_kernel(ctx), "vk_tiled(mm_bits)"), "mm_bits ran %s",
+          br_ctx_last_kernel(ctx));
     CHECK_OK(ctx, br_ctx_set_options(ctx, "bits_gemm=0"));
     l0 = ctx->stats.launches;
     CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
     CHECK(ctx->stats.launches == l0 + 2, "expand path: %llu launches",
           (unsigned long long)(ctx->stats.launches - l0));
+    CHECK(!vulkan || !strcmp(br_ctx_last_kernel(ctx), "vk_tiled(mm)"), "expand path ran %s",
+          br_ctx_last_kernel(ctx));
     free(act), free(plane), free(bits);
     br_buf_free(ab), br_buf_free(pb), br_buf_free(bb), br_buf_free(ob);
     br_ctx_free(ctx);
