@@ -12,13 +12,13 @@
 /* Timestamp slots: as many as the profiler keeps pending (core/profile.c). */
 #define TIMER_SLOTS 8192u
 
-static br_status vk_open_impl(br_ctx *ctx, int index, int hardware_only, char *err, size_t n) {
+static br_status vk_open(br_ctx *ctx, int index, char *err, size_t n) {
     br_vk *s = calloc(1, sizeof *s);
     if (!s) {
         if (err && n) snprintf(err, n, "out of host memory");
         return BR_E_NOMEM;
     }
-    br_status st = br_vk_open_device(s, index, hardware_only, err, n);
+    br_status st = br_vk_open_device(s, index, err, n);
     if (st != BR_OK) {
         br_vk_close_device(s);
         free(s);
@@ -29,10 +29,6 @@ static br_status vk_open_impl(br_ctx *ctx, int index, int hardware_only, char *e
              s->index, s->props.deviceName, br_vk_type_name(s->props.deviceType),
              VK_API_VERSION_MAJOR(s->props.apiVersion), VK_API_VERSION_MINOR(s->props.apiVersion));
     return BR_OK;
-}
-
-static br_status vk_open(br_ctx *ctx, int index, char *err, size_t n) {
-    return vk_open_impl(ctx, index, 0, err, n);
 }
 
 static void vk_close(br_ctx *ctx) {

@@ -92,7 +92,7 @@ static br_status make_instance(VkInstance *inst, char *err, size_t n) {
     return BR_OK;
 }
 
-br_status br_vk_open_device(br_vk *s, int index, int hardware_only, char *err, size_t n) {
+br_status br_vk_open_device(br_vk *s, int index, char *err, size_t n) {
     BR_TRY(make_instance(&s->inst, err, n));
     uint32_t np = 0;
     VkResult r = vkEnumeratePhysicalDevices(s->inst, &np, NULL);
@@ -113,13 +113,13 @@ br_status br_vk_open_device(br_vk *s, int index, int hardware_only, char *err, s
             VkPhysicalDeviceProperties pr;
             vkGetPhysicalDeviceProperties(devs[i], &pr);
             int pref = preference(pr.deviceType);
-            if (missing_feature(devs[i], &pr)[0] || (hardware_only && pref == 0)) continue;
+            if (missing_feature(devs[i], &pr)[0]) continue;
             if (pref > best_pref) best = (int)i, best_pref = pref;
         }
         if (best < 0) {
-            ERR("no Vulkan %s has what bitrank's shaders need (Vulkan 1.2, bufferDeviceAddress, "
-                "16-bit storage, 64- and 16-bit integers, 64-bit floats)",
-                hardware_only ? "GPU" : "device");
+            ERR("no Vulkan device has what bitrank's shaders need (Vulkan 1.2, "
+                "bufferDeviceAddress, "
+                "16-bit storage, 64- and 16-bit integers, 64-bit floats)");
             return BR_E_UNSUPPORTED;
         }
         index = best;
@@ -178,7 +178,7 @@ br_status br_vk_open_device(br_vk *s, int index, int hardware_only, char *err, s
                                    .queueFamilyIndex = s->qfam};
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VkPushConstantRange pc = {
-        .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = 2 * sizeof(uint64_t)};
+        .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = sizeof(uint64_t)};
     VkPipelineLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                       .pushConstantRangeCount = 1,
                                       .pPushConstantRanges = &pc};

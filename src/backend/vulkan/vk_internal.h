@@ -120,7 +120,8 @@ br_status br_vk_check(br_ctx *ctx, VkResult r, const char *what, const char *fil
 const char *br_vk_result_name(VkResult r);
 
 /* vk_device.c: instance, device, queue, command buffer. */
-br_status br_vk_open_device(br_vk *s, int index, int hardware_only, char *err, size_t n);
+/* index -1: the most capable device that has what the shaders need. */
+br_status br_vk_open_device(br_vk *s, int index, char *err, size_t n);
 void br_vk_close_device(br_vk *s);
 const char *br_vk_type_name(VkPhysicalDeviceType t);
 

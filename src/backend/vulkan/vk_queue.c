@@ -138,9 +138,9 @@ br_status br_vk_dispatch(br_ctx *ctx, br_vk_shader sh, VkDeviceAddress args, uin
     BR_TRY(pipeline(ctx, sh, &p));
     VkCommandBuffer cmd;
     BR_TRY(br_vk_cmd(ctx, &cmd));
-    uint64_t pc[2] = {args, 0};
+    uint64_t pc = args;
     vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
-    vkCmdPushConstants(cmd, s->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, pc);
+    vkCmdPushConstants(cmd, s->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
     vkCmdDispatch(cmd, gx ? gx : 1, gy ? gy : 1, 1);
     br_vk_barrier(s);
     s->recorded++;

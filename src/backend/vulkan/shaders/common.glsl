@@ -14,7 +14,6 @@
 
 layout(push_constant) uniform Push {
     uint64_t args; // the argument block (vk_queue.c: br_vk_args)
-    uint64_t unused;
 } pc;
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32 { float v[]; };
