@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from . import _lib
+from . import distributed
 from . import layout
 from .calib import calibration_ids
 from .torch import BLRLinear, cast_except_blr
@@ -369,6 +370,9 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
       ("attention.self.query", "mlp.down_proj"); by default every nn.Linear but heads.
     Returns a CompressReport; the model's compressed linears are BLRLinear."""
     t0 = time.time()
+    distributed.ensure_initialised(device)
+    world, me = distributed.size(), distributed.rank()
+    several = world > 1
     if target not in ("block", "model"):
         raise ValueError(f"compress_model: target must be 'block' or 'model', not {target!r}")
     if paths not in (1, 2):
@@ -380,13 +384,14 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         device = torch.device("cuda", torch.cuda.current_device())
     lib_device = "cpu" if device.type == "cpu" else f"cuda:{device.index}"
     import bitrank
-    if device.type == "cpu" and bitrank.TORCH_OPENMP_SPINS:
+    if device.type == "cpu" and bitrank.TORCH_OPENMP_SPINS and me == 0:
         import warnings
         warnings.warn("bitrank: torch was imported before bitrank without OMP_WAIT_POLICY=PASSIVE "
                       "in the environment; on the CPU the library and torch then share OpenMP "
                       "threads that spin, many times slower. Import bitrank first or set "
                       "OMP_WAIT_POLICY=PASSIVE.", RuntimeWarning, stacklevel=2)
-    log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else (lambda s: None)
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress and me == 0 else \
+        (lambda s: None)
 
     ids, mask = calibration_ids(calibration, tokenizer, n_samples, seq_len, pack)
     n_seq = ids.shape[0]
@@ -397,6 +402,13 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                          f"batches of {batch_size} with a held-out part (heldout={heldout})")
     train_b = list(range(n_batches - n_hold))
     hold_b = list(range(n_batches - n_hold, n_batches))
+    # several processes: each runs the blocks' forward on its share of the calibration
+    # batches (round robin), whole batches, so each batch's forward is the computation
+    # one process does
+    owner_b = [b % world for b in range(n_batches)]
+
+    def mine(b):
+        return owner_b[b] == me
 
     model.eval()
     model.to(device)
@@ -439,6 +451,8 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         keep = {b: torch.rand(n_tok[b], generator=sub_gen) < f_train
                 if f_train < 0.8 and b not in hold_b else None for b in range(n_batches)}
 
+        per_b = {rel: {} for rel, _ in sel}  # several processes: rows by batch, shared later
+
         def rec_hook(rel):
             def hook(_m, args):
                 x, b = args[0], cur["b"]
@@ -448,6 +462,9 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                         rows = rows[keep[b].to(rows.device)]
                 else:
                     rows = x.reshape(-1, x.shape[-1])
+                if several:
+                    per_b[rel][b] = (rows[:1024] if b in hold_b else rows).detach().float().cpu()
+                    return
                 train_rows, hold_rows = recs[rel]
                 if b in hold_b:
                     room = 1024 - sum(r.shape[0] for r in hold_rows)
@@ -462,24 +479,41 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         with torch.no_grad():
             for b in range(n_batches):
                 cur["b"] = b
-                ys.append(_call(orig, xs[b], rests[b], kws[b]).float())
+                ys.append(_call(orig, xs[b], rests[b], kws[b]).float() if mine(b) else None)
             if target == "model":
                 for h in hooks:
                     h.remove()
                 hooks = []
-                ys = [_call(orig, xs_orig[b], rests[b], kws[b]).float() for b in range(n_batches)]
+                ys = [_call(orig, xs_orig[b], rests[b], kws[b]).float() if mine(b) else None
+                      for b in range(n_batches)]
         for h in hooks:
             h.remove()
+        lin_owner = [0] * len(sel)
+        counts = None
+        if several:
+            lin_owner, counts = _share_block_inputs(sel, per_b, recs, ys, owner_b, hold_b,
+                                                    n_batches, device)
+        per_b = None
         # 2. the per-layer path, in the library
         layers = {}
         results = {}
-        for rel, mod in sel:
+        done = {}
+        for i, (rel, mod) in enumerate(sel):
             tl = time.time()
+            if several:
+                # every rank draws every linear's subset, so the generator moves on
+                # as in one process; the linear's owner alone has its rows
+                n_train = int(sum(int(counts[b, i]) for b in train_b))
+                pick = torch.randperm(n_train, generator=gen)[:max_layer_tokens] \
+                    if n_train > max_layer_tokens else None
+                if lin_owner[i] != me:
+                    continue
             x_train = torch.cat(recs[rel][0])
             x_hold = torch.cat(recs[rel][1]) if recs[rel][1] else x_train[:0]
             recs[rel] = None
             if x_train.shape[0] > max_layer_tokens:
-                pick = torch.randperm(x_train.shape[0], generator=gen)[:max_layer_tokens]
+                if not several:
+                    pick = torch.randperm(x_train.shape[0], generator=gen)[:max_layer_tokens]
                 x_train = x_train[pick.sort().values]
             # the library holds out the last tokens: the held-out sequences'
             hold_take = x_hold[:min(x_hold.shape[0], 1024)]
@@ -490,6 +524,11 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
             layer, info = compress_linear(mod.weight, x_lib, bpw=bpw, paths=paths,
                                           steps=layer_steps, device=lib_device,
                                           name=f"{bname}.{rel}", seed=seed + 1, **opts)
+            done[rel] = (layer, info, time.time() - tl)
+        for i, (rel, mod) in enumerate(sel):
+            if several:  # each linear from its owner, in the block's order
+                done[rel] = distributed.broadcast_object(done.get(rel), lin_owner[i])
+            layer, info, seconds = done.pop(rel)
             if info["outcome"] != 0:
                 log(f"{bname}.{rel}: kept as it is ({info['note']})")
                 continue
@@ -498,7 +537,7 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
             results[rel] = LayerResult(name=f"{bname}.{rel}", m=m, n=n, rank=layer["rank"],
                                        paths=paths, bpw=info["bpw"], init_kind=info["init_kind"],
                                        err_init=info["err_init"], err_layer=info["err_trained"],
-                                       seconds=time.time() - tl)
+                                       seconds=seconds)
         recs = None
         # 3. the joint training
         train = copy.deepcopy(orig)
@@ -591,6 +630,9 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         blocks[bi] = final
         # the next block's inputs, and each layer's error inside the model (held out)
         errs = {rel: [0.0, 0.0] for rel in results}
+        # several processes: each batch's contributions, added in batch order after
+        # they are shared (the same additions, in the same order, as one process)
+        errs_b = {}
         cmp_hooks = []
         for rel in results:
             o_mod = orig.get_submodule(rel)
@@ -601,23 +643,43 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                     x = args[0]
                     y = nn.functional.linear(x.float(), o_mod.weight, o_mod.bias)
                     d = (out.float() - y)[valid[cur["b"]]]
-                    errs[rel][0] += float((d * d).sum())
-                    errs[rel][1] += float((y[valid[cur["b"]]] ** 2).sum())
+                    acc = errs_b.setdefault(cur["b"], {}).setdefault(rel, [0.0, 0.0]) \
+                        if several else errs[rel]
+                    acc[0] += float((d * d).sum())
+                    acc[1] += float((y[valid[cur["b"]]] ** 2).sum())
             cmp_hooks.append(c_mod.register_forward_hook(hook))
         num = den = 0.0
+        block_b = {}
         with torch.no_grad():
             for b in range(n_batches):
+                if not mine(b):
+                    continue
                 cur["b"], cur["hold"] = b, b in hold_b
                 out = _call(final, xs[b].to(dt), rests[b], kws[b])
                 if b in hold_b:
                     d = (out.float() - ys[b])[valid[b]]
-                    num += float((d * d).sum())
-                    den += float((ys[b][valid[b]] ** 2).sum())
+                    if several:
+                        block_b[b] = (float((d * d).sum()), float((ys[b][valid[b]] ** 2).sum()))
+                    else:
+                        num += float((d * d).sum())
+                        den += float((ys[b][valid[b]] ** 2).sum())
                 xs[b] = out.float()
                 if xs_orig is not None:
                     xs_orig[b] = ys[b]
         for h in cmp_hooks:
             h.remove()
+        if several:
+            for b in range(n_batches):
+                share = distributed.broadcast_object(
+                    (block_b.get(b), errs_b.get(b, {})) if mine(b) else None, owner_b[b])
+                xs[b] = distributed.broadcast_tensor(xs[b] if mine(b) else None,
+                                                     owner_b[b]).to(device)
+                if share[0] is not None:
+                    num += share[0][0]
+                    den += share[0][1]
+                for rel, (e0, e1) in share[1].items():
+                    errs[rel][0] += e0
+                    errs[rel][1] += e1
         bres.err_trained = _agg_err(num, den) if hold_b else float("nan")
         for rel, r in results.items():
             r.err_model = _agg_err(*errs[rel])
@@ -633,6 +695,49 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
     report.seconds = time.time() - t0
     _mark_config(model, report)
     return report
+
+
+def _share_block_inputs(sel, per_b, recs, ys, owner_b, hold_b, n_batches, device):
+    """Several processes, after a block's sharded calibration forward: the targets ys
+    to every rank (the joint training runs on every rank), each linear's recorded
+    rows to the rank that compresses it (recs filled there as one process fills them:
+    batches in order, the held-out rows cut at 1024). Returns (the owner of each
+    linear, the rows each batch gave each linear [batches][linears] on every rank)."""
+    me, world = distributed.rank(), distributed.size()
+    for b in range(n_batches):
+        ys[b] = distributed.broadcast_tensor(ys[b], owner_b[b]).to(device)
+    counts = torch.zeros(n_batches, len(sel), dtype=torch.long)
+    for b in range(n_batches):
+        if owner_b[b] == me:
+            for i, (rel, _) in enumerate(sel):
+                counts[b, i] = per_b[rel][b].shape[0]
+    distributed.all_reduce_fixed([counts])  # integers: exact
+    tokens = int(counts.sum(0).max()) if len(sel) else 0
+    costs = [m.weight.shape[0] * m.weight.shape[1] * (tokens + min(m.weight.shape))
+             for _, m in sel]
+    lin_owner = distributed.schedule(costs, world)
+    for b in range(n_batches):
+        src = owner_b[b]
+        for i, (rel, _) in enumerate(sel):
+            dst = lin_owner[i]
+            if me == src and me != dst:
+                distributed.send_tensor(per_b[rel].pop(b), dst)
+            elif me == dst and me != src:
+                per_b[rel][b] = distributed.recv_tensor(src, "cpu")
+    for i, (rel, _) in enumerate(sel):
+        if lin_owner[i] != me:
+            recs[rel] = None
+            continue
+        train_rows, hold_rows = recs[rel]
+        for b in range(n_batches):
+            rows = per_b[rel].pop(b)
+            if b in hold_b:
+                room = 1024 - sum(r.shape[0] for r in hold_rows)
+                if room > 0:
+                    hold_rows.append(rows[:room])
+            else:
+                train_rows.append(rows)
+    return lin_owner, counts
 
 
 def _mark_config(model, report):
