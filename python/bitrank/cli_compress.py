@@ -1,10 +1,18 @@
 """`python -m bitrank compress MODEL -o OUT`: a transformers model compressed block by
 block through its own forward pass (bitrank.compress_model), saved with
 bitrank.save_pretrained (loads with bitrank.load, evaluates with `python -m bitrank
-eval OUT --reference MODEL`)."""
+eval OUT --reference MODEL`).
+
+Under `torchrun --nproc-per-node N python -m bitrank compress ...` the N processes
+share the work (bitrank.distributed; compress_model says how) and rank 0 alone
+prints the report and writes OUT, whole or not at all (a directory beside it,
+renamed into place).
+"""
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 
 class UserError(Exception):
@@ -44,10 +52,40 @@ def check_paths(args):
 
 
 def resolve_device(name):
-    import torch
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
+    """The device this process works on: under torchrun (WORLD_SIZE > 1) the process
+    group is started here and a CUDA process takes cuda:LOCAL_RANK
+    (bitrank.distributed.init_from_env); "auto" is CUDA where torch sees a GPU."""
+    from bitrank import distributed
+    try:
+        return distributed.init_from_env(name)
+    except distributed.DistributedError as e:
+        raise UserError(str(e)) from None
+
+
+def write_output(out, write, report=None, report_path=None):
+    """write(dir) fills a new directory beside `out` that then becomes `out` (an empty
+    `out` is replaced): a run that fails leaves no half-written output. Under torchrun
+    rank 0 writes; the others wait for it."""
+    from bitrank import distributed
+    if distributed.is_main():
+        parent = os.path.dirname(os.path.abspath(out))
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}-",
+                               dir=parent)
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)
+            write(tmp)
+            os.replace(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if report_path:
+            with open(report_path + ".tmp", "w") as f:
+                json.dump(report, f, indent=1)
+            os.replace(report_path + ".tmp", report_path)
+    distributed.barrier()
 
 
 def load_original(path, dtype):
@@ -89,10 +127,12 @@ def run(args):
                                     steps=args.steps,
                                     layer_steps=args.layer_steps, target=args.target,
                                     batch_size=args.batch_size, exclude=args.exclude)
-    print(report.table())
-    bitrank.save_pretrained(model, args.out, tokenizer=tok)
-    if args.report:
-        with open(args.report, "w") as f:
-            json.dump(report.to_dict(), f, indent=1)
-    print(f"saved to {args.out}", file=sys.stderr)
+    from bitrank import distributed
+    if distributed.is_main():
+        print(report.table())
+    write_output(args.out, lambda d: bitrank.save_pretrained(model, d, tokenizer=tok),
+                 report.to_dict(), args.report)
+    if distributed.is_main():
+        print(f"saved to {args.out}", file=sys.stderr)
+    distributed.shutdown()
     return 0

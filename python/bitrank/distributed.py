@@ -109,6 +109,14 @@ def ensure_initialised(device):
                   "cuda" if dev is not None else "auto")
 
 
+def shutdown():
+    """The end of a command under torchrun: every rank waits for the others, then the
+    process group is destroyed (torch warns at exit otherwise)."""
+    if active():
+        barrier()
+        dist.destroy_process_group()
+
+
 def barrier():
     if active():
         if dist.get_backend() == "nccl":

@@ -61,8 +61,12 @@ def job_compress(out_dir, seed, kind="llama", target="block"):
     for r in rep["layers"] + rep["blocks"]:
         r.pop("seconds")
     rep.pop("seconds")
-    save(out_dir, {"state": model.state_dict(), "report": rep,
-                   "world": distributed.size()})
+    # float32 sums whose value depends on their order: 1e8 + 1 rounds back to 1e8, so
+    # the ranks' (1e8, 1, -1e8, 1, ...) add up to rank order's result only
+    t = torch.tensor([[1e8, 1.0, -1e8][distributed.rank() % 3]] * 3, dtype=torch.float32)
+    distributed.all_reduce_fixed([t])
+    save(out_dir, {"state": model.state_dict(), "report": rep, "world": distributed.size(),
+                   "fixed_sum": t.tolist()})
 
 
 def job_distill(out_dir, seed, teacher_dir, student_dir, steps):
@@ -82,3 +86,4 @@ def job_distill(out_dir, seed, teacher_dir, student_dir, steps):
 if __name__ == "__main__":
     job, out, seed, *rest = sys.argv[1:]
     {"compress": job_compress, "distill": job_distill}[job](out, int(seed), *rest)
+    distributed.shutdown()
