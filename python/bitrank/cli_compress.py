@@ -40,6 +40,10 @@ def add_arguments(p):
     p.add_argument("--device", default="auto")
     p.add_argument("--exclude", action="append", default=[],
                    help="glob of linears (names inside a block) to keep as they are")
+    p.add_argument("--split-joint", action="store_true",
+                   help="under torchrun: also split each joint-training step's batch over "
+                        "the processes (faster; the result then equals one process's within "
+                        "rounding, not bit for bit)")
     p.add_argument("--report", default=None, help="write the report as JSON here")
 
 
@@ -119,6 +123,10 @@ def run(args):
     import bitrank
     check_paths(args)
     device = resolve_device(args.device)
+    from bitrank import distributed
+    if args.split_joint and args.batch_size < distributed.size():
+        raise UserError(f"--split-joint cuts each batch over {distributed.size()} processes: "
+                        f"--batch-size {args.batch_size} is fewer")
     model, tok = load_original(args.model, torch.float32)
     calibration = calibration_text(args)
     report = bitrank.compress_model(model, calibration, tokenizer=tok, bpw=args.bpw,
@@ -126,8 +134,8 @@ def run(args):
                                     seq_len=args.seq_len, pack=not args.per_text, device=device,
                                     steps=args.steps,
                                     layer_steps=args.layer_steps, target=args.target,
-                                    batch_size=args.batch_size, exclude=args.exclude)
-    from bitrank import distributed
+                                    batch_size=args.batch_size, exclude=args.exclude,
+                                    split_joint=args.split_joint)
     if distributed.is_main():
         print(report.table())
     write_output(args.out, lambda d: bitrank.save_pretrained(model, d, tokenizer=tok),

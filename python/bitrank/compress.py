@@ -303,6 +303,18 @@ def _rel_err(y_hat, y, valid):
     return ((d * d).sum(-1) / torch.clamp(n2, min=float(floor) + 1e-30)).mean()
 
 
+def _rel_err_share(y_hat, y, valid, lo, hi):
+    """_rel_err of a batch whose sequences lo:hi gave y_hat: this slice's part of the
+    mean (the floor and the count of tokens are the whole batch's), so the slices'
+    parts add up to _rel_err of the batch."""
+    yy = y.float()[valid]
+    floor = 0.1 * (yy * yy).sum(-1).mean()
+    y_s = y[lo:hi].float()[valid[lo:hi]]
+    d = (y_hat.float() - y[lo:hi].float())[valid[lo:hi]]
+    n2 = (y_s * y_s).sum(-1)
+    return ((d * d).sum(-1) / torch.clamp(n2, min=float(floor) + 1e-30)).sum() / yy.shape[0]
+
+
 def _agg_err(num, den):
     return math.sqrt(num / den) if den > 0 else float("nan")
 
@@ -311,8 +323,9 @@ def _call(block, x, rest, kw):
     return _first(block(x, *rest, **kw))
 
 
-def _run_model_to_block(model, blocks, ids, mask, batch, device):
-    """The first block's inputs for each calibration batch: (x, rest args, kwargs)."""
+def _run_model_to_block(model, blocks, ids, mask, batch, device, ranges=None):
+    """The first block's inputs for each calibration batch: (x, rest args, kwargs);
+    with ranges [(lo, hi)], one per batch, for those sequences of each batch."""
     store = []
 
     def pre(_mod, args, kwargs):
@@ -327,9 +340,10 @@ def _run_model_to_block(model, blocks, ids, mask, batch, device):
     handle = blocks[0].register_forward_pre_hook(pre, with_kwargs=True)
     try:
         with torch.no_grad():
-            for i in range(0, ids.shape[0], batch):
-                kw = {"input_ids": ids[i:i + batch].to(device),
-                      "attention_mask": mask[i:i + batch].to(device)}
+            for k, i in enumerate(range(0, ids.shape[0], batch)):
+                a, z = (i, i + batch) if ranges is None else (i + ranges[k][0], i + ranges[k][1])
+                kw = {"input_ids": ids[a:z].to(device),
+                      "attention_mask": mask[a:z].to(device)}
                 if getattr(model.config, "use_cache", None) is not None:
                     kw["use_cache"] = False
                 try:
@@ -348,7 +362,7 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                    seq_len=128, device=None, steps=400, lr=2e-2, sign_lr=2e-2, batch_size=8,
                    heldout=0.125, layer_steps=None, target="block", train_other=True,
                    include=None, exclude=None, max_layer_tokens=16384, eval_every=50,
-                   seed=0, progress=True, layer_options=None, pack=True):
+                   seed=0, progress=True, layer_options=None, pack=True, split_joint=False):
     """Compress `model` (a transformers model; changed in place) into BLRLinear layers.
 
     calibration: token ids [N][L], a dict with input_ids/attention_mask, or text (a
@@ -368,6 +382,32 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
     train_other: also train the block's other parameters (norms, biases) jointly.
     include / exclude: glob patterns on a linear's name inside its block
       ("attention.self.query", "mlp.down_proj"); by default every nn.Linear but heads.
+
+    Under torchrun (a process group of N > 1 processes, or WORLD_SIZE > 1: one is
+    started, bitrank.distributed) every process loads the model and the calibration
+    and calls this with the same arguments. Each block's calibration forward (the
+    targets, each linear's recorded inputs, and the finished block's outputs) runs
+    sharded by whole batches, batch b on process b mod N; the targets and the next
+    block's inputs go to every process, each linear's recorded rows to the process
+    that compresses it (distributed.schedule: largest m·n·(tokens + min(m, n))
+    first, to the least loaded process), and each compressed linear from there to
+    every process, in the block's order, before the joint training. The joint
+    training runs whole on every process (each step is one batch: splitting it would
+    change the order of the weight gradients' sums), unless split_joint: then each
+    step's batch is cut into contiguous slices of sequences, one per process (every
+    batch must hold at least N sequences), each process's loss is its slice's share of
+    the batch's (the per-token error floor and the token count are the whole
+    batch's), and the gradients are summed in rank order before each step; equal to
+    one process within rounding, not bit for bit (and the next block's per-layer
+    path, on inputs that differ by that rounding, may choose other signs: the errors
+    agree, not the weights). Without split_joint the result — every tensor of the
+    model and every number of the report but its times — is the one process's, bit
+    for bit, on every process: each batch's forward is the computation one process
+    does, the per-layer statistics are the recorded rows themselves concatenated in
+    batch order (no sums), the generator that draws subsets and batches moves the
+    same way on every process, and the report's sums are added in batch order. N
+    processes shorten the block forwards and the per-layer path (at most one process
+    per linear), and with split_joint the joint training. Logs come from rank 0.
     Returns a CompressReport; the model's compressed linears are BLRLinear."""
     t0 = time.time()
     distributed.ensure_initialised(device)
@@ -420,6 +460,19 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
     kws = [s[2] for s in store]
     xs_orig = [x.clone() for x in xs] if target == "model" else None
     gen = torch.Generator().manual_seed(seed)
+    split = several and split_joint
+    if split:
+        sizes = [int(v.shape[0]) for v in valid]
+        if min(sizes) < world:
+            raise ValueError(f"compress_model: split_joint cuts each batch over {world} "
+                             f"processes, but a batch has {min(sizes)} sequences")
+        cuts = [distributed.shard(n, world, me) for n in sizes]
+        # the block's other arguments as the model gives them for this process's slice
+        # of each batch (masks, positions: whatever it passes, cut by the model itself)
+        sub = _run_model_to_block(model, blocks, ids, mask, batch_size, device, cuts)
+        rests_s = [t[1] for t in sub]
+        kws_s = [t[2] for t in sub]
+        sub = None
 
     report = CompressReport(device=str(device), calib_sequences=n_seq,
                             calib_tokens=int(mask.sum()),
@@ -427,7 +480,8 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                             options=dict(bpw=bpw, paths=paths, steps=steps, lr=lr,
                                          sign_lr=sign_lr, batch_size=batch_size,
                                          layer_steps=layer_steps, target=target,
-                                         train_other=train_other, seed=seed, seq_len=seq_len))
+                                         train_other=train_other, seed=seed, seq_len=seq_len,
+                                         **({"split_joint": True} if split else {})))
     bits_total = 0.0
     for bi, block in enumerate(blocks):
         tb = time.time()
@@ -590,9 +644,19 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                     gr["lr"] = gr["base"] * f
                 b = train_b[int(torch.randint(len(train_b), (1,), generator=gen))]
                 with torch.enable_grad():
-                    loss = _rel_err(_call(train, xs[b], rests[b], kws[b]), ys[b], valid[b])
+                    if split:
+                        lo, hi = cuts[b]
+                        loss = _rel_err_share(_call(train, xs[b][lo:hi], rests_s[b], kws_s[b]),
+                                              ys[b], valid[b], lo, hi)
+                    else:
+                        loss = _rel_err(_call(train, xs[b], rests[b], kws[b]), ys[b], valid[b])
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
+                if split:  # the slices' shares add up to the batch's loss and gradient
+                    loss = loss.detach().reshape(1).clone()
+                    distributed.all_reduce_fixed([p.grad for gr in opt.param_groups
+                                                  for p in gr["params"]] + [loss])
+                    loss = loss[0]
                 opt.step()
                 if step <= 20:
                     bres.loss_first += float(loss.detach()) / 20

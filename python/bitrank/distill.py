@@ -585,7 +585,7 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
                                            reduce=reduce)
                 (loss / grad_accum).backward()
             step_parts.add_(parts / grad_accum)
-        if several and opt is not None:  # the shares' gradients and losses add up to the whole batch's
+        if several and opt is not None:  # the shares add up to the whole batch's
             distributed.all_reduce_fixed([p.grad for gr in opt.param_groups
                                           for p in gr["params"]] + [step_parts])
         if opt is not None:

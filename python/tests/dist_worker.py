@@ -1,6 +1,6 @@
 """The process test_distributed.py starts, alone or under torchrun:
 
-    python dist_worker.py compress OUT_DIR SEED [KIND TARGET]
+    python dist_worker.py compress OUT_DIR SEED [KIND TARGET SPLIT_JOINT]
     python dist_worker.py distill OUT_DIR SEED TEACHER_DIR STUDENT_DIR STEPS
 
 Each process writes what it ends with to OUT_DIR/rank<R>.pt (the test compares the
@@ -47,7 +47,7 @@ def save(out_dir, obj):
     os.replace(path + ".tmp", path)
 
 
-def job_compress(out_dir, seed, kind="llama", target="block"):
+def job_compress(out_dir, seed, kind="llama", target="block", split_joint="0"):
     torch.manual_seed(seed)
     model = tiny(kind)
     # 5 batches of 4 (3 processes own 2, 2 and 1 of them); 4 train batches give
@@ -56,7 +56,8 @@ def job_compress(out_dir, seed, kind="llama", target="block"):
     report = bitrank.compress_model(model, calibration(seed, kind), bpw=2.0, paths=2,
                                     steps=12, layer_steps=8, batch_size=4, heldout=0.2,
                                     max_layer_tokens=200, eval_every=4, device="cpu",
-                                    progress=True, seed=seed, target=target)
+                                    progress=True, seed=seed, target=target,
+                                    split_joint=split_joint == "1")
     rep = report.to_dict()
     for r in rep["layers"] + rep["blocks"]:
         r.pop("seconds")
