@@ -42,8 +42,8 @@ def add_arguments(p):
                    help="glob of linears (names inside a block) to keep as they are")
     p.add_argument("--split-joint", action="store_true",
                    help="under torchrun: also split each joint-training step's batch over "
-                        "the processes (faster; the result then equals one process's within "
-                        "rounding, not bit for bit)")
+                        "the processes (the result then equals one process's within rounding, "
+                        "not bit for bit)")
     p.add_argument("--report", default=None, help="write the report as JSON here")
 
 
