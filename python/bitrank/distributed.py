@@ -71,15 +71,15 @@ def init_from_env(device="auto"):
     ("cuda", "auto" with a GPU), gloo for "cpu". Returns the device this process
     works on: cuda:LOCAL_RANK for CUDA (set as the current device), "cpu" for the CPU,
     `device` unchanged for one process ("auto" resolved)."""
-    want_cuda = device == "auto" and torch.cuda.is_available() or str(device).startswith("cuda")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if env_world_size() <= 1 and not active():
-        if device == "auto":
-            return "cuda" if torch.cuda.is_available() else "cpu"
         return device
+    want_cuda = str(device).startswith("cuda")
     if dist is None or not dist.is_available():
         raise DistributedError("WORLD_SIZE > 1 but this torch has no torch.distributed")
     if want_cuda:
-        if str(device) not in ("auto", "cuda"):
+        if str(device) != "cuda":
             raise DistributedError(f"under torchrun each process takes cuda:LOCAL_RANK; pass "
                                    f"--device cuda (or auto), not {device}")
         if not torch.cuda.is_available():

@@ -2,10 +2,11 @@
 the CPU, 2 and 3 processes (dist_worker.py is the process), against one process.
 
 compress_model on N processes gives the bits one process gives (the model's every
-tensor and the report), on every rank; distill on 2 processes follows one process's
-loss curve within float rounding, every rank holding the same model. The command
-line writes its output once, from rank 0, and it is the one process's output byte
-for byte. Each process runs one OpenMP thread (2 cores here)."""
+tensor and the report), on every rank; with split_joint its errors within rounding.
+distill on 2 processes follows one process's loss curve within float rounding, every
+rank holding the same model. The command line writes its output once, from rank 0,
+and it is the one process's output (tensors and metadata). Each process runs one
+OpenMP thread (2 cores here)."""
 import copy
 import json
 import os
@@ -70,6 +71,8 @@ def test_helpers_in_one_process():
     assert torch.equal(t, torch.arange(5.0))
     assert distributed.broadcast_object({"a": 1}, 0) == {"a": 1}
     assert distributed.init_from_env("cpu") == "cpu"
+    assert distributed.init_from_env("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert not distributed.active()  # one process starts no process group
 
 
 def test_schedule_and_shard():
