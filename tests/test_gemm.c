@@ -725,8 +725,9 @@ static void mm_tiles_splitk(void) {
     CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_tile=auto"));
 
     /* several units per CTA (the grid capped by gemm_ctas) on the picked
-     * tile, with more k blocks per unit (10) than pipeline stages: the stage ring's
-     * phases carried from unit to unit; plain and full epilogues, bitmaps, split-K */
+     * tile, with more k blocks per unit (10, or 32 split 11 + 11 + 10) than pipeline
+     * stages: the stage ring's phases carried from unit to unit; plain and full
+     * epilogues, bitmaps, split-K (k ≥ 2048: the ops reserve split room only there) */
     for (int v = 0; v < 5; v++) {
         if (t_small() && v > 1) break;
         const int kind = v == 2 ? 1 : v == 3 ? 2 : 0, plain = v == 1 || v == 3;
@@ -737,7 +738,7 @@ static void mm_tiles_splitk(void) {
         epi_spec sp = {.kind = kind,
                        .m = t_small() ? 150 : 300,
                        .n = t_small() ? 260 : 520,
-                       .k = 640,
+                       .k = v == 4 ? 2048 : 640,
                        .oscale = plain ? 0.25f : -0.5f,
                        .colscale = !plain,
                        .cmode = plain    ? 0

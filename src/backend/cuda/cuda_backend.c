@@ -336,7 +336,15 @@ static br_status cuda_set_stream(br_ctx *ctx, void *stream, int own) {
         BR_CUDA_TRY(ctx, cudaEventRecord(s->order_event, s->stream));
         BR_CUDA_TRY(ctx, cudaStreamWaitEvent(to, s->order_event, 0));
     } else if (cap_from == cudaStreamCaptureStatusNone) {
-        BR_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
+        /* A capture in global mode (torch.cuda.graph's default) forbids a synchronize
+         * on any stream of any thread in the process; this thread's relaxed mode
+         * exempts this one wait for the old stream, which the capture never sees. */
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        BR_CUDA_TRY(ctx, cudaThreadExchangeStreamCaptureMode(&mode));
+        const cudaError_t se = cudaStreamSynchronize(s->stream);
+        BR_CUDA_TRY(ctx, cudaThreadExchangeStreamCaptureMode(&mode));
+        if (se != cudaSuccess)
+            return br_cuda_check(ctx, se, "cudaStreamSynchronize(s->stream)", __FILE__, __LINE__);
     } else if (cap_to != cudaStreamCaptureStatusNone) {
         /* both captured: an edge inside the capture (CUDA refuses it between two) */
         BR_CUDA_TRY(ctx, cudaEventRecord(s->order_event, s->stream));
