@@ -536,10 +536,6 @@ def test_pack_for_inference_cuda(tiny):
 
 @cuda_plan
 @pytest.mark.cuda
-@pytest.mark.xfail(strict=True, reason=(
-    "the CUDA plan holds the signs twice (the decode kernel's fragment order and the "
-    "prefill GEMMs' bitmaps) and its own decode partials: 8.5 MB at 4096x4096, 1 bpw, "
-    "against 2.2 MB of bitmaps and scales (1/3.9 of fp16, the target is 1/12)"))
 def test_inference_memory_cuda_at_1bpw():
     """A 4096x4096 layer at 1 bpw, 2 paths, packed and run on a token: its plan's
     device bytes (the library's count) are near the bitmaps and scales it must hold

@@ -179,6 +179,15 @@ br_status br_cuda_workspace(br_ctx *ctx, size_t bytes, void **out) {
     if (s->capturing)
         return br_fail(ctx, BR_E_STATE, "workspace of %zu bytes not reserved before graph capture",
                        bytes);
+    /* a capture by the caller (torch.cuda.graph) on the context's stream: cudaMalloc
+     * would invalidate it */
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    BR_CUDA_TRY(ctx, cudaStreamIsCapturing(s->stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone)
+        return br_fail(ctx, BR_E_STATE,
+                       "workspace: %zu bytes needed while the stream is being captured, %zu "
+                       "reserved (run the same work once before the capture)",
+                       bytes, s->ws_bytes);
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
