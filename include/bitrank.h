@@ -63,15 +63,19 @@ const char *br_status_name(br_status st);
 
 typedef struct br_ctx br_ctx;
 
-/* Open a context on `device`: "cpu", "cuda" (GPU 0), "cuda:N", or "auto" (the first
- * usable CUDA GPU, else the CPU). NULL means "auto". On failure *out is NULL and, if
+/* Open a context on `device`: "cpu", "cuda" (GPU 0), "cuda:N", "vulkan" (the most
+ * capable Vulkan device: a discrete GPU before an integrated one, a software device
+ * such as lavapipe last), "vulkan:N" (the loader's device N), or "auto" (the first
+ * usable CUDA GPU, else a Vulkan GPU, never a software device, else the CPU). NULL
+ * means "auto". A build without the backend asked for answers BR_E_UNSUPPORTED. On
+ * failure *out is NULL and, if
  * `err` is given, a message is written there (at most err_len bytes, terminated). */
 br_status br_ctx_new(const char *device, br_ctx **out, char *err, size_t err_len);
 /* Free the context's buffers, graphs and the objects holding them (layers,
  * scratches, optimizers) first: they use the context when they are freed. */
 void br_ctx_free(br_ctx *ctx);
 
-/* "cpu" or "cuda". */
+/* "cpu", "cuda" or "vulkan". */
 const char *br_ctx_backend(const br_ctx *ctx);
 /* Human description of the device, e.g. "cuda:0 NVIDIA H200 (sm_90, 139.8 GiB)". */
 const char *br_ctx_device(const br_ctx *ctx);
@@ -1028,21 +1032,24 @@ typedef struct br_blr_infer_cuda br_blr_infer_cuda;
 /* The element type of x, bias and y (IEEE binary16 or bfloat16 bit patterns). */
 typedef enum br_act_type { BR_ACT_F16 = 0, BR_ACT_BF16 = 1 } br_act_type;
 
-/* A plan of `layer` resident on ctx's GPU: signs repacked as the kernels read them,
- * scales, scratch. ctx must be a CUDA context (BR_E_UNSUPPORTED for a CPU context or
- * a build without CUDA) and outlive the plan. Same checks as br_blr_infer_new
- * (arrays, shapes, finite scales: BR_E_ARG / BR_E_SHAPE / BR_E_OVERFLOW /
- * BR_E_NONFINITE), BR_E_NOMEM, BR_E_DEVICE. */
+/* A plan of `layer` resident on ctx's GPU: the signs once, repacked as the decode
+ * kernel reads them, and the scales. The runs' scratch is the context's workspace,
+ * shared by every plan of the context. ctx must be a CUDA context (BR_E_UNSUPPORTED
+ * for a CPU context or a build without CUDA) and outlive the plan. Same checks as
+ * br_blr_infer_new (arrays, shapes, finite scales: BR_E_ARG / BR_E_SHAPE /
+ * BR_E_OVERFLOW / BR_E_NONFINITE), BR_E_NOMEM, BR_E_DEVICE. */
 br_status br_blr_infer_cuda_new(br_ctx *ctx, const br_blr_host *layer, br_blr_infer_cuda **out);
 /* y [ntok][m] = layer(x [ntok][n]) (+ bias [m] or NULL): device pointers of `type`,
  * row-major, asynchronous on the context's current stream (br_ctx_set_stream: the
  * caller's, e.g. torch's). x, bias and y must be 2-byte aligned and y must not
- * overlap x or bias (BR_E_ARG); ntok ≥ 1 (BR_E_SHAPE). Runs allocate nothing once a
- * run of at least this ntok has run (so decode steps can be captured in a CUDA
- * graph); a run with more tokens than any before grows the scratch first. */
+ * overlap x or bias (BR_E_ARG); ntok ≥ 1 (BR_E_SHAPE). Decode runs (≤ 64 tokens)
+ * never allocate; a prefill run allocates nothing once a run of at least this ntok
+ * has run on the context (so steps can be captured in a CUDA graph), else it grows
+ * the workspace first (BR_E_STATE while the stream is being captured). */
 br_status br_blr_infer_cuda_run(br_blr_infer_cuda *p, br_act_type type, const void *x, size_t ntok,
                                 const void *bias, void *y);
-/* Device bytes the plan holds (weights + scratch); 0 for NULL. */
+/* Device bytes the plan holds (its signs, scales and decode-kernel state; not the
+ * context's workspace); 0 for NULL. */
 size_t br_blr_infer_cuda_bytes(const br_blr_infer_cuda *p);
 /* What the last run ran: "decode" or "prefill" ("none" before any run, and for NULL). */
 const char *br_blr_infer_cuda_kernel(const br_blr_infer_cuda *p);

@@ -79,7 +79,8 @@ br_status br_mm_bits(br_ctx *ctx, const br_buf *act, const br_buf *bits, br_bits
 br_status br_cvt(br_ctx *ctx, const br_buf *src, const br_buf *col_f, br_buf *dst, size_t m,
                  size_t k, float scale);
 /* br_cvt of one src into n_out (1..4) outputs from one read: dsts[i] gets the
- * value br_cvt would write with cols[i] (an entry may be NULL: no column factor). */
+ * value br_cvt would write with cols[i] (an entry may be NULL: no column factor).
+ * Purely a fusion of those n_out br_cvt calls (one launch on CUDA). */
 br_status br_cvt_multi(br_ctx *ctx, const br_buf *src, size_t n_out, const br_buf *const cols[],
                        br_buf *const dsts[], size_t m, size_t k, float scale);
 /* A column block of a wider matrix: dst[row][c] = f16(src[row][col0 + c] · scale),

@@ -60,6 +60,9 @@ static br_blr_host random_layer(br_ctx *ctx, br_rng *rng, size_t m, size_t n, si
 }
 
 #ifdef BR_HAVE_CUDA
+/* ⌈a / b⌉ (only the CUDA cases use it: unused it would fail the CPU build) */
+static size_t cdiv_sz(size_t a, size_t b) { return (a + b - 1) / b; }
+
 /* ±1 of sign k of a bitmap row */
 static int sign_of(const uint32_t *row, size_t k) { return (row[k / 32] >> (k % 32) & 1u) ? 1 : -1; }
 
@@ -238,8 +241,11 @@ static void check_layer(br_ctx *ctx, size_t m, size_t n, size_t r, size_t P, con
     if (!plan) goto out;
     CHECK(strcmp(br_blr_infer_cuda_kernel(plan), "none") == 0, "kernel before a run: %s",
           br_blr_infer_cuda_kernel(plan));
-    CHECK(br_blr_infer_cuda_bytes(plan) >= 2 * P * (m + n) * words_of(r) * 4,
-          "plan holds %zu bytes", br_blr_infer_cuda_bytes(plan));
+    /* the signs once (padded to the decode kernel's 16 × 256 units), not per layout */
+    const size_t units = P * (cdiv_sz(r, 16) * cdiv_sz(n, 256) + cdiv_sz(m, 16) * cdiv_sz(r, 256));
+    CHECK(br_blr_infer_cuda_bytes(plan) >= units * 512 &&
+              br_blr_infer_cuda_bytes(plan) < units * 512 + 4 * P * (m + r + n) + (1u << 20),
+          "plan holds %zu bytes, signs %zu", br_blr_infer_cuda_bytes(plan), units * 512);
     for (size_t ti = 0; ti < ntoks; ti++) {
         size_t ntok = toks[ti];
         for (int bf = 0; bf < 2; bf++) {
@@ -390,6 +396,75 @@ static void graph_replay(void) {
     br_ctx_free(ctx);
 }
 
+/* Two plans of different shapes on one context share its workspace: prefill and
+ * decode runs interleaved, each growing it or not, give each plan the bits it gave
+ * alone; a prefill larger than any before is refused inside a capture (BR_E_STATE)
+ * and leaves the capture intact. */
+static void shared_workspace(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(450);
+    static const size_t shape[2][3] = {{700, 333, 121}, {1376, 512, 187}};
+    static const size_t toks[] = {200, 5, 300, 70};
+    br_blr_host L[2];
+    br_blr_infer_cuda *plan[2] = {NULL, NULL};
+    uint16_t *x[2], *want[2][4];
+    void *dx[2], *dy[2];
+    for (int k = 0; k < 2; k++) {
+        size_t m = shape[k][0], n = shape[k][1];
+        L[k] = random_layer(ctx, &rng, m, n, shape[k][2], 2);
+        CHECK_OK(ctx, br_blr_infer_cuda_new(ctx, &L[k], &plan[k]));
+        x[k] = t_xmalloc(400 * n * 2);
+        for (size_t i = 0; i < 400 * n; i++)
+            x[k][i] = act_round(BR_ACT_F16, spread_value(&rng, 1.0, 0.8));
+        dx[k] = dev_new(400 * n * 2), dy[k] = dev_new(400 * m * 2);
+        dev_put(dx[k], x[k], 400 * n * 2);
+        for (int t = 0; t < 4; t++)
+            want[k][t] = t_xmalloc(toks[t] * m * 2);
+    }
+    for (int pass = 0; pass < 2 && plan[0] && plan[1]; pass++)
+        for (int t = 0; t < 4; t++)
+            for (int k = 0; k < 2; k++) {
+                size_t m = shape[k][0], ntok = toks[t];
+                uint16_t *got = pass ? t_xmalloc(ntok * m * 2) : want[k][t];
+                dev_poison(dy[k], ntok * m * 2);
+                CHECK_OK(ctx, br_blr_infer_cuda_run(plan[k], BR_ACT_F16, dx[k], ntok, NULL, dy[k]));
+                CHECK_OK(ctx, br_ctx_sync(ctx));
+                dev_get(got, dy[k], ntok * m * 2);
+                if (pass) {
+                    size_t differ = t_bits_differ16(want[k][t], got, ntok * m);
+                    CHECK(differ == 0, "plan %d, %zu tokens after the other plan's runs: %zu "
+                          "outputs differ", k, ntok, differ);
+                    free(got);
+                }
+            }
+    if (plan[1]) { /* the larger plan: 400 tokens need more than its 300 did */
+        cudaStream_t stream;
+        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+        CHECK_OK(ctx, br_ctx_set_stream(ctx, stream));
+        cudaGraph_t graph = NULL;
+        cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+        br_status st = br_blr_infer_cuda_run(plan[1], BR_ACT_F16, dx[1], 400, NULL, dy[1]);
+        cudaError_t ce = cudaStreamEndCapture(stream, &graph);
+        CHECK(st == BR_E_STATE && strstr(br_ctx_error(ctx), "captured"),
+              "a prefill larger than any before, captured: %s: %s", br_status_name(st),
+              br_ctx_error(ctx));
+        CHECK(ce == cudaSuccess, "the capture after the refusal: %s", cudaGetErrorString(ce));
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        CHECK_OK(ctx, br_ctx_use_own_stream(ctx));
+        cuda_ok(cudaStreamDestroy(stream), "stream destroy");
+    }
+    for (int k = 0; k < 2; k++) {
+        br_blr_infer_cuda_free(plan[k]);
+        br_blr_host_free(&L[k]);
+        cudaFree(dx[k]), cudaFree(dy[k]);
+        free(x[k]);
+        for (int t = 0; t < 4; t++)
+            free(want[k][t]);
+    }
+    br_ctx_free(ctx);
+}
+
 /* bad arguments on a CUDA context */
 static void errors_cuda(void) {
     br_ctx *ctx = t_ctx();
@@ -456,7 +531,8 @@ int main(void) {
     g_quick = quick && *quick && strcmp(quick, "0") != 0;
     static const t_case cases[] = {T_CASE(cpu_ctx_refused), T_CASE(errors_cuda),
                                    T_CASE(odd_shapes),      T_CASE(llama_shape_scaled),
-                                   T_CASE(random_shapes),   T_CASE(graph_replay)};
+                                   T_CASE(random_shapes),   T_CASE(graph_replay),
+                                   T_CASE(shared_workspace)};
     int rc = t_run("blr_infer_cuda", cases, sizeof cases / sizeof cases[0]);
     static const char *const kname[2] = {"decode", "prefill"};
     for (int pre = 0; pre < 2; pre++)

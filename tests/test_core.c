@@ -308,10 +308,11 @@ static void buffer_fill_and_copy(void) {
 /* ---------------------------------------------------------------- contexts */
 
 static void context_device_strings(void) {
-    static const char *const bad[] = {"",           "gpu",     "CPU",     " cpu",    "cpu ",
-                                      "cuda:",      "cuda:x",  "cuda:-1", "cuda:1x", "cuda:+",
-                                      "cuda:99999", "cuda0",   "cuda::0", "auto:1",  "cuda:+1",
-                                      "cuda: 1",    "cuda:\t0"};
+    static const char *const bad[] = {
+        "",          "gpu",       "CPU",      " cpu",       "cpu ",     "cuda:",     "cuda:x",
+        "cuda:-1",   "cuda:1x",   "cuda:+",   "cuda:99999", "cuda0",    "cuda::0",   "auto:1",
+        "cuda:+1",   "cuda: 1",   "cuda:\t0", "vulkan:",    "vulkan:x", "vulkan:-1", "vulkan0",
+        "vulkan::0", "vulkan:+1", "Vulkan",   "vulkan:1x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         static int dummy;
         br_ctx *ctx = (br_ctx *)(void *)&dummy; /* must be reset to NULL */
@@ -333,6 +334,9 @@ static void context_device_strings(void) {
     char err[256] = "";
     br_status st = br_ctx_new("cuda:1000", &ctx, err, sizeof err);
     CHECK(st != BR_OK && ctx == NULL && err[0], "cuda:1000 opened (%s)", br_status_name(st));
+    /* nor a Vulkan device (a build without Vulkan says so: BR_E_UNSUPPORTED) */
+    st = br_ctx_new("vulkan:1000", &ctx, err, sizeof err);
+    CHECK(st != BR_OK && ctx == NULL && err[0], "vulkan:1000 opened (%s)", br_status_name(st));
 
     CHECK_OK(ctx, br_ctx_new("cpu", &ctx, err, sizeof err));
     CHECK(!strcmp(br_ctx_backend(ctx), "cpu") && br_ctx_device(ctx)[0], "cpu backend name");
@@ -340,7 +344,8 @@ static void context_device_strings(void) {
     CHECK_OK(ctx, br_ctx_sync(ctx));
     br_ctx_free(ctx);
 
-    /* auto: the CPU exactly when no CUDA GPU is usable */
+    /* auto: CUDA when a CUDA GPU is usable; else a Vulkan GPU, never a software Vulkan
+     * device (lavapipe), or the CPU */
     br_device_info info[4];
     int count = -1;
     st = br_cuda_devices(info, 4, &count, err, sizeof err);
@@ -351,8 +356,12 @@ static void context_device_strings(void) {
         ctx = NULL;
         CHECK_OK(ctx, br_ctx_new(dev, &ctx, err, sizeof err));
         if (ctx) {
-            CHECK(!strcmp(br_ctx_backend(ctx), count > 0 ? "cuda" : "cpu"),
-                  "%s picked %s with %d GPUs", dev ? dev : "NULL", br_ctx_backend(ctx), count);
+            const char *be = br_ctx_backend(ctx);
+            CHECK(count > 0 ? !strcmp(be, "cuda") : strcmp(be, "cuda") != 0,
+                  "%s picked %s with %d GPUs", dev ? dev : "NULL", be, count);
+            CHECK(strcmp(be, "vulkan") != 0 || !strstr(br_ctx_device(ctx), "software"),
+                  "%s picked the software Vulkan device %s", dev ? dev : "NULL",
+                  br_ctx_device(ctx));
             br_ctx_free(ctx);
         }
         if (!dev) break;
@@ -385,9 +394,10 @@ static void context_options(void) {
                        "gemm_ctas=all,mm_stage16=1,mm_tn=auto,mm_tn2=1,pdl=auto,expand_blocks=all"),
           "defaults: %s", all);
     /* every key takes its values, spaces around items and empty items are skipped */
-    CHECK_OK(ctx, br_ctx_set_options(ctx, " bits_gemm=0, profile=1,,gemm=mma,gemm_tile=128x192/reg4,"
-                                          "gemm_splitk=3,gemm_ctas=1,mm_stage16=0,mm_tn=copy,"
-                                          "mm_tn2=0,pdl=all,expand_blocks=7 "));
+    CHECK_OK(ctx,
+             br_ctx_set_options(ctx, " bits_gemm=0, profile=1,,gemm=mma,gemm_tile=128x192/reg4,"
+                                     "gemm_splitk=3,gemm_ctas=1,mm_stage16=0,mm_tn=copy,"
+                                     "mm_tn2=0,pdl=all,expand_blocks=7 "));
     CHECK_OK(ctx, br_ctx_options(ctx, all, sizeof all));
     CHECK(!strcmp(all, "bits_gemm=0,profile=1,gemm=mma,gemm_tile=128x192/reg4,gemm_splitk=3,"
                        "gemm_ctas=1,mm_stage16=0,mm_tn=copy,mm_tn2=0,pdl=all,expand_blocks=7"),

@@ -1,6 +1,6 @@
 /* Cross-backend test: every non-GEMM op runs on the same fresh random inputs on the
- * device under test (a CUDA context) and on the CPU context, and the outputs are
- * compared — bit for bit where the contract says bit-exact (staging, expand,
+ * device under test (a CUDA or Vulkan context) and on the CPU context, and the
+ * outputs are compared — bit for bit where the contract says bit-exact (staging, expand,
  * column reductions incl. the fused transposed operand, elementwise, dense plain
  * and tiled, fill, copy, and sumsq, whose partition the kernels reproduce), within
  * 1e-6 relative for Adam. Each side's outputs are poisoned first with a different
@@ -9,13 +9,13 @@
  * scalar (unaligned) paths.
  *
  * It compares two backends, so it is skipped (exit 77) unless BITRANK_TEST_DEVICE
- * is "cuda" (or "cuda:N"). BITRANK_CROSS_SELFTEST=1 runs it CPU against CPU, to
- * check the test itself on a machine without a GPU. */
+ * is "cuda", "cuda:N", "vulkan" or "vulkan:N". BITRANK_CROSS_SELFTEST=1 runs it CPU
+ * against CPU, to check the test itself on a machine without a GPU. */
 #include "harness.h"
 #include "ops/layer_ops.h"
 
 enum { DUT = 0, REF = 1 }; /* side: the device under test, the CPU reference */
-static const char *const side_name[2] = {"cuda", "cpu"};
+static const char *side_name[2] = {"cuda", "cpu"}; /* [DUT]: the backend's name */
 
 static br_ctx *g_ctx[2];
 /* Element offset of every buffer inside its allocation: 0 keeps allocations'
@@ -92,16 +92,16 @@ static void same32(const char *out, const void *dut, const void *ref, size_t n) 
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++)
         if (x[i] != y[i] && !bad++) first = i;
-    CHECK(bad == 0, "%s %s: %zu of %zu differ (first [%zu]: cuda %08x, cpu %08x)", g_what, out, bad,
-          n, first, bad ? x[first] : 0u, bad ? y[first] : 0u);
+    CHECK(bad == 0, "%s %s: %zu of %zu differ (first [%zu]: %s %08x, cpu %08x)", g_what, out, bad,
+          n, first, side_name[DUT], bad ? x[first] : 0u, bad ? y[first] : 0u);
 }
 
 static void same16(const char *out, const uint16_t *x, const uint16_t *y, size_t n) {
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++)
         if (x[i] != y[i] && !bad++) first = i;
-    CHECK(bad == 0, "%s %s: %zu of %zu differ (first [%zu]: cuda %04x, cpu %04x)", g_what, out, bad,
-          n, first, bad ? x[first] : 0u, bad ? y[first] : 0u);
+    CHECK(bad == 0, "%s %s: %zu of %zu differ (first [%zu]: %s %04x, cpu %04x)", g_what, out, bad,
+          n, first, side_name[DUT], bad ? x[first] : 0u, bad ? y[first] : 0u);
 }
 
 /* |dut − ref| ≤ rel·max(|ref|, |scale|) per element (scale NULL: 0; NaN anywhere
@@ -115,8 +115,8 @@ static void close32_scaled(const char *out, const float *x, const float *y, cons
         if (scale && fabs((double)scale[i]) > ref) ref = fabs((double)scale[i]);
         if (!(d <= rel * ref) && !bad++) first = i;
     }
-    CHECK(bad == 0, "%s %s: %zu of %zu beyond %g relative (first [%zu]: cuda %.9g, cpu %.9g)",
-          g_what, out, bad, n, rel, first, bad ? x[first] : 0.0, bad ? y[first] : 0.0);
+    CHECK(bad == 0, "%s %s: %zu of %zu beyond %g relative (first [%zu]: %s %.9g, cpu %.9g)", g_what,
+          out, bad, n, rel, first, side_name[DUT], bad ? x[first] : 0.0, bad ? y[first] : 0.0);
 }
 static void close32(const char *out, const float *x, const float *y, size_t n, double rel) {
     close32_scaled(out, x, y, NULL, n, rel);
@@ -696,7 +696,7 @@ static void sumsq_parts(void) {
         size_t part = at / BR_SUMSQ_LANES % BR_SUMSQ_PARTS;
         if (special) {
             CHECK(special == 1 ? isnan(x[part]) : isinf(x[part]),
-                  "%s: partial %zu is %g on cuda, not %s", g_what, part, x[part],
+                  "%s: partial %zu is %g on %s, not %s", g_what, part, x[part], side_name[DUT],
                   special == 1 ? "NaN" : "Inf");
             x[part] = y[part] = 0.0f; /* NaN payloads may differ; the rest must not */
         }
@@ -929,12 +929,14 @@ int main(void) {
     int selftest = self && strcmp(self, "1") == 0;
     const char *quick = getenv("BITRANK_TEST_QUICK");
     g_quick = quick && strcmp(quick, "1") == 0;
-    if (!selftest && strncmp(t_device(), "cuda", 4) != 0) {
-        fprintf(stderr, "skip: compares a CUDA context with the CPU; device under test is %s\n",
+    if (!selftest && strncmp(t_device(), "cuda", 4) != 0 && strncmp(t_device(), "vulkan", 6) != 0) {
+        fprintf(stderr,
+                "skip: compares a CUDA or Vulkan context with the CPU; device under test is %s\n",
                 t_device());
         return T_SKIP;
     }
     g_ctx[DUT] = selftest ? t_cpu_ctx() : t_ctx();
+    side_name[DUT] = br_ctx_backend(g_ctx[DUT]);
     g_ctx[REF] = t_cpu_ctx();
     fprintf(stderr, "comparing %s with %s\n", br_ctx_device(g_ctx[DUT]), br_ctx_device(g_ctx[REF]));
     static const t_case cases[] = {

@@ -725,8 +725,9 @@ static void mm_tiles_splitk(void) {
     CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_tile=auto"));
 
     /* several units per CTA (the grid capped by gemm_ctas) on the picked
-     * tile, with more k blocks per unit (10) than pipeline stages: the stage ring's
-     * phases carried from unit to unit; plain and full epilogues, bitmaps, split-K */
+     * tile, with more k blocks per unit (10, or 32 split 11 + 11 + 10) than pipeline
+     * stages: the stage ring's phases carried from unit to unit; plain and full
+     * epilogues, bitmaps, split-K (k ≥ 2048: the ops reserve split room only there) */
     for (int v = 0; v < 5; v++) {
         if (t_small() && v > 1) break;
         const int kind = v == 2 ? 1 : v == 3 ? 2 : 0, plain = v == 1 || v == 3;
@@ -737,7 +738,7 @@ static void mm_tiles_splitk(void) {
         epi_spec sp = {.kind = kind,
                        .m = t_small() ? 150 : 300,
                        .n = t_small() ? 260 : 520,
-                       .k = 640,
+                       .k = v == 4 ? 2048 : 640,
                        .oscale = plain ? 0.25f : -0.5f,
                        .colscale = !plain,
                        .cmode = plain    ? 0
@@ -1012,10 +1013,13 @@ static void mm_graph(void) {
     br_ctx_free(ctx);
 }
 
-/* One op per op execution on the CPU backend (the expand path is two ops). */
+/* One op per op execution on the CPU backend (the expand path is two ops); one
+ * dispatch per op on Vulkan, each GEMM on the tiled shader (br_ctx_last_kernel says
+ * which shader ran: a cooperative-matrix one would be named apart). */
 static void mm_launch_counts(void) {
     br_ctx *ctx = t_ctx();
-    if (strcmp(br_ctx_backend(ctx), "cpu") != 0) {
+    const int vulkan = !strcmp(br_ctx_backend(ctx), "vulkan");
+    if (strcmp(br_ctx_backend(ctx), "cpu") != 0 && !vulkan) {
         br_ctx_free(ctx);
         return;
     }
@@ -1030,15 +1034,21 @@ static void mm_launch_counts(void) {
     CHECK_OK(ctx, br_mm(ctx, ab, pb, ob, g));
     CHECK(ctx->stats.launches == l0 + 1, "mm: %llu launches",
           (unsigned long long)(ctx->stats.launches - l0));
+    CHECK(!vulkan || !strcmp(br_ctx_last_kernel(ctx), "vk_tiled(mm)"), "mm ran %s",
+          br_ctx_last_kernel(ctx));
     l0 = ctx->stats.launches;
     CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
     CHECK(ctx->stats.launches == l0 + 1, "mm_bits: %llu launches",
           (unsigned long long)(ctx->stats.launches - l0));
+    CHECK(!vulkan || !strcmp(br_ctx_last_kernel(ctx), "vk_tiled(mm_bits)"), "mm_bits ran %s",
+          br_ctx_last_kernel(ctx));
     CHECK_OK(ctx, br_ctx_set_options(ctx, "bits_gemm=0"));
     l0 = ctx->stats.launches;
     CHECK_OK(ctx, br_mm_bits(ctx, ab, bb, BR_BITS_ROWS, ob, g));
     CHECK(ctx->stats.launches == l0 + 2, "expand path: %llu launches",
           (unsigned long long)(ctx->stats.launches - l0));
+    CHECK(!vulkan || !strcmp(br_ctx_last_kernel(ctx), "vk_tiled(mm)"), "expand path ran %s",
+          br_ctx_last_kernel(ctx));
     free(act), free(plane), free(bits);
     br_buf_free(ab), br_buf_free(pb), br_buf_free(bb), br_buf_free(ob);
     br_ctx_free(ctx);

@@ -1,10 +1,18 @@
 """`python -m bitrank compress MODEL -o OUT`: a transformers model compressed block by
 block through its own forward pass (bitrank.compress_model), saved with
 bitrank.save_pretrained (loads with bitrank.load, evaluates with `python -m bitrank
-eval OUT --reference MODEL`)."""
+eval OUT --reference MODEL`).
+
+Under `torchrun --nproc-per-node N python -m bitrank compress ...` the N processes
+share the work (bitrank.distributed; compress_model says how) and rank 0 alone
+prints the report and writes OUT, whole or not at all (a directory beside it,
+renamed into place).
+"""
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 
 class UserError(Exception):
@@ -32,6 +40,10 @@ def add_arguments(p):
     p.add_argument("--device", default="auto")
     p.add_argument("--exclude", action="append", default=[],
                    help="glob of linears (names inside a block) to keep as they are")
+    p.add_argument("--split-joint", action="store_true",
+                   help="under torchrun: also split each joint-training step's batch over "
+                        "the processes (the result then equals one process's within rounding, "
+                        "not bit for bit)")
     p.add_argument("--report", default=None, help="write the report as JSON here")
 
 
@@ -44,10 +56,40 @@ def check_paths(args):
 
 
 def resolve_device(name):
-    import torch
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
+    """The device this process works on: under torchrun (WORLD_SIZE > 1) the process
+    group is started here and a CUDA process takes cuda:LOCAL_RANK
+    (bitrank.distributed.init_from_env); "auto" is CUDA where torch sees a GPU."""
+    from bitrank import distributed
+    try:
+        return distributed.init_from_env(name)
+    except distributed.DistributedError as e:
+        raise UserError(str(e)) from None
+
+
+def write_output(out, write, report=None, report_path=None):
+    """write(dir) fills a new directory beside `out` that then becomes `out` (an empty
+    `out` is replaced): a run that fails leaves no half-written output. Under torchrun
+    rank 0 writes; the others wait for it."""
+    from bitrank import distributed
+    if distributed.is_main():
+        parent = os.path.dirname(os.path.abspath(out))
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}-",
+                               dir=parent)
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)
+            write(tmp)
+            os.replace(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if report_path:
+            with open(report_path + ".tmp", "w") as f:
+                json.dump(report, f, indent=1)
+            os.replace(report_path + ".tmp", report_path)
+    distributed.barrier()
 
 
 def load_original(path, dtype):
@@ -81,6 +123,10 @@ def run(args):
     import bitrank
     check_paths(args)
     device = resolve_device(args.device)
+    from bitrank import distributed
+    if args.split_joint and args.batch_size < distributed.size():
+        raise UserError(f"--split-joint cuts each batch over {distributed.size()} processes: "
+                        f"--batch-size {args.batch_size} is fewer")
     model, tok = load_original(args.model, torch.float32)
     calibration = calibration_text(args)
     report = bitrank.compress_model(model, calibration, tokenizer=tok, bpw=args.bpw,
@@ -88,11 +134,13 @@ def run(args):
                                     seq_len=args.seq_len, pack=not args.per_text, device=device,
                                     steps=args.steps,
                                     layer_steps=args.layer_steps, target=args.target,
-                                    batch_size=args.batch_size, exclude=args.exclude)
-    print(report.table())
-    bitrank.save_pretrained(model, args.out, tokenizer=tok)
-    if args.report:
-        with open(args.report, "w") as f:
-            json.dump(report.to_dict(), f, indent=1)
-    print(f"saved to {args.out}", file=sys.stderr)
+                                    batch_size=args.batch_size, exclude=args.exclude,
+                                    split_joint=args.split_joint)
+    if distributed.is_main():
+        print(report.table())
+    write_output(args.out, lambda d: bitrank.save_pretrained(model, d, tokenizer=tok),
+                 report.to_dict(), args.report)
+    if distributed.is_main():
+        print(f"saved to {args.out}", file=sys.stderr)
+    distributed.shutdown()
     return 0

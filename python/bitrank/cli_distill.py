@@ -1,7 +1,10 @@
 """`python -m bitrank distill COMPRESSED --teacher MODEL -o OUT`: a compressed model
 (from `python -m bitrank compress` or bitrank.save_pretrained) trained end to end
-against the original (bitrank.distill), saved with bitrank.save_pretrained."""
-import json
+against the original (bitrank.distill), saved with bitrank.save_pretrained.
+
+Under `torchrun --nproc-per-node N python -m bitrank distill ...` the N processes
+train data parallel (bitrank.distill says how); rank 0 alone prints, writes the
+checkpoints and OUT (whole or not at all, as `compress` writes it)."""
 import os
 import sys
 
@@ -49,8 +52,9 @@ def add_arguments(p):
 def run(args):
     import torch
     import bitrank
+    from bitrank import distributed
     from bitrank.cli_compress import calibration_text, check_paths, load_original, \
-        resolve_device
+        resolve_device, write_output
     from bitrank.distill import distill
     if args.sign_mode == "exact" and args.engine != "library":
         raise UserError("--sign-mode exact is the library's sign optimizer: add --engine library")
@@ -61,6 +65,12 @@ def run(args):
             raise UserError(f"{path}: no such file or directory ({what})")
     check_paths(args)
     device = resolve_device(args.device)
+    if distributed.size() > 1 and args.engine != "torch":
+        raise UserError(f"--engine {args.engine} keeps its gradients in the library: on "
+                        f"{distributed.size()} processes use --engine torch")
+    if args.batch_size < distributed.size():
+        raise UserError(f"--batch-size {args.batch_size} is split over {distributed.size()} "
+                        f"processes: it must be at least that")
     # the teacher runs without gradients: half precision on a GPU
     teacher, tok = load_original(args.teacher, torch.float16 if device.startswith("cuda")
                                  else torch.float32)
@@ -79,13 +89,16 @@ def run(args):
                      curvature=args.curvature,
                      train_other=not args.no_train_other, checkpoint_dir=args.checkpoint_dir,
                      device=device)
-    print(report.table())
+    if distributed.is_main():
+        print(report.table())
     qc = dict(getattr(student.config, "quantization_config", None) or {})
     qc["distill"] = {"steps": report.steps, "tokens": report.tokens, "engine": report.engine}
+    if distributed.size() > 1:
+        qc["distill"]["processes"] = distributed.size()
     student.config.quantization_config = qc
-    bitrank.save_pretrained(student, args.out, tokenizer=tok)
-    if args.report:
-        with open(args.report, "w") as f:
-            json.dump(report.to_dict(), f, indent=1)
-    print(f"saved to {args.out}", file=sys.stderr)
+    write_output(args.out, lambda d: bitrank.save_pretrained(student, d, tokenizer=tok),
+                 report.to_dict(), args.report)
+    if distributed.is_main():
+        print(f"saved to {args.out}", file=sys.stderr)
+    distributed.shutdown()
     return 0

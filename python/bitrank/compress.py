@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from . import _lib
+from . import distributed
 from . import layout
 from .calib import calibration_ids
 from .torch import BLRLinear, cast_except_blr
@@ -302,6 +303,18 @@ def _rel_err(y_hat, y, valid):
     return ((d * d).sum(-1) / torch.clamp(n2, min=float(floor) + 1e-30)).mean()
 
 
+def _rel_err_share(y_hat, y, valid, lo, hi):
+    """_rel_err of a batch whose sequences lo:hi gave y_hat: this slice's part of the
+    mean (the floor and the count of tokens are the whole batch's), so the slices'
+    parts add up to _rel_err of the batch."""
+    yy = y.float()[valid]
+    floor = 0.1 * (yy * yy).sum(-1).mean()
+    y_s = y[lo:hi].float()[valid[lo:hi]]
+    d = (y_hat.float() - y[lo:hi].float())[valid[lo:hi]]
+    n2 = (y_s * y_s).sum(-1)
+    return ((d * d).sum(-1) / torch.clamp(n2, min=float(floor) + 1e-30)).sum() / yy.shape[0]
+
+
 def _agg_err(num, den):
     return math.sqrt(num / den) if den > 0 else float("nan")
 
@@ -310,8 +323,9 @@ def _call(block, x, rest, kw):
     return _first(block(x, *rest, **kw))
 
 
-def _run_model_to_block(model, blocks, ids, mask, batch, device):
-    """The first block's inputs for each calibration batch: (x, rest args, kwargs)."""
+def _run_model_to_block(model, blocks, ids, mask, batch, device, ranges=None):
+    """The first block's inputs for each calibration batch: (x, rest args, kwargs);
+    with ranges [(lo, hi)], one per batch, for those sequences of each batch."""
     store = []
 
     def pre(_mod, args, kwargs):
@@ -326,9 +340,10 @@ def _run_model_to_block(model, blocks, ids, mask, batch, device):
     handle = blocks[0].register_forward_pre_hook(pre, with_kwargs=True)
     try:
         with torch.no_grad():
-            for i in range(0, ids.shape[0], batch):
-                kw = {"input_ids": ids[i:i + batch].to(device),
-                      "attention_mask": mask[i:i + batch].to(device)}
+            for k, i in enumerate(range(0, ids.shape[0], batch)):
+                a, z = (i, i + batch) if ranges is None else (i + ranges[k][0], i + ranges[k][1])
+                kw = {"input_ids": ids[a:z].to(device),
+                      "attention_mask": mask[a:z].to(device)}
                 if getattr(model.config, "use_cache", None) is not None:
                     kw["use_cache"] = False
                 try:
@@ -347,7 +362,7 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                    seq_len=128, device=None, steps=400, lr=2e-2, sign_lr=2e-2, batch_size=8,
                    heldout=0.125, layer_steps=None, target="block", train_other=True,
                    include=None, exclude=None, max_layer_tokens=16384, eval_every=50,
-                   seed=0, progress=True, layer_options=None, pack=True):
+                   seed=0, progress=True, layer_options=None, pack=True, split_joint=False):
     """Compress `model` (a transformers model; changed in place) into BLRLinear layers.
 
     calibration: token ids [N][L], a dict with input_ids/attention_mask, or text (a
@@ -367,8 +382,37 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
     train_other: also train the block's other parameters (norms, biases) jointly.
     include / exclude: glob patterns on a linear's name inside its block
       ("attention.self.query", "mlp.down_proj"); by default every nn.Linear but heads.
+
+    Under torchrun (a process group of N > 1 processes, or WORLD_SIZE > 1: one is
+    started, bitrank.distributed) every process loads the model and the calibration
+    and calls this with the same arguments. Each block's calibration forward (the
+    targets, each linear's recorded inputs, and the finished block's outputs) runs
+    sharded by whole batches, batch b on process b mod N; the targets and the next
+    block's inputs go to every process, each linear's recorded rows to the process
+    that compresses it (distributed.schedule: largest m·n·(tokens + min(m, n))
+    first, to the least loaded process), and each compressed linear from there to
+    every process, in the block's order, before the joint training. The joint
+    training runs whole on every process (each step is one batch: splitting it would
+    change the order of the weight gradients' sums), unless split_joint: then each
+    step's batch is cut into contiguous slices of sequences, one per process (every
+    batch must hold at least N sequences), each process's loss is its slice's share of
+    the batch's (the per-token error floor and the token count are the whole
+    batch's), and the gradients are summed in rank order before each step; equal to
+    one process within rounding, not bit for bit (and the next block's per-layer
+    path, on inputs that differ by that rounding, may choose other signs: the errors
+    agree, not the weights). Without split_joint the result — every tensor of the
+    model and every number of the report but its times — is the one process's, bit
+    for bit, on every process: each batch's forward is the computation one process
+    does, the per-layer statistics are the recorded rows themselves concatenated in
+    batch order (no sums), the generator that draws subsets and batches moves the
+    same way on every process, and the report's sums are added in batch order. N
+    processes shorten the block forwards and the per-layer path (at most one process
+    per linear), and with split_joint the joint training. Logs come from rank 0.
     Returns a CompressReport; the model's compressed linears are BLRLinear."""
     t0 = time.time()
+    distributed.ensure_initialised(device)
+    world, me = distributed.size(), distributed.rank()
+    several = world > 1
     if target not in ("block", "model"):
         raise ValueError(f"compress_model: target must be 'block' or 'model', not {target!r}")
     if paths not in (1, 2):
@@ -380,13 +424,14 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         device = torch.device("cuda", torch.cuda.current_device())
     lib_device = "cpu" if device.type == "cpu" else f"cuda:{device.index}"
     import bitrank
-    if device.type == "cpu" and bitrank.TORCH_OPENMP_SPINS:
+    if device.type == "cpu" and bitrank.TORCH_OPENMP_SPINS and me == 0:
         import warnings
         warnings.warn("bitrank: torch was imported before bitrank without OMP_WAIT_POLICY=PASSIVE "
                       "in the environment; on the CPU the library and torch then share OpenMP "
                       "threads that spin, many times slower. Import bitrank first or set "
                       "OMP_WAIT_POLICY=PASSIVE.", RuntimeWarning, stacklevel=2)
-    log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else (lambda s: None)
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress and me == 0 else \
+        (lambda s: None)
 
     ids, mask = calibration_ids(calibration, tokenizer, n_samples, seq_len, pack)
     n_seq = ids.shape[0]
@@ -397,6 +442,13 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                          f"batches of {batch_size} with a held-out part (heldout={heldout})")
     train_b = list(range(n_batches - n_hold))
     hold_b = list(range(n_batches - n_hold, n_batches))
+    # several processes: each runs the blocks' forward on its share of the calibration
+    # batches (round robin), whole batches, so each batch's forward is the computation
+    # one process does
+    owner_b = [b % world for b in range(n_batches)]
+
+    def mine(b):
+        return owner_b[b] == me
 
     model.eval()
     model.to(device)
@@ -408,6 +460,19 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
     kws = [s[2] for s in store]
     xs_orig = [x.clone() for x in xs] if target == "model" else None
     gen = torch.Generator().manual_seed(seed)
+    split = several and split_joint
+    if split:
+        sizes = [int(v.shape[0]) for v in valid]
+        if min(sizes) < world:
+            raise ValueError(f"compress_model: split_joint cuts each batch over {world} "
+                             f"processes, but a batch has {min(sizes)} sequences")
+        cuts = [distributed.shard(n, world, me) for n in sizes]
+        # the block's other arguments as the model gives them for this process's slice
+        # of each batch (masks, positions: whatever it passes, cut by the model itself)
+        sub = _run_model_to_block(model, blocks, ids, mask, batch_size, device, cuts)
+        rests_s = [t[1] for t in sub]
+        kws_s = [t[2] for t in sub]
+        sub = None
 
     report = CompressReport(device=str(device), calib_sequences=n_seq,
                             calib_tokens=int(mask.sum()),
@@ -415,7 +480,8 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                             options=dict(bpw=bpw, paths=paths, steps=steps, lr=lr,
                                          sign_lr=sign_lr, batch_size=batch_size,
                                          layer_steps=layer_steps, target=target,
-                                         train_other=train_other, seed=seed, seq_len=seq_len))
+                                         train_other=train_other, seed=seed, seq_len=seq_len,
+                                         **({"split_joint": True} if split else {})))
     bits_total = 0.0
     for bi, block in enumerate(blocks):
         tb = time.time()
@@ -439,6 +505,8 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         keep = {b: torch.rand(n_tok[b], generator=sub_gen) < f_train
                 if f_train < 0.8 and b not in hold_b else None for b in range(n_batches)}
 
+        per_b = {rel: {} for rel, _ in sel}  # several processes: rows by batch, shared later
+
         def rec_hook(rel):
             def hook(_m, args):
                 x, b = args[0], cur["b"]
@@ -448,6 +516,9 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                         rows = rows[keep[b].to(rows.device)]
                 else:
                     rows = x.reshape(-1, x.shape[-1])
+                if several:
+                    per_b[rel][b] = (rows[:1024] if b in hold_b else rows).detach().float().cpu()
+                    return
                 train_rows, hold_rows = recs[rel]
                 if b in hold_b:
                     room = 1024 - sum(r.shape[0] for r in hold_rows)
@@ -462,24 +533,41 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         with torch.no_grad():
             for b in range(n_batches):
                 cur["b"] = b
-                ys.append(_call(orig, xs[b], rests[b], kws[b]).float())
+                ys.append(_call(orig, xs[b], rests[b], kws[b]).float() if mine(b) else None)
             if target == "model":
                 for h in hooks:
                     h.remove()
                 hooks = []
-                ys = [_call(orig, xs_orig[b], rests[b], kws[b]).float() for b in range(n_batches)]
+                ys = [_call(orig, xs_orig[b], rests[b], kws[b]).float() if mine(b) else None
+                      for b in range(n_batches)]
         for h in hooks:
             h.remove()
+        lin_owner = [0] * len(sel)
+        counts = None
+        if several:
+            lin_owner, counts = _share_block_inputs(sel, per_b, recs, ys, owner_b, hold_b,
+                                                    n_batches, device)
+        per_b = None
         # 2. the per-layer path, in the library
         layers = {}
         results = {}
-        for rel, mod in sel:
+        done = {}
+        for i, (rel, mod) in enumerate(sel):
             tl = time.time()
+            if several:
+                # every rank draws every linear's subset, so the generator moves on
+                # as in one process; the linear's owner alone has its rows
+                n_train = int(sum(int(counts[b, i]) for b in train_b))
+                pick = torch.randperm(n_train, generator=gen)[:max_layer_tokens] \
+                    if n_train > max_layer_tokens else None
+                if lin_owner[i] != me:
+                    continue
             x_train = torch.cat(recs[rel][0])
             x_hold = torch.cat(recs[rel][1]) if recs[rel][1] else x_train[:0]
             recs[rel] = None
             if x_train.shape[0] > max_layer_tokens:
-                pick = torch.randperm(x_train.shape[0], generator=gen)[:max_layer_tokens]
+                if not several:
+                    pick = torch.randperm(x_train.shape[0], generator=gen)[:max_layer_tokens]
                 x_train = x_train[pick.sort().values]
             # the library holds out the last tokens: the held-out sequences'
             hold_take = x_hold[:min(x_hold.shape[0], 1024)]
@@ -490,6 +578,11 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
             layer, info = compress_linear(mod.weight, x_lib, bpw=bpw, paths=paths,
                                           steps=layer_steps, device=lib_device,
                                           name=f"{bname}.{rel}", seed=seed + 1, **opts)
+            done[rel] = (layer, info, time.time() - tl)
+        for i, (rel, mod) in enumerate(sel):
+            if several:  # each linear from its owner, in the block's order
+                done[rel] = distributed.broadcast_object(done.get(rel), lin_owner[i])
+            layer, info, seconds = done.pop(rel)
             if info["outcome"] != 0:
                 log(f"{bname}.{rel}: kept as it is ({info['note']})")
                 continue
@@ -498,7 +591,7 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
             results[rel] = LayerResult(name=f"{bname}.{rel}", m=m, n=n, rank=layer["rank"],
                                        paths=paths, bpw=info["bpw"], init_kind=info["init_kind"],
                                        err_init=info["err_init"], err_layer=info["err_trained"],
-                                       seconds=time.time() - tl)
+                                       seconds=seconds)
         recs = None
         # 3. the joint training
         train = copy.deepcopy(orig)
@@ -551,9 +644,19 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                     gr["lr"] = gr["base"] * f
                 b = train_b[int(torch.randint(len(train_b), (1,), generator=gen))]
                 with torch.enable_grad():
-                    loss = _rel_err(_call(train, xs[b], rests[b], kws[b]), ys[b], valid[b])
+                    if split:
+                        lo, hi = cuts[b]
+                        loss = _rel_err_share(_call(train, xs[b][lo:hi], rests_s[b], kws_s[b]),
+                                              ys[b], valid[b], lo, hi)
+                    else:
+                        loss = _rel_err(_call(train, xs[b], rests[b], kws[b]), ys[b], valid[b])
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
+                if split:  # the slices' shares add up to the batch's loss and gradient
+                    loss = loss.detach().reshape(1).clone()
+                    distributed.all_reduce_fixed([p.grad for gr in opt.param_groups
+                                                  for p in gr["params"]] + [loss])
+                    loss = loss[0]
                 opt.step()
                 if step <= 20:
                     bres.loss_first += float(loss.detach()) / 20
@@ -591,6 +694,9 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
         blocks[bi] = final
         # the next block's inputs, and each layer's error inside the model (held out)
         errs = {rel: [0.0, 0.0] for rel in results}
+        # several processes: each batch's contributions, added in batch order after
+        # they are shared (the same additions, in the same order, as one process)
+        errs_b = {}
         cmp_hooks = []
         for rel in results:
             o_mod = orig.get_submodule(rel)
@@ -601,23 +707,43 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
                     x = args[0]
                     y = nn.functional.linear(x.float(), o_mod.weight, o_mod.bias)
                     d = (out.float() - y)[valid[cur["b"]]]
-                    errs[rel][0] += float((d * d).sum())
-                    errs[rel][1] += float((y[valid[cur["b"]]] ** 2).sum())
+                    acc = errs_b.setdefault(cur["b"], {}).setdefault(rel, [0.0, 0.0]) \
+                        if several else errs[rel]
+                    acc[0] += float((d * d).sum())
+                    acc[1] += float((y[valid[cur["b"]]] ** 2).sum())
             cmp_hooks.append(c_mod.register_forward_hook(hook))
         num = den = 0.0
+        block_b = {}
         with torch.no_grad():
             for b in range(n_batches):
+                if not mine(b):
+                    continue
                 cur["b"], cur["hold"] = b, b in hold_b
                 out = _call(final, xs[b].to(dt), rests[b], kws[b])
                 if b in hold_b:
                     d = (out.float() - ys[b])[valid[b]]
-                    num += float((d * d).sum())
-                    den += float((ys[b][valid[b]] ** 2).sum())
+                    if several:
+                        block_b[b] = (float((d * d).sum()), float((ys[b][valid[b]] ** 2).sum()))
+                    else:
+                        num += float((d * d).sum())
+                        den += float((ys[b][valid[b]] ** 2).sum())
                 xs[b] = out.float()
                 if xs_orig is not None:
                     xs_orig[b] = ys[b]
         for h in cmp_hooks:
             h.remove()
+        if several:
+            for b in range(n_batches):
+                share = distributed.broadcast_object(
+                    (block_b.get(b), errs_b.get(b, {})) if mine(b) else None, owner_b[b])
+                xs[b] = distributed.broadcast_tensor(xs[b] if mine(b) else None,
+                                                     owner_b[b]).to(device)
+                if share[0] is not None:
+                    num += share[0][0]
+                    den += share[0][1]
+                for rel, (e0, e1) in share[1].items():
+                    errs[rel][0] += e0
+                    errs[rel][1] += e1
         bres.err_trained = _agg_err(num, den) if hold_b else float("nan")
         for rel, r in results.items():
             r.err_model = _agg_err(*errs[rel])
@@ -633,6 +759,49 @@ def compress_model(model, calibration, tokenizer=None, bpw=1.0, paths=2, n_sampl
     report.seconds = time.time() - t0
     _mark_config(model, report)
     return report
+
+
+def _share_block_inputs(sel, per_b, recs, ys, owner_b, hold_b, n_batches, device):
+    """Several processes, after a block's sharded calibration forward: the targets ys
+    to every rank (the joint training runs on every rank), each linear's recorded
+    rows to the rank that compresses it (recs filled there as one process fills them:
+    batches in order, the held-out rows cut at 1024). Returns (the owner of each
+    linear, the rows each batch gave each linear [batches][linears] on every rank)."""
+    me, world = distributed.rank(), distributed.size()
+    for b in range(n_batches):
+        ys[b] = distributed.broadcast_tensor(ys[b], owner_b[b]).to(device)
+    counts = torch.zeros(n_batches, len(sel), dtype=torch.long)
+    for b in range(n_batches):
+        if owner_b[b] == me:
+            for i, (rel, _) in enumerate(sel):
+                counts[b, i] = per_b[rel][b].shape[0]
+    distributed.all_reduce_fixed([counts])  # integers: exact
+    tokens = int(counts.sum(0).max()) if len(sel) else 0
+    costs = [m.weight.shape[0] * m.weight.shape[1] * (tokens + min(m.weight.shape))
+             for _, m in sel]
+    lin_owner = distributed.schedule(costs, world)
+    for b in range(n_batches):
+        src = owner_b[b]
+        for i, (rel, _) in enumerate(sel):
+            dst = lin_owner[i]
+            if me == src and me != dst:
+                distributed.send_tensor(per_b[rel].pop(b), dst)
+            elif me == dst and me != src:
+                per_b[rel][b] = distributed.recv_tensor(src, "cpu")
+    for i, (rel, _) in enumerate(sel):
+        if lin_owner[i] != me:
+            recs[rel] = None
+            continue
+        train_rows, hold_rows = recs[rel]
+        for b in range(n_batches):
+            rows = per_b[rel].pop(b)
+            if b in hold_b:
+                room = 1024 - sum(r.shape[0] for r in hold_rows)
+                if room > 0:
+                    hold_rows.append(rows[:room])
+            else:
+                train_rows.append(rows)
+    return lin_owner, counts
 
 
 def _mark_config(model, report):

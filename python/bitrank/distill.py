@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, asdict
 import torch
 from torch import nn
 
+from . import distributed
 from .calib import calibration_ids
 from .compress import _TrainBLR, _set_module
 from .torch import BLRLinear, LibraryOptimizer, cast_except_blr
@@ -58,12 +59,15 @@ class _SlicedKL(torch.autograd.Function):
     a selection of rows: nothing here waits for the device."""
 
     @staticmethod
-    def forward(ctx, hs, ht, ws, bs, wt, bt, w, vslice):
+    def forward(ctx, hs, ht, ws, bs, wt, bt, w, vslice, wsum):
         n = hs.shape[0]
         vocab = ws.shape[0]
         hs32, ht32 = hs.detach().float(), ht.detach().float()
-        wn = (w.float() / w.float().sum().clamp_min(1e-30)) if w is not None else \
-            torch.full((n,), 1.0 / max(1, n), device=hs.device)
+        if w is None:
+            wn = torch.full((n,), 1.0 / max(1, n), device=hs.device)
+        else:
+            total = w.float().sum() if wsum is None else wsum.float()
+            wn = w.float() / total.clamp_min(1e-30)
 
         def logits(h, wgt, b, a, z):
             out = h @ wgt[a:z].float().t()
@@ -94,15 +98,17 @@ class _SlicedKL(torch.autograd.Function):
     def backward(ctx, g):
         (dh,) = ctx.saved_tensors
         if dh is None:
-            return (None,) * 8
-        return (g * dh).to(ctx.hs_dtype), None, None, None, None, None, None, None
+            return (None,) * 9
+        return (g * dh).to(ctx.hs_dtype), None, None, None, None, None, None, None, None
 
 
 def sliced_kl(h_student, h_teacher, w_student, w_teacher=None, b_student=None,
-              b_teacher=None, vocab_slice=8192, weights=None):
+              b_teacher=None, vocab_slice=8192, weights=None, weight_sum=None):
     """Mean over the rows of KL(p_teacher ‖ p_student) for logits h·Wᵀ + b, h [N][d],
     W [V][d], computed vocab_slice rows of W at a time (f32; memory N·vocab_slice);
-    with weights [N] the weighted mean (weight 0: a row that does not count).
+    with weights [N] the weighted mean (weight 0: a row that does not count), divided
+    by weight_sum where given rather than by the weights' sum (one process's share of
+    a batch several processes split: the shares add up to the batch's mean).
     Differentiable in h_student; the heads are treated as constants."""
     if h_student.dim() != 2 or h_student.shape != h_teacher.shape:
         raise ValueError(f"sliced_kl: hidden states must be equal [N][d], got "
@@ -118,7 +124,8 @@ def sliced_kl(h_student, h_teacher, w_student, w_teacher=None, b_student=None,
     return _SlicedKL.apply(h_student, h_teacher.detach(), w_student.detach(),
                            None if b_student is None else b_student.detach(),
                            w_teacher.detach(), None if b_teacher is None else b_teacher.detach(),
-                           None if weights is None else weights.detach(), int(vocab_slice))
+                           None if weights is None else weights.detach(), int(vocab_slice),
+                           None if weight_sum is None else torch.as_tensor(weight_sum).detach())
 
 
 # ----------------------------------------------------------------- the model's outputs
@@ -150,12 +157,18 @@ PARTS = ("total", "kl", "hidden", "embed")
 
 
 def distill_loss(student, teacher, ids, mask, kl_weight=1.0, hidden_weight=1.0,
-                 embed_weight=1.0, vocab_slice=8192, mask_to_models=True):
+                 embed_weight=1.0, vocab_slice=8192, mask_to_models=True, reduce=None):
     """(loss, parts) of the student against the teacher on one batch: parts a detached
     f32 tensor [4] of the total and the kl, hidden and embed terms (left on the
     device: reading it waits for the GPU, so the training loop reads it only when it
     logs). mask_to_models=False: the models get no attention mask (right only when
-    `mask` is all ones; the loss still weights by it)."""
+    `mask` is all ones; the loss still weights by it).
+
+    reduce: this batch is one process's share of a batch that several processes
+    split; reduce(t) sums a tensor over them. The loss's denominators (each block's
+    teacher norm, the count of predicted tokens, of sequences) are then the whole
+    batch's, and loss and parts are this share's part: the shares' losses add up to
+    the whole batch's loss and their gradients to its gradient."""
     m = mask.to(torch.float32)
     model_mask = mask if mask_to_models else None
     with torch.no_grad():
@@ -167,29 +180,36 @@ def distill_loss(student, teacher, ids, mask, kl_weight=1.0, hidden_weight=1.0,
     zero = torch.zeros((), device=ids.device)
     loss, kl, hidden, embed = None, zero, zero, zero
     mw = m.unsqueeze(-1)
+    pos = (m[:, :-1] * m[:, 1:]).reshape(-1)  # position j predicts token j+1: both real
+    dens = pos_sum = n_seq = None
+    if reduce is not None:
+        with torch.no_grad():
+            dens = [(ht.float().pow(2) * mw).sum() for ht in t_hid] if hidden_weight else []
+            stats = reduce(torch.stack(dens + [pos.sum(), m.new_tensor(float(ids.shape[0]))]))
+        dens, pos_sum, n_seq = stats[:-2], stats[-2], stats[-1]
     if hidden_weight:
         hl = zero
-        for hs, ht in zip(s_hid, t_hid):
+        for i, (hs, ht) in enumerate(zip(s_hid, t_hid)):
             ht32 = ht.float()
             num = ((hs.float() - ht32).pow(2) * mw).sum()
-            den = (ht32.pow(2) * mw).sum().clamp_min(1e-30)
+            den = (ht32.pow(2) * mw).sum().clamp_min(1e-30) if dens is None else \
+                dens[i].clamp_min(1e-30)
             hl = hl + num / den
         hidden = hl / len(s_hid)
         loss = hidden_weight * hidden
     head_s, head_t = _lm_head(student), _lm_head(teacher)
     if kl_weight and head_s is not None and head_t is not None:
-        # position j predicts token j+1: the positions whose next token is real count
-        pos = (m[:, :-1] * m[:, 1:]).reshape(-1)
         d = s_hid[-1].shape[-1]
         hs = s_hid[-1][:, :-1].reshape(-1, d)
         ht = t_hid[-1][:, :-1].reshape(-1, d)
         kl = sliced_kl(hs, ht, head_s.weight, head_t.weight, head_s.bias, head_t.bias,
-                       vocab_slice, weights=pos)
+                       vocab_slice, weights=pos, weight_sum=pos_sum)
         loss = kl_weight * kl if loss is None else loss + kl_weight * kl
     elif embed_weight:
         es = (s_hid[-1].float() * mw).sum(1) / mw.sum(1).clamp_min(1)
         et = (t_hid[-1].float() * mw).sum(1) / mw.sum(1).clamp_min(1)
-        embed = (1 - nn.functional.cosine_similarity(es, et, dim=-1)).mean()
+        gap = 1 - nn.functional.cosine_similarity(es, et, dim=-1)
+        embed = gap.mean() if n_seq is None else gap.sum() / n_seq
         loss = embed_weight * embed if loss is None else loss + embed_weight * embed
     if loss is None:
         raise ValueError("distill: every loss term is off (kl_weight, hidden_weight, "
@@ -331,8 +351,31 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
       once as a CUDA graph and replayed: a small model's step is otherwise bound by
       the launch of its thousands of small kernels. Where the capture fails the run
       goes on without it (and says so).
+
+    Under torchrun (several processes; bitrank.distributed): data parallel. Every
+    process holds the whole teacher and student; each micro-batch of batch_size
+    sequences is the one a single process draws, cut into contiguous slices, one per
+    process (batch_size >= the number of processes). Each process's loss is its
+    slice's share of the whole micro-batch's loss (denominators over the whole
+    micro-batch: distill_loss's reduce), so the gradients, summed over the processes
+    in rank order (distributed.all_reduce_fixed) before every optimizer step, are the
+    whole batch's gradient: every process then takes the same step. Equal to one
+    process up to the order of floating-point sums (the weight gradients add over
+    fewer tokens per process, then over processes); the same bits run to run on the
+    same number of processes. The held-out evaluation runs whole on every process.
+    Logs, the report's printing and checkpoints come from rank 0. The library engine
+    (its gradients live in the library) and CUDA graphs are one-process only.
     Returns a DistillReport."""
     t0 = time.time()
+    distributed.ensure_initialised(device)
+    world, me = distributed.size(), distributed.rank()
+    several = world > 1
+    if several and engine != "torch":
+        raise ValueError(f"distill: engine={engine!r} keeps its gradients in the library; on "
+                         f"{world} processes use engine='torch'")
+    if several and batch_size < world:
+        raise ValueError(f"distill: batch_size {batch_size} is split over {world} processes: "
+                         f"it must be at least {world}")
     if engine not in ("torch", "library"):
         raise ValueError(f"distill: engine must be 'torch' or 'library', not {engine!r}")
     if sign_mode not in ("latent", "exact"):
@@ -353,7 +396,8 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     if device is None:
         device = next(iter(blr))[1].h.device
     device = torch.device(device)
-    log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else (lambda s: None)
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress and me == 0 else \
+        (lambda s: None)
 
     ids, mask = calibration_ids(data, tokenizer, n_samples, seq_len, pack)
     if eval_data is not None:
@@ -391,6 +435,8 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     student.train(False)  # dropout off: the student is matched, not regularized
     cast_except_blr(student, torch.float32)
 
+    # the same student on every process, whatever each one loaded
+    distributed.broadcast_module(student, 0)
     names = []
     lib_opt = None
     if engine == "torch":
@@ -426,7 +472,7 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         else:
             par.requires_grad_(False)
     graphed = bool(cuda_graph) and device.type == "cuda" and engine == "torch" and \
-        bool(groups)
+        bool(groups) and not several
     lr_base = lr_now = sched = None
     if graphed:
         # the learning rates live on the device, one element of lr_now per group,
@@ -459,6 +505,12 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         torch.zeros(0, dtype=torch.long)
     picks = order[:n_micro * batch_size].reshape(n_micro, batch_size)
     tokens_of = t_mask[picks].sum((1, 2)).tolist() if n_micro else []
+    lo, hi = distributed.shard(batch_size, world, me)
+    picks = picks[:, lo:hi]  # this process's slice of every micro-batch
+    reduce = None
+    if several:
+        def reduce(t):
+            return distributed.all_reduce_fixed([t.clone()])[0]
     t_ids_dev, t_mask_dev, picks_dev = t_ids.to(device), t_mask.to(device), picks.to(device)
     start = 0
     best = None
@@ -488,7 +540,7 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         resumed_window = (state["window"], state["wcount"])
         report.resumed_from = start
         log(f"distill: resumed at step {start} from {ckpt}")
-    elif ckpt:
+    elif ckpt and me == 0:
         os.makedirs(checkpoint_dir, exist_ok=True)
 
     # full masks (text cut into windows): the models get none, so their attention
@@ -518,7 +570,7 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     # one optimizer step on the micro-batches whose sequences are in step_pick
     # [grad_accum][batch_size]; its loss parts in step_parts. Written to run as it is
     # or captured: nothing in it waits for the device or depends on a value there.
-    step_pick = torch.zeros(grad_accum, batch_size, dtype=torch.long, device=device)
+    step_pick = torch.zeros(grad_accum, hi - lo, dtype=torch.long, device=device)
     step_parts = torch.zeros(4, device=device)
 
     def train_step():
@@ -529,9 +581,13 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             bi, bm = t_ids_dev[step_pick[j]], t_mask_dev[step_pick[j]]
             with torch.enable_grad():
                 loss, parts = distill_loss(student, teacher, bi, bm, kl_weight, hidden_weight,
-                                           embed_weight, vocab_slice, mask_to_models=not full)
+                                           embed_weight, vocab_slice, mask_to_models=not full,
+                                           reduce=reduce)
                 (loss / grad_accum).backward()
             step_parts.add_(parts / grad_accum)
+        if several and opt is not None:  # the shares add up to the whole batch's
+            distributed.all_reduce_fixed([p.grad for gr in opt.param_groups
+                                          for p in gr["params"]] + [step_parts])
         if opt is not None:
             opt.step()
         if lib_opt is not None:
@@ -612,8 +668,9 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             if best is None or ev[0] < best[0]:
                 best = (ev[0], step, snapshot() if keep == "best" else None)
         stop = stop_at is not None and step >= stop_at and step < steps
-        if ckpt and (step % checkpoint_every == 0 or step == steps or stop) and \
-                engine == "torch":
+        write = ckpt and (step % checkpoint_every == 0 or step == steps or stop) and \
+            engine == "torch"
+        if write and me == 0:
             _save_checkpoint(ckpt, {"options": _options_key(opts), "step": step,
                                     "student": student.state_dict(),
                                     "opt": opt.state_dict() if opt is not None else None,
@@ -621,6 +678,8 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
                                     "eval_curve": report.eval_curve, "tokens": report.tokens,
                                     "best": best, "window": window.tolist(),
                                     "wcount": wcount})
+        if write:
+            distributed.barrier()  # no process reads it before it is whole
         if stop:
             report.stopped_at = step
             break

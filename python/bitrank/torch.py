@@ -559,9 +559,10 @@ class _CudaPlan(_Plan):
     torch's current stream (the shared context follows it; the library orders a
     switch after the work issued before). The bias goes to the library in the
     activations' dtype: one device copy per dtype, made at the first run of that
-    dtype and again when the bias changes. `max_ntok` is the most tokens a run had:
-    the plan's scratch is sized to it, so a larger run allocates (refused while a
-    CUDA graph is being captured)."""
+    dtype and again when the bias changes. The runs' scratch is the shared context's
+    workspace, which only grows: `max_ntok` is the most tokens a run of this layer
+    had, and a larger run may grow the workspace (refused while a CUDA graph is being
+    captured)."""
     NEW, FREE = "br_blr_infer_cuda_new", "br_blr_infer_cuda_free"
     calls = {"build": 0, "run": 0}
 

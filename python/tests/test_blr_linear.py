@@ -22,8 +22,8 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
-    def nan_alloc(*shape, device):
-        return torch.full(shape, float("nan"), device=device)
+    def nan_alloc(*shape, device, dtype=torch.float32):
+        return torch.full(shape, float("nan"), device=device, dtype=dtype)
     monkeypatch.setattr(bt, "_alloc", nan_alloc)
 
 

@@ -8,7 +8,7 @@
  *     dℓ += Σ_t A⊙B;  B' = f16(B⊙ℓ·gs)          [R]           the GEMM (K = mpad) feeding
  *                                                             the column sums (CVT_B)
  *     M_U = (dy·gs)ᵀ · A' / gs                  [m][R]      br_mm_tn2_rowdot: all four
- *     N_V = f16(x)ᵀ · B' / gs                   [n][R]        in one op, K = tokens, dy16
+ *     N_V = f16(x)ᵀ · B' / gs                   [n][R]        in one call, K = tokens, dy16
  *                                                             and A', x16 and B' read as
  *                                                             they are
  *     G_U,p (+)= h_p ⊙ M_U[:, p·r..];  dh_p += Σ_k S_U,p ⊙ M_U[:, p·r..]   (its rowdots,
@@ -50,7 +50,7 @@ static br_status backward_ops(br_blr *l, br_blr_scratch *s, const br_buf *x, con
     BR_TRY(br_mm_colsum_grouped(ctx, sh->stage, sh->plane, sh->b, gb, s->a, sp[BR_BLR_DL], &fl, r,
                                 ss[BR_BLR_DL], accumulate));
 
-    /* M_U and N_V and their rowdots in one op (on a GPU the products in one launch:
+    /* M_U and N_V and their rowdots in one call (on a GPU the products in one launch:
      * N_V's tiles fill M_U's last wave) */
     br_tag_scope tag;
     br_tag_push(ctx, &tag, "sign");

@@ -44,7 +44,7 @@ static br_status forward_core(br_blr *l, br_blr_scratch *s, const br_buf *x16,
     br_buf *const *sp = l->span;
     const size_t *ss = l->span_stride;
     /* W_V [R][npad] (transposed, the A GEMM's) and Y_U [m][R] (by rows, the output
-     * GEMM's) in one op */
+     * GEMM's) in one call */
     const br_expand_job planes[2] = {{.bits = sp[BR_BLR_BITS_V],
                                       .bits_stride = ss[BR_BLR_BITS_V],
                                       .rows = l->n,

@@ -37,7 +37,7 @@ static const char usage_text[] =
     "  --synthetic KIND    inputs of layers without recorded ones: iso (default:\n"
     "                      N(0, I), which fits the weights themselves) or heavy\n"
     "                      (log-normal channel scales: a stand-in for activations)\n"
-    "  --device D          auto, cpu, cuda or cuda:N (auto)\n"
+    "  --device D          auto, cpu, cuda, cuda:N, vulkan or vulkan:N (auto)\n"
     "  --devices LIST      one job over several devices of one kind, e.g.\n"
     "                      cuda:0,cuda:1: each takes the next layer; the output is\n"
     "                      the file one of them alone writes (not with --device)\n"

@@ -13,7 +13,7 @@ static void usage(FILE *out) {
                  "commands:\n"
                  "  compress         compress a checkpoint's linear layers: compress IN -o OUT\n"
                  "  demo             run the main job on the embedded default and print its table\n"
-                 "  devices          list the CPU and each usable CUDA GPU\n"
+                 "  devices          list the CPU, each usable CUDA GPU and each Vulkan device\n"
                  "  inspect FILE     list a safetensors file's tensors and compressed layers\n"
                  "  version          print the version\n"
                  "  help, --help     this text\n");

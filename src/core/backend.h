@@ -1,5 +1,6 @@
 /* The interface every backend implements: memory, synchronization, graphs,
- * timers, and one function per op kind. The op front-end (ops/) has checked every
+ * timers, one function per op kind, and the run of a unit of ops (the place a
+ * backend fuses). The op front-end (ops/) has checked every
  * argument before a backend sees it. */
 #ifndef BR_CORE_BACKEND_H
 #define BR_CORE_BACKEND_H
@@ -10,8 +11,6 @@
 /* The op layer's descriptors (ops/op.h), which the table only passes on: the
  * backends, which read them, include ops/op.h themselves. */
 struct br_op;
-struct br_mm_args;
-struct br_mm_stage_args;
 
 typedef br_status (*br_op_fn)(br_ctx *ctx, const struct br_op *op);
 
@@ -34,14 +33,14 @@ typedef struct br_backend {
      * elapsed milliseconds between two recorded marks (waits as needed). */
     br_status (*timer_mark)(br_ctx *ctx, size_t slot);
     br_status (*timer_elapsed)(br_ctx *ctx, size_t from, size_t to, double *ms);
-    /* Workspace bytes (br_submit's ws_bytes) an MM_STAGE op needs on this device:
-     * room for the f32 product where the backend cannot stage it without one and
-     * mm.out is NULL. NULL: none (the backend finds its own room). */
-    size_t (*mm_stage_ws)(br_ctx *ctx, const struct br_mm_stage_args *a);
-    /* Workspace bytes an MM_TN op needs on this device beyond its split-K partials:
-     * room for transposed copies of the operands where the backend has no kernel for
-     * them as they are (the split-K reservation stays its ws_bytes). NULL: none. */
-    size_t (*mm_tn_ws)(br_ctx *ctx, const struct br_mm_args *a);
+    /* Workspace bytes this device's run of the n checked ops as one unit needs beyond
+     * the front-end's own reservation (br_submit_unit's ws_bytes): room a fused kernel
+     * or a copy of the operands takes (CUDA: the f32 product of a staged GEMM that is
+     * not kept, the transposed operands of mm_tn). NULL: none. */
+    size_t (*unit_ws)(br_ctx *ctx, const struct br_op *ops, size_t n);
+    /* Run a unit of n ops (ops/op.h: br_submit_unit), fused where the backend has a
+     * kernel for its pattern. NULL: each op in turn (br_unit_run_ops). */
+    br_status (*run_unit)(br_ctx *ctx, const struct br_op *ops, size_t n);
     /* Whether `bytes` at ptr are memory this device's ops can use (br_buf_wrap):
      * BR_OK, or BR_E_ARG with a message saying what the memory is. NULL: any
      * pointer is taken (the caller vouches for host memory). */

@@ -11,16 +11,24 @@ static void put_err(char *err, size_t n, const char *msg) {
     if (err && n) snprintf(err, n, "%s", msg);
 }
 
-/* "cuda:N" → N, "cuda" → 0; -1 if malformed (N is decimal digits only: strtol alone
- * would also take "+1" and " 1"). */
-static int parse_cuda_index(const char *dev) {
-    if (strcmp(dev, "cuda") == 0) return 0;
-    if (strncmp(dev, "cuda:", 5) != 0 || dev[5] < '0' || dev[5] > '9') return -1;
+/* "N" → N; -2 if malformed. */
+static int parse_index(const char *digits) {
+    if (digits[0] < '0' || digits[0] > '9') return -2;
     char *end = NULL;
     errno = 0;
-    long v = strtol(dev + 5, &end, 10);
-    if (errno || *end != '\0' || v < 0 || v > 1024) return -1;
+    long v = strtol(digits, &end, 10);
+    if (errno || *end != '\0' || v < 0 || v > 1024) return -2;
     return (int)v;
+}
+
+/* Whether dev names backend `name`: "NAME" (*index = -1, the backend's default
+ * device) or "NAME:N" (*index = N; -2 if malformed: N is decimal digits only, as
+ * strtol alone would also take "+1" and " 1"). */
+static int names_backend(const char *dev, const char *name, int *index) {
+    size_t len = strlen(name);
+    if (strncmp(dev, name, len) != 0 || (dev[len] != '\0' && dev[len] != ':')) return 0;
+    *index = dev[len] == '\0' ? -1 : parse_index(dev + len + 1);
+    return 1;
 }
 
 /* The one place the environment sets options: BITRANK_OPTIONS, in br_ctx_set_options'
@@ -63,25 +71,41 @@ br_status br_ctx_new(const char *device, br_ctx **out, char *err, size_t err_len
     }
     *out = NULL;
     if (!device || strcmp(device, "auto") == 0) {
-        const br_backend *cuda = br_cuda_backend();
+        /* CUDA, then a Vulkan GPU (a software Vulkan device is slower than the CPU
+         * backend: "vulkan" names it), then the CPU */
+        const br_backend *cuda = br_cuda_backend(), *vk = br_vulkan_backend();
         if (cuda && open_on(cuda, -1, out, NULL, 0) == BR_OK) return BR_OK;
+        if (vk && br_vulkan_gpu_present() && open_on(vk, -1, out, NULL, 0) == BR_OK) return BR_OK;
         return open_on(br_cpu_backend(), -1, out, err, err_len);
     }
     if (strcmp(device, "cpu") == 0) return open_on(br_cpu_backend(), -1, out, err, err_len);
-    int idx = parse_cuda_index(device);
-    if (idx < 0) {
+    int cuda_idx = -2, vk_idx = -2;
+    int is_cuda = names_backend(device, "cuda", &cuda_idx);
+    int is_vk = names_backend(device, "vulkan", &vk_idx);
+    if (!(is_cuda && cuda_idx != -2) && !(is_vk && vk_idx != -2)) {
         char msg[256];
-        snprintf(msg, sizeof msg, "unknown device \"%.64s\": expected cpu, cuda, cuda:N or auto",
+        snprintf(msg, sizeof msg,
+                 "unknown device \"%.64s\": expected cpu, cuda, cuda:N, vulkan, vulkan:N or auto",
                  device);
         put_err(err, err_len, msg);
         return BR_E_ARG;
+    }
+    if (is_vk) {
+        const br_backend *vk = br_vulkan_backend();
+        if (!vk) {
+            put_err(err, err_len,
+                    "this build of bitrank has no Vulkan backend (it needs the Vulkan headers and "
+                    "loader, libvulkan-dev, and glslangValidator, glslang-tools, at build time)");
+            return BR_E_UNSUPPORTED;
+        }
+        return open_on(vk, vk_idx, out, err, err_len); /* -1: the best device there is */
     }
     const br_backend *cuda = br_cuda_backend();
     if (!cuda) {
         put_err(err, err_len, "this build of bitrank has no CUDA backend (nvcc was not found)");
         return BR_E_UNSUPPORTED;
     }
-    return open_on(cuda, idx, out, err, err_len);
+    return open_on(cuda, cuda_idx < 0 ? 0 : cuda_idx, out, err, err_len);
 }
 
 void br_ctx_free(br_ctx *ctx) {
@@ -95,6 +119,7 @@ void br_ctx_free(br_ctx *ctx) {
     for (size_t i = 0; i < ctx->n_expand_retired; i++)
         br_buf_free(ctx->expand_retired[i]);
     free(ctx->expand_retired);
+    br_buf_free(ctx->unit_transient);
     br_prof_free(ctx);
     ctx->be->close(ctx);
     free(ctx);

@@ -45,6 +45,7 @@ struct br_ctx {
     int expand_plane_named;  /* a recording named expand_plane: keep it when outgrown */
     br_buf **expand_retired; /* outgrown expand planes that recorded graphs may name */
     size_t n_expand_retired;
+    br_buf *unit_transient; /* ops/op.h: br_unit_transient (NULL until a unit names it) */
 };
 
 struct br_buf {
@@ -120,9 +121,14 @@ static inline size_t br_colsum_blocks(size_t rows) {
     return n ? n : 1;
 }
 
-/* Backends this build has. br_cuda_backend() is NULL without CUDA. */
+/* Backends this build has. br_cuda_backend() is NULL without CUDA,
+ * br_vulkan_backend() without Vulkan. */
 const struct br_backend *br_cpu_backend(void);
 const struct br_backend *br_cuda_backend(void);
+const struct br_backend *br_vulkan_backend(void);
+/* Whether a Vulkan GPU (hardware, not a software device such as lavapipe) has what
+ * the Vulkan backend needs: "auto" takes Vulkan only then. 0 without Vulkan. */
+int br_vulkan_gpu_present(void);
 
 /* Profiler hooks (core/profile.c). */
 void br_prof_free(br_ctx *ctx);

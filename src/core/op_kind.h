@@ -1,4 +1,6 @@
 /* The kinds of op a backend implements, one slot each in its table (core/backend.h).
+ * A fusion of ops is not a kind: it is a unit of these (ops/op.h: br_submit_unit),
+ * which a backend may run fused (backend/cuda/cuda_fuse.c).
  * Only the list is here, below the op layer, because the table's size needs it; the
  * ops' arguments and front-ends are the op layer's (ops/op.h). */
 #ifndef BR_CORE_OP_KIND_H
@@ -10,7 +12,6 @@ typedef enum br_op_kind {
     BR_OP_MM,
     BR_OP_MM_BITS,
     BR_OP_CVT,
-    BR_OP_CVT_MULTI,
     BR_OP_CVT_COLS,
     BR_OP_CVT_T,
     BR_OP_EXPAND,
@@ -32,14 +33,8 @@ typedef enum br_op_kind {
     BR_OP_SIGN_STEP,     /* sign_ops.c: latent Adam / exact-flip scores, budgeted flips */
     BR_OP_EXPAND_SCALED, /* layer_ops.c: sign bitmap → scaled f16 plane, transposed */
     BR_OP_SIGN_ROWDOT,   /* layer_ops.c: sign gradients and Σ_k s·M per row */
-    BR_OP_CVT_BOTH,      /* layer_ops.c: cvt_pad and cvt_t from one read */
-    BR_OP_SIGN_STEPS,    /* sign_ops.c: sign steps of up to BR_SIGN_STEPS_MAX matrices */
-    BR_OP_MM_STAGE,      /* gemm.c: br_mm with c, its result staged as br_cvt_both would */
+    BR_OP_CVT_BOTH,      /* layer_ops.c: staging padded, transposed or both from one read */
     BR_OP_MM_TN,         /* gemm.c: br_mm on act and plane stored k-rows-first */
-    BR_OP_MM_TN2,        /* gemm.c: two MM_TN products in one op (one launch where it can) */
-    /* layer_ops.c: two EXPAND_SCALED in one op (one launch) */
-    BR_OP_EXPAND_SCALED2,
-    BR_OP_MM_COLSUM, /* gemm.c: br_mm feeding colsum_fused (CVT_B) in one op */
     /* ops of later layers (sign optimizer, ...) are added above this line */
     BR_OP_COUNT
 } br_op_kind;

@@ -1,7 +1,8 @@
 /* The CUDA inference plan (br_blr_infer_cuda, include/bitrank.h): the checks, the
  * signs repacked on the host into the decode kernel's fragment order
- * (infer/blr_infer_cuda.h) and into the bitmap GEMMs' layouts, their upload, the
- * prefill scratch, and the choice of kernel per run. The kernels and their launchers
+ * (infer/blr_infer_cuda.h), their upload, and the choice of kernel per run. The
+ * signs are held once: a prefill pass unpacks them into the bitmap GEMMs' layouts
+ * in the context's workspace, which holds every run's scratch. The kernels and their launchers
  * are in src/backend/cuda/infer/ (decode.cu, prefill.cu).
  *
  * Which kernel: up to BR_IC_DECODE_MAX tokens the decode kernel (one launch); from
@@ -24,10 +25,8 @@
 struct br_blr_infer_cuda {
     br_ctx *ctx;
     size_t m, n, r, paths;
-    br_buf *bits1, *bits2, *tfrag, *sync, *part1; /* decode */
-    br_buf *bits_v, *bits_u;                       /* prefill bitmaps */
-    br_buf *scales;                                /* f32: h [P][m], l [P][r], g [P][n] */
-    br_buf *xs, *t32, *t16, *y32;                  /* prefill scratch */
+    br_buf *bits1, *bits2, *tfrag, *sync; /* decode */
+    br_buf *scales;                       /* f32: h [P][m], l [P][r], g [P][n] */
     br_ic_dev dev;
     br_ic_pre pre;
     size_t bytes;
@@ -45,15 +44,32 @@ size_t br_ic_tfrag_words(const br_ic_dev *d) {
 }
 size_t br_ic_sync_words(const br_ic_dev *d) { return (size_t)d->paths * d->rt1 + 2; }
 
-size_t br_ic_prefill_bytes(const br_ic_pre *p, size_t cap) {
-    size_t P = (size_t)p->paths;
-    return cap * (P * p->n32 * 2 + (size_t)p->r * 4 + P * p->r32 * 2 + (size_t)p->m * 4);
+size_t br_ic_prefill_layout(const br_ic_pre *p, size_t ntok, size_t at[6]) {
+    const size_t P = (size_t)p->paths, words = (size_t)p->r32 / 32;
+    const size_t bytes[6] = {P * p->n32 * words * 4, P * p->m * words * 4, P * ntok * p->n32 * 2,
+                             ntok * p->r * 4, P * ntok * p->r32 * 2, ntok * p->m * 4};
+    size_t off = 0;
+    for (int i = 0; i < 6; i++) {
+        at[i] = off;
+        off += (bytes[i] + 255) / 256 * 256;
+    }
+    return off;
+}
+
+size_t br_ic_decode_bytes(const br_ic_dev *d) {
+    size_t need = 0;
+    for (int bf = 0; bf < 2; bf++)
+        for (int tt = 1; tt <= BR_IC_TT_MAX; tt++) {
+            const br_ic_launch *L = &d->launch[bf][tt - 1];
+            const size_t f = (size_t)d->paths * d->rt1 * L->ks1 * tt * 128;
+            if (L->ks1 > 1 && f * 4 > need) need = f * 4;
+        }
+    return need;
 }
 
 void br_blr_infer_cuda_free(br_blr_infer_cuda *p) {
     if (!p) return;
-    br_buf *bufs[] = {p->bits1, p->bits2, p->tfrag, p->sync, p->part1, p->bits_v,
-                      p->bits_u, p->scales, p->xs, p->t32, p->t16, p->y32};
+    br_buf *bufs[] = {p->bits1, p->bits2, p->tfrag, p->sync, p->scales};
     /* freeing a buffer waits for the work issued before on the stream */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         br_buf_free(bufs[i]);
@@ -131,15 +147,12 @@ static br_status build(br_blr_infer_cuda *p, const br_blr_host *layer) {
     d->ku1 = (int)cdiv(n, BR_IC_UNIT);
     d->rt2 = (int)cdiv(m, BR_IC_TILE);
     d->ku2 = (int)cdiv(r, BR_IC_UNIT);
-    size_t part1_floats = 0;
-    BR_TRY(br_ic_decode_setup(ctx, d, &part1_floats));
+    BR_TRY(br_ic_decode_setup(ctx, d));
 
-    /* host staging: the largest of the packed arrays and the GEMM bitmaps */
+    /* host staging: the larger of the packed arrays */
     size_t w1 = br_ic_bits1_words(d), w2 = br_ic_bits2_words(d);
     size_t n32 = cdiv(n, 32) * 32, r32 = words * 32;
-    size_t wv = P * n32 * words, wu = P * m * words;
     size_t big = w1 > w2 ? w1 : w2;
-    if (wv > big) big = wv;
     uint32_t *host = malloc(big * sizeof *host);
     float *sc = malloc(P * (m + r + n) * sizeof *sc);
     if (!host || !sc) {
@@ -168,18 +181,6 @@ static br_status build(br_blr_infer_cuda *p, const br_blr_host *layer) {
     if ((st = new_buf(p, BR_U32, w2, &p->bits2)) != BR_OK ||
         (st = br_buf_upload(p->bits2, 0, host, w2)) != BR_OK)
         goto done;
-    /* the GEMMs' bitmaps: S_V with zero rows up to n32, S_U as it is */
-    memset(host, 0, wv * sizeof *host);
-    for (size_t q = 0; q < P; q++)
-        memcpy(host + q * n32 * words, layer->path[q].bits_v, n * words * sizeof *host);
-    if ((st = new_buf(p, BR_U32, wv, &p->bits_v)) != BR_OK ||
-        (st = br_buf_upload(p->bits_v, 0, host, wv)) != BR_OK ||
-        (st = new_buf(p, BR_U32, wu, &p->bits_u)) != BR_OK)
-        goto done;
-    for (size_t q = 0; q < P; q++)
-        if ((st = br_buf_upload(p->bits_u, q * m * words, layer->path[q].bits_u, m * words)) !=
-            BR_OK)
-            goto done;
     /* scales */
     for (size_t q = 0; q < P; q++) {
         memcpy(sc + q * m, layer->path[q].h, m * sizeof *sc);
@@ -193,8 +194,7 @@ static br_status build(br_blr_infer_cuda *p, const br_blr_host *layer) {
     if ((st = new_buf(p, BR_U32, br_ic_tfrag_words(d), &p->tfrag)) != BR_OK ||
         (st = br_buf_fill(p->tfrag, 0, br_ic_tfrag_words(d), 0)) != BR_OK ||
         (st = new_buf(p, BR_U32, br_ic_sync_words(d), &p->sync)) != BR_OK ||
-        (st = br_buf_fill(p->sync, 0, br_ic_sync_words(d), 0)) != BR_OK ||
-        (st = new_buf(p, BR_F32, part1_floats, &p->part1)) != BR_OK)
+        (st = br_buf_fill(p->sync, 0, br_ic_sync_words(d), 0)) != BR_OK)
         goto done;
     if ((st = br_ctx_sync(ctx)) != BR_OK) goto done;
     {
@@ -204,7 +204,7 @@ static br_status build(br_blr_infer_cuda *p, const br_blr_host *layer) {
         d->h = h;
         d->l = h + P * m;
         d->g = h + P * (m + r);
-        d->part1 = br_ptr(p->part1);
+        d->part1 = NULL; /* the workspace's, at each launch */
         d->tfrag = br_ptr(p->tfrag);
         d->sync = br_ptr(p->sync);
         p->pre = (br_ic_pre){.m = (int)m,
@@ -213,8 +213,6 @@ static br_status build(br_blr_infer_cuda *p, const br_blr_host *layer) {
                              .paths = (int)P,
                              .n32 = (int)n32,
                              .r32 = (int)r32,
-                             .bits_v = br_ptr(p->bits_v),
-                             .bits_u = br_ptr(p->bits_u),
                              .h = d->h,
                              .l = d->l,
                              .g = d->g};
@@ -225,34 +223,6 @@ done:
     return st;
 }
 
-/* The prefill scratch grown to `cap` tokens (never shrunk). */
-static br_status grow_prefill(br_blr_infer_cuda *p, size_t cap) {
-    br_ic_pre *q = &p->pre;
-    if (q->cap >= cap) return BR_OK;
-    const size_t P = p->paths;
-    br_buf *xs = NULL, *t32 = NULL, *t16 = NULL, *y32 = NULL;
-    br_status st;
-    if ((st = br_buf_new(p->ctx, BR_F16, P * cap * q->n32, &xs)) != BR_OK ||
-        (st = br_buf_new(p->ctx, BR_F32, cap * p->r, &t32)) != BR_OK ||
-        (st = br_buf_new(p->ctx, BR_F16, P * cap * q->r32, &t16)) != BR_OK ||
-        (st = br_buf_new(p->ctx, BR_F32, cap * p->m, &y32)) != BR_OK) {
-        br_buf_free(xs);
-        br_buf_free(t32);
-        br_buf_free(t16);
-        br_buf_free(y32);
-        return st;
-    }
-    p->bytes -= br_ic_prefill_bytes(q, q->cap);
-    br_buf_free(p->xs); /* waits for the runs that used them */
-    br_buf_free(p->t32);
-    br_buf_free(p->t16);
-    br_buf_free(p->y32);
-    p->xs = xs, p->t32 = t32, p->t16 = t16, p->y32 = y32;
-    q->xs = br_ptr(xs), q->t32 = br_ptr(t32), q->t16 = br_ptr(t16), q->y32 = br_ptr(y32);
-    q->cap = cap;
-    p->bytes += br_ic_prefill_bytes(q, cap);
-    return BR_OK;
-}
 #endif
 
 br_status br_blr_infer_cuda_new(br_ctx *ctx, const br_blr_host *layer, br_blr_infer_cuda **out) {
@@ -332,10 +302,10 @@ br_status br_blr_infer_cuda_run(br_blr_infer_cuda *p, br_act_type type, const vo
     size_t widest = p->m > (size_t)p->pre.n32 ? p->m : (size_t)p->pre.n32;
     size_t chunk = ((size_t)1 << 31) / (p->paths * widest);
     if (chunk > BR_IC_PREFILL_CHUNK) chunk = BR_IC_PREFILL_CHUNK;
-    BR_TRY(grow_prefill(p, ntok < chunk ? ntok : chunk));
     for (size_t t0 = 0; t0 < ntok; t0 += chunk) {
         size_t nt = ntok - t0 < chunk ? ntok - t0 : chunk;
-        BR_TRY(br_ic_prefill(p->ctx, &p->pre, type, xh + t0 * p->n, nt, bias, yh + t0 * p->m));
+        BR_TRY(br_ic_prefill(p->ctx, &p->dev, &p->pre, type, xh + t0 * p->n, nt, bias,
+                             yh + t0 * p->m));
     }
     p->kernel = "prefill";
     return BR_OK;

@@ -57,48 +57,58 @@ typedef struct br_ic_dev {
     const uint32_t *bits1; /* S_V,pᵀ packed: [paths][rt1][ku1][32][4] */
     const uint32_t *bits2; /* S_U,p packed:  [rt2][paths][ku2][32][4] */
     const float *h, *l, *g; /* [paths][m], [paths][r], [paths][n] */
-    float *part1;      /* phase-1 partial sums: [paths][rt1][ks1][tt][32][4] */
+    float *part1;      /* phase-1 partial sums: [paths][rt1][ks1][tt][32][4], in the
+                        * context's workspace (set at each launch) */
     uint32_t *tfrag;   /* t as B fragments: [paths][ku2·16][BR_IC_TT_MAX][32][2], pads 0 */
     uint32_t *sync;    /* [paths·rt1] arrival counters, then ready, then exit (all 0 between runs) */
     br_ic_launch launch[2][BR_IC_TT_MAX]; /* [bf16][token tiles − 1] */
 } br_ic_dev;
 
-/* Bytes of the device arrays the host allocates for the decode kernel. */
+/* Words of the device arrays the host allocates for the decode kernel. */
 size_t br_ic_bits1_words(const br_ic_dev *d);
 size_t br_ic_bits2_words(const br_ic_dev *d);
 size_t br_ic_tfrag_words(const br_ic_dev *d);
 size_t br_ic_sync_words(const br_ic_dev *d);
 
-/* The prefill path's view of a plan: bitmaps as br_mm_bits takes them and f16/f32
- * scratch for `cap` tokens. */
+/* The prefill path's view of a plan: its shape and scales. The plan keeps the signs
+ * once, in the decode kernel's order (br_ic_dev's bits1, bits2); a pass unpacks them
+ * into the bitmaps br_mm_bits takes, in the context's workspace beside the pass's
+ * f16/f32 intermediates, so every plan of a context shares one scratch (the
+ * workspace only grows, and a grown one's predecessor stays allocated for graphs
+ * that captured it). A pass of ntok tokens lays out, each 256-byte aligned:
+ *     bits_v u32 [paths][n32][r32/32]  S_V, rows past n zero (BR_BITS_COLS)
+ *     bits_u u32 [paths][m][r32/32]    S_U (BR_BITS_ROWS)
+ *     xs     f16 [paths][ntok][n32]    g_p ⊙ x
+ *     t32    f32 [ntok][r]             one path's ℓ ⊙ (S_Vᵀ·xs)
+ *     t16    f16 [paths][ntok][r32]
+ *     y32    f32 [ntok][m] */
 typedef struct br_ic_pre {
     int m, n, r, paths;
     int n32, r32;            /* n, r rounded up to 32 (the GEMMs' k) */
-    const uint32_t *bits_v;  /* [paths][n32][r32/32]: S_V, rows past n zero (BR_BITS_COLS) */
-    const uint32_t *bits_u;  /* [paths][m][r32/32]: S_U as the layer has it (BR_BITS_ROWS) */
     const float *h, *l, *g;  /* as br_ic_dev's */
-    size_t cap;              /* tokens the scratch holds (0: none yet) */
-    uint16_t *xs;            /* f16 [paths][cap][n32]: g_p ⊙ x */
-    float *t32;              /* f32 [cap][r]: one path's ℓ ⊙ (S_Vᵀ·xs) */
-    uint16_t *t16;           /* f16 [paths][cap][r32] */
-    float *y32;              /* f32 [cap][m] */
 } br_ic_pre;
 
-/* Largest token count one prefill pass takes (the scratch is sized for at most this). */
+/* Largest token count one prefill pass takes. */
 #define BR_IC_PREFILL_CHUNK 4096
-/* Scratch bytes of a prefill pass of `cap` tokens. */
-size_t br_ic_prefill_bytes(const br_ic_pre *p, size_t cap);
+/* The arrays of a prefill pass of ntok tokens, in the order above: their byte
+ * offsets in the workspace (at[6]); returns the bytes the pass needs. */
+size_t br_ic_prefill_layout(const br_ic_pre *p, size_t ntok, size_t at[6]);
+/* Workspace bytes of the decode kernel's phase-1 partials, the most any launch of
+ * the plan takes (0: none). */
+size_t br_ic_decode_bytes(const br_ic_dev *d);
 
 #ifdef BR_HAVE_CUDA
-/* Choose d->launch for every token-tile count and type (occupancy of this device) and
- * say how many floats part1 needs. */
-br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d, size_t *part1_floats);
+/* Choose d->launch for every token-tile count and type (occupancy of this device)
+ * and reserve the context's workspace for the largest launch's partials, so decode
+ * runs never allocate (a CUDA graph may capture them). */
+br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d);
 /* One decode launch for 1..32 tokens on the context's stream. */
 br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type type, const void *x,
                        size_t ntok, const void *bias, void *y);
-/* The prefill path for ntok ≤ p->cap tokens (in one pass) on the context's stream. */
-br_status br_ic_prefill(br_ctx *ctx, const br_ic_pre *p, br_act_type type, const void *x,
-                        size_t ntok, const void *bias, void *y);
+/* The prefill path for ntok ≤ BR_IC_PREFILL_CHUNK tokens (one pass) on the context's
+ * stream, its scratch in the context's workspace (grown first where it is smaller). */
+br_status br_ic_prefill(br_ctx *ctx, const br_ic_dev *d, const br_ic_pre *p, br_act_type type,
+                        const void *x, size_t ntok, const void *bias, void *y);
 #endif
 
 #ifdef __cplusplus

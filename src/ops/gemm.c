@@ -118,10 +118,16 @@ br_status br_mm(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *out
     return br_submit(ctx, &op, op.u.mm.ws_bytes);
 }
 
-/* br_mm_tn's checks and its op's arguments; *ws its split-K reservation, *copy the
- * backend's room for transposed operands (0 where it needs none). */
+/* The workspace a unit reserves: the front-end's own need, or more where the
+ * backend's run of the unit needs more (backend.h: unit_ws). */
+static size_t unit_ws_bytes(br_ctx *ctx, const br_op *ops, size_t n, size_t own) {
+    const size_t be = ctx->be->unit_ws ? ctx->be->unit_ws(ctx, ops, n) : 0;
+    return be > own ? be : own;
+}
+
+/* br_mm_tn's checks and its op's arguments (args->ws_bytes: its split-K reservation). */
 static br_status mm_tn_args(br_ctx *ctx, const char *fn, const br_buf *act, const br_buf *plane,
-                            size_t ldp, br_buf *out, br_gemm g, br_mm_args *args, size_t *copy) {
+                            size_t ldp, br_buf *out, br_gemm g, br_mm_args *args) {
     BR_TRY(check_gemm(ctx, fn, act, 1, out, 0, &g, NULL, 0));
     /* plane [k][ldp]: row kk at kk·ldp, (k−1)·ldp + n elements (columns past n unread) */
     if (!ldp) ldp = g.n;
@@ -133,8 +139,6 @@ static br_status mm_tn_args(br_ctx *ctx, const char *fn, const br_buf *act, cons
     size_t ws = split_ws_bytes(&g); /* K = tokens: the shape split-K is for */
     *args =
         (br_mm_args){.act = act, .plane = plane, .out = out, .g = g, .ws_bytes = ws, .ldp = ldp};
-    /* a backend that transposes the operands for its K-major kernels needs room */
-    *copy = ctx->be->mm_tn_ws ? ctx->be->mm_tn_ws(ctx, args) : 0;
     return BR_OK;
 }
 
@@ -143,10 +147,9 @@ br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t l
     static const char fn[] = "br_mm_tn";
     BR_TRY(br_check_ctx(ctx));
     br_op op = {.kind = BR_OP_MM_TN};
-    size_t copy;
-    BR_TRY(mm_tn_args(ctx, fn, act, plane, ldp, out, g, &op.u.mm, &copy));
-    size_t ws = op.u.mm.ws_bytes;
-    return br_submit(ctx, &op, copy > ws ? copy : ws);
+    BR_TRY(mm_tn_args(ctx, fn, act, plane, ldp, out, g, &op.u.mm));
+    /* a backend that transposes the operands for its K-major kernels needs room */
+    return br_submit(ctx, &op, unit_ws_bytes(ctx, &op, 1, op.u.mm.ws_bytes));
 }
 
 /* The elements of out a checked product writes: (m − 1)·ldo + ocol + n. */
@@ -179,29 +182,30 @@ static int pieces_overlap(const pieces *x, const pieces *y) {
     return 0;
 }
 
-/* The checks both sides of an MM_TN2 op need together, then its submission: the
- * sides may run at once, so each side's outputs (the product, and with rowdot its
- * gradients and sums) are apart from everything the other side reads or writes and
- * the rowdot's outputs from both products' operands (a product and its own operands:
+/* The checks both products of an mm_tn2 unit (ops: MM_TN, MM_TN, then with rowdot
+ * SIGN_ROWDOT on each product) need together, then its submission: the sides may
+ * run at once, so each side's outputs (the product, and with rowdot its gradients
+ * and sums) are apart from everything the other side reads or writes and the
+ * rowdot's outputs from both products' operands (a product and its own operands:
  * as br_mm_tn); one workspace reservation serves both (a backend that runs them
- * apart runs them in turn). copy: each side's room for transposed operands. */
-static br_status submit_tn2(br_ctx *ctx, const char *fn, br_op *op, const size_t copy[2]) {
-    const br_mm_tn2_args *a = &op->u.mm_tn2;
-    const br_mm_args *m = a->mm;
+ * apart runs them in turn). */
+static br_status submit_tn2(br_ctx *ctx, const char *fn, br_op *ops, size_t n) {
+    const int rowdot = n == 4;
+    const br_sign_rowdot_args none = {0};
     pieces mat[2], act[2], plane[2], grad[2], dsum[2], rnorm[2], bits[2], scale[2];
     for (int i = 0; i < 2; i++) {
-        const br_sign_rowdot_args *rd = &a->rd[i]; /* all NULL without rowdot */
-        const size_t P = a->rowdot ? rd->paths : 1;
-        mat[i] = (pieces){a->rowdot ? (i ? "mat2" : "mat1") : (i ? "out2" : "out1"), m[i].out, 1, 0,
-                          out_span(&m[i].g)};
-        act[i] =
-            (pieces){i ? "act2" : "act1", m[i].act, 1, 0, (m[i].g.k - 1) * m[i].g.lda + m[i].g.m};
-        plane[i] = (pieces){i ? "plane2" : "plane1", m[i].plane, 1, 0,
-                            (m[i].g.k - 1) * m[i].ldp + m[i].g.n};
+        const br_mm_args *m = &ops[i].u.mm;
+        const br_sign_rowdot_args *rd = rowdot ? &ops[2 + i].u.sign_rowdot : &none;
+        const size_t P = rowdot ? rd->paths : 1;
+        mat[i] = (pieces){rowdot ? (i ? "mat2" : "mat1") : (i ? "out2" : "out1"), m->out, 1, 0,
+                          out_span(&m->g)};
+        act[i] = (pieces){i ? "act2" : "act1", m->act, 1, 0, (m->g.k - 1) * m->g.lda + m->g.m};
+        plane[i] =
+            (pieces){i ? "plane2" : "plane1", m->plane, 1, 0, (m->g.k - 1) * m->ldp + m->g.n};
         grad[i] = (pieces){i ? "grad2" : "grad1", rd->grad, P, rd->grad_stride, rd->rows * rd->r};
         dsum[i] = (pieces){i ? "dsum2" : "dsum1", rd->dsum, P, rd->dsum_stride, rd->rows};
-        rnorm[i] = (pieces){i ? "rownorm2" : "rownorm1", rd->rownorm, P, rd->rownorm_stride,
-                            rd->rows};
+        rnorm[i] =
+            (pieces){i ? "rownorm2" : "rownorm1", rd->rownorm, P, rd->rownorm_stride, rd->rows};
         bits[i] =
             (pieces){i ? "bits2" : "bits1", rd->bits, P, rd->bits_stride, rd->rows * rd->r / 32};
         scale[i] =
@@ -219,12 +223,9 @@ static br_status submit_tn2(br_ctx *ctx, const char *fn, br_op *op, const size_t
                     return br_fail(ctx, BR_E_ARG, "%s: %s overlaps %s", fn, outs[u]->name,
                                    others[v]->name);
     }
-    size_t ws = 0;
-    for (int i = 0; i < 2; i++) {
-        if (m[i].ws_bytes > ws) ws = m[i].ws_bytes;
-        if (copy[i] > ws) ws = copy[i];
-    }
-    return br_submit(ctx, op, ws);
+    const size_t split =
+        ops[0].u.mm.ws_bytes > ops[1].u.mm.ws_bytes ? ops[0].u.mm.ws_bytes : ops[1].u.mm.ws_bytes;
+    return br_submit_unit(ctx, ops, n, "mm_tn2", 0, unit_ws_bytes(ctx, ops, n, split));
 }
 
 br_status br_mm_tn2(br_ctx *ctx, const br_buf *act1, const br_buf *plane1, size_t ldp1,
@@ -232,40 +233,39 @@ br_status br_mm_tn2(br_ctx *ctx, const br_buf *act1, const br_buf *plane1, size_
                     br_buf *out2, br_gemm g2) {
     static const char fn[] = "br_mm_tn2";
     BR_TRY(br_check_ctx(ctx));
-    br_op op = {.kind = BR_OP_MM_TN2};
-    br_mm_args *p = op.u.mm_tn2.mm;
-    size_t copy[2];
-    BR_TRY(mm_tn_args(ctx, fn, act1, plane1, ldp1, out1, g1, &p[0], &copy[0]));
-    BR_TRY(mm_tn_args(ctx, fn, act2, plane2, ldp2, out2, g2, &p[1], &copy[1]));
-    return submit_tn2(ctx, fn, &op, copy);
+    br_op ops[2] = {{.kind = BR_OP_MM_TN}, {.kind = BR_OP_MM_TN}};
+    BR_TRY(mm_tn_args(ctx, fn, act1, plane1, ldp1, out1, g1, &ops[0].u.mm));
+    BR_TRY(mm_tn_args(ctx, fn, act2, plane2, ldp2, out2, g2, &ops[1].u.mm));
+    return submit_tn2(ctx, fn, ops, 2);
 }
 
 br_status br_mm_tn2_rowdot(br_ctx *ctx, const br_tn_rowdot side[2]) {
     static const char fn[] = "br_mm_tn2_rowdot";
     BR_TRY(br_check_ctx(ctx));
     if (!side) return br_fail(ctx, BR_E_ARG, "%s: side is NULL", fn);
-    br_op op = {.kind = BR_OP_MM_TN2};
-    br_mm_tn2_args *a = &op.u.mm_tn2;
-    a->rowdot = 1;
-    size_t copy[2];
+    br_op ops[4] = {{.kind = BR_OP_MM_TN},
+                    {.kind = BR_OP_MM_TN},
+                    {.kind = BR_OP_SIGN_ROWDOT},
+                    {.kind = BR_OP_SIGN_ROWDOT}};
     for (int i = 0; i < 2; i++) {
         const br_tn_rowdot *s = &side[i];
         if (s->g.colscale || s->g.c)
             return br_fail(ctx, BR_E_ARG, "%s: side %d's product has colscale or c", fn, i + 1);
-        BR_TRY(mm_tn_args(ctx, fn, s->act, s->plane, s->ldp, s->mat, s->g, &a->mm[i], &copy[i]));
+        BR_TRY(mm_tn_args(ctx, fn, s->act, s->plane, s->ldp, s->mat, s->g, &ops[i].u.mm));
         size_t cols;
         BR_TRY(br_check_mul(ctx, fn, "paths·r", s->paths, s->r, &cols));
         if (cols != s->g.n)
             return br_fail(ctx, BR_E_SHAPE, "%s: side %d: paths·r = %zu, the product has n = %zu",
                            fn, i + 1, cols, s->g.n);
-        const br_gemm *g = &a->mm[i].g; /* strides resolved */
+        const br_gemm *g = &ops[i].u.mm.g; /* strides resolved */
+        br_sign_rowdot_args *rd = &ops[2 + i].u.sign_rowdot;
         BR_TRY(br_sign_rowdot_args_of(ctx, fn, s->mat, g->ldo, g->ocol, s->bits, s->bits_stride,
                                       s->rowscale, s->scale_stride, s->grad, s->grad_stride,
                                       s->dsum, s->dsum_stride, g->m, s->r, s->paths, s->accumulate,
-                                      &a->rd[i]));
-        BR_TRY(br_sign_rowdot_rownorm(ctx, fn, s->rownorm, s->rownorm_stride, &a->rd[i]));
+                                      rd));
+        BR_TRY(br_sign_rowdot_rownorm(ctx, fn, s->rownorm, s->rownorm_stride, rd));
     }
-    return submit_tn2(ctx, fn, &op, copy);
+    return submit_tn2(ctx, fn, ops, 4);
 }
 
 /* The context's f16 expand plane, grown to at least `count` elements. An outgrown
@@ -370,14 +370,15 @@ br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_bu
                 BR_TRY(br_check_apart(ctx, fn, out_names[o], outs[o], outs_n[o], in_names[i], in[i],
                                       in_n[i]));
     BR_TRY(br_check_apart(ctx, fn, "dst", dst, n_dst, "dst_t", dst_t, n_dst_t));
-    br_op op = {.kind = BR_OP_MM_STAGE};
-    op.u.mm_stage = (br_mm_stage_args){.mm = {.act = act, .plane = plane, .out = out, .g = g},
-                                       .dst = dst,
-                                       .dst_t = dst_t,
-                                       .ld = ld,
-                                       .scale = scale};
-    size_t ws = ctx->be->mm_stage_ws ? ctx->be->mm_stage_ws(ctx, &op.u.mm_stage) : 0;
-    return br_submit(ctx, &op, ws);
+    /* the product (no split-K reservation: its staging reads it whole), into out or,
+     * not kept, the unit transient; then staged from there */
+    br_buf *product = out ? out : br_unit_transient(ctx);
+    if (!product) return br_fail(ctx, BR_E_NOMEM, "%s: out of host memory", fn);
+    br_op ops[2] = {{.kind = BR_OP_MM}, {.kind = BR_OP_CVT_BOTH}};
+    ops[0].u.mm = (br_mm_args){.act = act, .plane = plane, .out = product, .g = g};
+    ops[1].u.cvt_both = (br_cvt_both_args){
+        .src = product, .dst = dst, .dst_t = dst_t, .m = g.m, .k = g.n, .ld = ld, .scale = scale};
+    return br_submit_unit(ctx, ops, 2, "mm_stage", out ? 0 : n_out, unit_ws_bytes(ctx, ops, 2, 0));
 }
 
 br_status br_mm_colsum_grouped(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_buf *b,
@@ -396,17 +397,17 @@ br_status br_mm_colsum_grouped(br_ctx *ctx, const br_buf *act, const br_buf *pla
         return br_fail(ctx, BR_E_SHAPE,
                        "%s: b must be a whole [m][n] matrix (ocol = %zu, ldo = %zu, n = %zu)", fn,
                        g.ocol, g.ldo, g.n);
-    br_op op = {.kind = BR_OP_MM_COLSUM};
-    br_mm_colsum_args *x = &op.u.mm_colsum;
+    br_op ops[2] = {{.kind = BR_OP_MM}, {.kind = BR_OP_COLSUM_FUSED}};
+    br_mm_args *mm = &ops[0].u.mm;
     size_t cs_ws, n_grp;
-    BR_TRY(mm_args_of(ctx, fn, act, plane, b, g, &x->mm));
+    BR_TRY(mm_args_of(ctx, fn, act, plane, b, g, mm));
     BR_TRY(br_colsum_fused_args_of(ctx, fn, a, b, sum, g.m, g.n, fuse, group, stride, !accumulate,
-                                   &x->cs, &cs_ws));
+                                   &ops[1].u.colsum_fused, &cs_ws));
     /* The outputs apart from every input: the column sums' checks cover b, sum and dst
-     * among themselves and sum and dst against a and col; in one op b is also written
+     * among themselves and sum and dst against a and col; in one unit b is also written
      * while a and col are read, and sum and dst while act and plane are (a fused
      * backend writes them from the GEMM's epilogue). Counts checked above. */
-    const br_gemm *gr = &x->mm.g; /* lda resolved */
+    const br_gemm *gr = &mm->g; /* lda resolved */
     BR_TRY(br_check_groups(ctx, fn, g.n, group, stride, &n_grp));
     const size_t n_act = (g.m - 1) * gr->lda + g.k, n_mn = g.m * g.n;
     static const char *const in_names[] = {"act", "plane", "a", "fuse->col"};
@@ -421,6 +422,6 @@ br_status br_mm_colsum_grouped(br_ctx *ctx, const br_buf *act, const br_buf *pla
                                   in_n[i]));
     /* one reservation serves both halves (a backend that runs them apart runs them in
      * turn): the larger of br_mm's and br_colsum_fused_grouped's */
-    size_t ws = x->mm.ws_bytes > cs_ws ? x->mm.ws_bytes : cs_ws;
-    return br_submit(ctx, &op, ws);
+    size_t ws = mm->ws_bytes > cs_ws ? mm->ws_bytes : cs_ws;
+    return br_submit_unit(ctx, ops, 2, "mm_colsum", 0, unit_ws_bytes(ctx, ops, 2, ws));
 }

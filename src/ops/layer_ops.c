@@ -120,14 +120,15 @@ br_status br_expand_scaled2(br_ctx *ctx, const br_expand_job job[2]) {
     static const char *const job_fn[2] = {"br_expand_scaled2 (job 0)", "br_expand_scaled2 (job 1)"};
     BR_TRY(br_check_ctx(ctx));
     if (!job) return br_fail(ctx, BR_E_ARG, "%s: job is NULL", fn);
-    br_op op = {.kind = BR_OP_EXPAND_SCALED2};
-    br_expand_scaled_args *e = op.u.expand_scaled2.e;
+    br_op ops[2] = {{.kind = BR_OP_EXPAND_SCALED}, {.kind = BR_OP_EXPAND_SCALED}};
+    br_expand_scaled_args e[2];
     expand_spans sp[2];
     for (int i = 0; i < 2; i++) {
         const br_expand_job *j = &job[i];
         BR_TRY(expand_args_of(ctx, job_fn[i], j->bits, j->bits_stride, j->rows, j->r, j->rowscale,
                               j->scale_stride, j->scale, j->plane, j->ld, j->paths, j->by_rows != 0,
                               &e[i], &sp[i]));
+        ops[i].u.expand_scaled = e[i];
     }
     /* the two run at once: a plane over anything either job reads or the other
      * writes is a race (the dtypes keep a plane off the inputs today; a view of
@@ -144,7 +145,7 @@ br_status br_expand_scaled2(br_ctx *ctx, const br_expand_job job[2]) {
             BR_TRY(br_check_apart(ctx, fn, plane_name[i], e[i].plane, sp[i].plane, scale_name[k],
                                   e[k].rowscale, sp[k].scale));
         }
-    return br_submit(ctx, &op, 0);
+    return br_submit_unit(ctx, ops, 2, "expand_scaled2", 0, 0);
 }
 
 br_status br_sign_rowdot_args_of(br_ctx *ctx, const char *fn, const br_buf *mat, size_t ldm,

@@ -96,7 +96,8 @@ typedef struct br_expand_job {
     int by_rows;
 } br_expand_job;
 
-/* Two expands in one op (one kernel launch where the backend launches kernels),
+/* Two expands as one unit of two EXPAND_SCALED ops (ops/op.h; one kernel launch on
+ * CUDA, its fusion table's expand_scaled2),
  * every bit as the two calls job[0], job[1] write them (the order does not matter:
  * neither reads what the other writes). Each job is checked as its own call; then
  * each plane, as the whole span it may write ((rows − 1)·ld + paths·r elements by
@@ -128,13 +129,14 @@ br_status br_cvt_both_grouped(br_ctx *ctx, const br_buf *src, const br_buf *col,
 br_status br_colsum_fused_grouped(br_ctx *ctx, const br_buf *a, const br_buf *b, br_buf *sum,
                                   size_t rows, size_t k, const br_fuse *fuse, size_t group,
                                   size_t stride, int accumulate);
-/* br_mm feeding br_colsum_fused_grouped in one op (the layer's B and dℓ): every bit
+/* br_mm feeding br_colsum_fused_grouped as one unit, MM then COLSUM_FUSED (the
+ * layer's B and dℓ): every bit
  * of sum and fuse->dst as
  *     br_mm(ctx, act, plane, b, g)
  *     br_colsum_fused_grouped(ctx, a, b, sum, g.m, g.n, fuse, group, stride, accumulate)
  * write them — from the GEMM's epilogue where the backend can, so the f32 product B
- * need not go through memory: b f32 [m][n] is a workspace, its contents after the op
- * unspecified. Every check of those two calls, and BR_E_ARG for what the fused form
+ * need not go through memory (no backend does so today): b f32 [m][n] is a
+ * workspace, its contents after the unit unspecified. Every check of those two calls, and BR_E_ARG for what the fused form
  * lacks: fuse NULL or not BR_FUSE_CVT_B, fuse->dst_t set, g.colscale or g.c set;
  * BR_E_SHAPE for g.ocol not 0 or g.ldo neither 0 nor n (b whole, as br_mm_stage's out);
  * b, sum and fuse->dst apart from each other and from act, plane, a and fuse->col. */
@@ -143,7 +145,7 @@ br_status br_mm_colsum_grouped(br_ctx *ctx, const br_buf *act, const br_buf *pla
                                size_t group, size_t stride, int accumulate);
 
 /* br_mm with c (out = oscale·act·planeᵀ + beta·c, f32, as br_mm computes it),
- * staged for the GEMMs that read it next exactly as
+ * staged for the GEMMs that read it next — the unit MM then CVT_BOTH — exactly as
  *     br_cvt_both(ctx, out, NULL, dst, dst_t, g.m, g.n, ld, scale)
  * would stage it (every bit, pads +0) — from the GEMM's epilogue where the backend
  * can, so the f32 product need not go through memory: out may be NULL (not kept).
@@ -168,7 +170,7 @@ br_status br_mm_stage(br_ctx *ctx, const br_buf *act, const br_buf *plane, br_bu
 br_status br_mm_tn(br_ctx *ctx, const br_buf *act, const br_buf *plane, size_t ldp, br_buf *out,
                    br_gemm g);
 
-/* Two br_mm_tn products in one op, each within GEMM tolerance of br_mm_tn's (on the
+/* Two br_mm_tn products as one unit of two MM_TN ops, each within GEMM tolerance of br_mm_tn's (on the
  * CPU the same bits): the layer's M_U and N_V, which share k (the tokens), so that a
  * GPU runs both in one launch and the second's tiles fill the first's last wave. Each out must
  * be apart from the other out and from the other product's act and plane (the two
@@ -200,8 +202,8 @@ typedef struct br_tn_rowdot {
     int accumulate;
 } br_tn_rowdot;
 
-/* The layer's sign gradients in one op: br_mm_tn2 on the two sides' products, then
- * each side's rowdot, as the side says. grad and dsum within GEMM tolerance of those
+/* The layer's sign gradients as one unit, MM_TN, MM_TN, SIGN_ROWDOT, SIGN_ROWDOT:
+ * br_mm_tn2 on the two sides' products, then each side's rowdot, as the side says. grad and dsum within GEMM tolerance of those
  * calls'; on the CPU the same bits. mat's contents are unspecified after, so that a
  * backend may form grad and dsum in the GEMM's epilogue without storing the product
  * (none does today: on CUDA that measured slower, docs/PERFORMANCE.md). Each side's

@@ -1,8 +1,18 @@
 /* Op descriptors: what the front-end hands a backend, and what a graph records.
  * One kind per backend op (core/op_kind.h); composites (plane_linear, weight_grad,
- * gram_acc) are sequences of these. Every size here has been checked by the
- * front-end: element counts fit BR_MAX_ELEMS (except fill and copy counts, bounded
- * only by the buffer: up to 2^40) and every buffer holds what the shapes need. */
+ * gram_acc) are sequences of these, and so are the fused calls (br_mm_stage,
+ * br_mm_tn2, br_mm_colsum_grouped, br_expand_scaled2, br_cvt_multi, br_sign_steps),
+ * each submitted as one unit (br_submit_unit) that a backend may run as one kernel.
+ *
+ * Where an op lives: its contract in the header of its front-end
+ * (include/bitrank_ops.h, ops/layer_ops.h, ops/sign_ops.h) and its arguments here;
+ * its CPU meaning in backend/cpu (the table in cpu_backend.c names the function);
+ * its CUDA kernel in backend/cuda (the table in cuda_backend.c names the launcher),
+ * and a unit's fused kernel in the fusion table, backend/cuda/cuda_fuse.c.
+ *
+ * Every size here has been checked by the front-end: element counts fit
+ * BR_MAX_ELEMS (except fill and copy counts, bounded only by the buffer: up to 2^40)
+ * and every buffer holds what the shapes need. */
 #ifndef BR_OPS_OP_H
 #define BR_OPS_OP_H
 
@@ -30,7 +40,10 @@ typedef struct br_copy_args {
 } br_copy_args;
 
 /* MM: act f16 [m][g.lda], plane f16 [n][k]. MM_BITS: plane is the u32 bitmap in
- * `layout`. MM_TN: act f16 [k][g.lda] and plane f16 [k][ldp] (k rows first). */
+ * `layout`. MM_TN: act f16 [k][g.lda] and plane f16 [k][ldp] (k rows first).
+ *   out[i][ocol + j] = fl(fl(oscale · Σ act·plane) · colscale[j]) + fl(beta · c[i][ocol + j])
+ * MM's c is f32, or f16 (its exact f32 values) only in br_mm_stage's unit, whose
+ * fusion is where the CUDA backend runs an f16 c. */
 typedef struct br_mm_args {
     const br_buf *act, *plane;
     br_buf *out;
@@ -46,15 +59,6 @@ typedef struct br_cvt_args {
     size_t m, k;
     float scale;
 } br_cvt_args;
-
-typedef struct br_cvt_multi_args {
-    const br_buf *src;
-    size_t n_out;         /* 1..4 */
-    const br_buf *col[4]; /* entries may be NULL */
-    br_buf *dst[4];
-    size_t m, k;
-    float scale;
-} br_cvt_multi_args;
 
 typedef struct br_cvt_cols_args {
     const br_buf *src;
@@ -181,16 +185,9 @@ typedef struct br_sign_step_args {
     float curv2; /* 2 · curvature */
 } br_sign_step_args;
 
-/* Sign steps of several matrices in one op (a backend may run them together); with
- * with_adam, then br_adam_cat's op on `adam` (br_sign_steps_adam: the layer's Adam
- * over its scales, in the steps' last launch where a backend can). */
+/* The most sign steps one unit of br_sign_steps holds (the CUDA backend runs them as
+ * one launch). */
 #define BR_SIGN_STEPS_MAX 4
-typedef struct br_sign_steps_args {
-    br_sign_step_args m[BR_SIGN_STEPS_MAX];
-    size_t n;
-    int with_adam;
-    br_adam_args adam; /* as br_adam_cat builds it (rel_floor per element) */
-} br_sign_steps_args;
 
 /* The reformulated layer's ops (ops/layer_ops.h documents them). Both run `paths`
  * (≥ 1) independent paths in one op: path p reads its inputs at p·(their stride)
@@ -205,12 +202,6 @@ typedef struct br_expand_scaled_args {
     float scale;
     int by_rows;
 } br_expand_scaled_args;
-
-/* EXPAND_SCALED2: two EXPAND_SCALED ops, either orientation each; each plane apart
- * from the other plane and from both ops' inputs (the two may run at once). */
-typedef struct br_expand_scaled2_args {
-    br_expand_scaled_args e[2];
-} br_expand_scaled2_args;
 
 typedef struct br_sign_rowdot_args {
     const br_buf *mat;      /* f32 [rows][ldm], path p's columns col0 + p·r..+r−1 */
@@ -233,42 +224,25 @@ typedef struct br_cvt_both_args {
     size_t col_group, col_stride; /* col in groups, as br_colsum_fused_args (0: plain) */
 } br_cvt_both_args;
 
-/* MM_TN2: two MM_TN products, each with MM_TN's arguments; outputs apart from each
- * other and from the other's operands. With rowdot (br_mm_tn2_rowdot), rd[i] is the
- * sign rowdot on product i (rd[i].mat = mm[i].out, which the backend need not
- * write when it fuses the two). */
-typedef struct br_mm_tn2_args {
-    br_mm_args mm[2];
-    int rowdot;
-    br_sign_rowdot_args rd[2];
-} br_mm_tn2_args;
-
-/* MM_STAGE: mm.out may be NULL (the f32 result is not kept); mm.g.c is set. */
-typedef struct br_mm_stage_args {
-    br_mm_args mm;
-    br_buf *dst;   /* f16 [br_pad_rows(g.m)][ld] */
-    br_buf *dst_t; /* f16 [br_pad_rows(g.n)][br_pad_tokens(g.m)] */
-    size_t ld;
-    float scale;
-} br_mm_stage_args;
-
-/* MM_COLSUM: br_mm's product b = oscale·act·planeᵀ (no colscale, no c, ocol 0, ldo = n)
- * feeding br_colsum_fused (CVT_B, no dst_t) in one op: cs.b is mm.out, a workspace
- * whose contents after the op are unspecified (a backend may never form b). */
-typedef struct br_mm_colsum_args {
-    br_mm_args mm;
-    br_colsum_fused_args cs;
-} br_mm_colsum_args;
-
+/* An op, and the unit it belongs to. A front-end submits one op, or a short
+ * sequence of them as one unit (br_submit_unit): a fused call such as br_mm_stage is
+ * the primitives that define it, in order, and a backend may run a unit's pattern as
+ * one kernel (the CUDA backend's fusion table, backend/cuda/cuda_fuse.c) where its
+ * result is the same bits as the ops run one after another. Nothing outside the
+ * unit sees its ops apart: the front-end has checked them together (what each
+ * writes apart from what the others read, where a fused kernel runs them at once). */
 typedef struct br_op {
     br_op_kind kind;
     char tag[32];
+    /* Set by br_submit_unit on the unit's first op (the others: unit_n 0). */
+    uint32_t unit_n;       /* ops in the unit that begins here */
+    const char *unit_name; /* "mm_stage": the profiler's and br_ctx_last_kernel's name */
+    size_t unit_transient; /* f32 elements of the unit transient its ops name (0: none) */
     union {
         br_fill_args fill;
         br_copy_args copy;
         br_mm_args mm;
         br_cvt_args cvt;
-        br_cvt_multi_args cvt_multi;
         br_cvt_cols_args cvt_cols;
         br_cvt_t_args cvt_t;
         br_expand_args expand;
@@ -284,14 +258,9 @@ typedef struct br_op {
         br_cvt_pad_args cvt_pad;
         br_step_ctrl_args step_ctrl;
         br_sign_step_args sign_step;
-        br_sign_steps_args sign_steps;
         br_expand_scaled_args expand_scaled;
-        br_expand_scaled2_args expand_scaled2;
         br_sign_rowdot_args sign_rowdot;
         br_cvt_both_args cvt_both;
-        br_mm_stage_args mm_stage;
-        br_mm_tn2_args mm_tn2;
-        br_mm_colsum_args mm_colsum;
     } u;
 } br_op;
 
@@ -324,6 +293,42 @@ br_status br_colsum_fused_args_of(br_ctx *ctx, const char *fn, const br_buf *a, 
 /* Run (or, while recording, record) one checked op. ws_bytes: backend workspace
  * the op needs (the column-reduction partials). */
 br_status br_submit(br_ctx *ctx, br_op *op, size_t ws_bytes);
+
+/* Run (or record) the n checked ops as one unit named `name` (a string that lives as
+ * long as the program): a backend with a fusion for their pattern runs it fused,
+ * else each op in turn. ws_bytes: the workspace the front-end reserves for the unit
+ * (the largest any of its ops needs), to which the backend's unit_ws adds. transient:
+ * f32 elements of the context's unit transient (br_unit_transient) the ops name. */
+br_status br_submit_unit(br_ctx *ctx, br_op *ops, size_t n, const char *name, size_t transient,
+                         size_t ws_bytes);
+
+/* The context's unit transient: an f32 buffer that one op of a unit writes and a
+ * later op of the same unit reads, and nothing else does (br_mm_stage's product
+ * when out is not kept). Its memory exists only where a unit that names it runs
+ * unfused (br_unit_run_ops reserves it): a fused kernel never forms the values, so
+ * its contents after a unit are unspecified. NULL on out of host memory. */
+br_buf *br_unit_transient(br_ctx *ctx);
+
+/* Whether buf is the context's unit transient (a fused launcher then does not keep
+ * the values). */
+int br_is_unit_transient(const br_ctx *ctx, const br_buf *buf);
+
+/* The unit transient's memory, grown to the first->unit_transient floats the unit
+ * names (none: nothing to do). Its ops read br_ptr when they run, so the recorded
+ * units that name it follow it when it moves; a backend that replays captured
+ * launches runs such units fused, never needing it. */
+br_status br_unit_reserve_transient(br_ctx *ctx, const br_op *first);
+
+/* Run one unit (first: its first op) through the backend: its run_unit where it has
+ * one, else br_unit_run_ops. For backends replaying recorded units (CUDA capture). */
+br_status br_unit_exec(br_ctx *ctx, const br_op *first);
+
+/* Each of the n ops in turn through the backend's op table (the unfused meaning of a
+ * unit), the unit transient reserved first where first->unit_transient says so. */
+br_status br_unit_run_ops(br_ctx *ctx, const br_op *first, size_t n);
+
+/* One op through the backend's op table, BR_E_UNSUPPORTED where it has none. */
+br_status br_op_exec(br_ctx *ctx, const br_op *op);
 
 #ifdef __cplusplus
 }

@@ -167,25 +167,27 @@ static br_status check_sign_steps(br_ctx *ctx, const char *fn, const br_sign_ste
     return BR_OK;
 }
 
-/* The checked steps in ops of up to BR_SIGN_STEPS_MAX matrices; adam (or NULL)
- * rides on the last. */
+/* The checked steps in units of up to BR_SIGN_STEPS_MAX SIGN_STEP ops; adam (or
+ * NULL) rides on the last as its ADAM_CAT op. */
 static br_status submit_sign_steps(br_ctx *ctx, const br_sign_step_args *a, size_t n,
                                    const br_adam_args *adam) {
     for (size_t i0 = 0; i0 < n; i0 += BR_SIGN_STEPS_MAX) {
-        br_op op = {.kind = BR_OP_SIGN_STEPS};
+        br_op ops[BR_SIGN_STEPS_MAX + 1];
         size_t ws = 0, cnt = n - i0 < BR_SIGN_STEPS_MAX ? n - i0 : BR_SIGN_STEPS_MAX;
         for (size_t i = 0; i < cnt; i++) {
-            op.u.sign_steps.m[i] = a[i0 + i];
+            ops[i] = (br_op){.kind = BR_OP_SIGN_STEP};
+            ops[i].u.sign_step = a[i0 + i];
             size_t w = br_sign_step_workspace(a[i0 + i].rows, a[i0 + i].r);
             if (w > ws) ws = w;
         }
-        op.u.sign_steps.n = cnt;
+        size_t nops = cnt;
         if (adam && i0 + cnt == n) {
-            op.u.sign_steps.with_adam = 1;
-            op.u.sign_steps.adam = *adam;
+            ops[nops] = (br_op){.kind = BR_OP_ADAM_CAT};
+            ops[nops++].u.adam = *adam;
         }
         /* one step at a time needs the largest step's; together, a count row each */
-        BR_TRY(br_submit(ctx, &op, ws + BR_SIGN_STEPS_MAX * BR_SIGN_GRID * sizeof(uint32_t)));
+        BR_TRY(br_submit_unit(ctx, ops, nops, "sign_step", 0,
+                              ws + BR_SIGN_STEPS_MAX * BR_SIGN_GRID * sizeof(uint32_t)));
     }
     return BR_OK;
 }

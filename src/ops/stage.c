@@ -42,8 +42,8 @@ br_status br_cvt_multi(br_ctx *ctx, const br_buf *src, size_t n_out, const br_bu
     BR_TRY(check_src_shape(ctx, fn, "m", "m·k", m, k, scale, &n_src));
     BR_TRY(br_check_mul(ctx, fn, "br_pad_rows(m)·k", br_pad_rows(m), k, &n_dst));
     BR_TRY(br_check_buf(ctx, fn, "src", src, BR_F32, n_src));
-    br_op op = {.kind = BR_OP_CVT_MULTI};
-    br_cvt_multi_args *a = &op.u.cvt_multi;
+    /* n_out br_cvt of one source, as one unit (one launch on CUDA) */
+    br_op ops[4];
     for (size_t i = 0; i < n_out; i++) {
         const br_buf *col = cols ? cols[i] : NULL;
         BR_TRY(br_check_opt_buf(ctx, fn, col_names[i], col, BR_F32, k));
@@ -53,15 +53,11 @@ br_status br_cvt_multi(br_ctx *ctx, const br_buf *src, size_t n_out, const br_bu
             if (br_bufs_overlap(dsts[i], n_dst, dsts[j], n_dst))
                 return br_fail(ctx, BR_E_ARG, "br_cvt_multi: %s overlaps %s", dst_names[i],
                                dst_names[j]);
-        a->col[i] = col;
-        a->dst[i] = dsts[i];
+        ops[i] = (br_op){.kind = BR_OP_CVT};
+        ops[i].u.cvt =
+            (br_cvt_args){.src = src, .col = col, .dst = dsts[i], .m = m, .k = k, .scale = scale};
     }
-    a->src = src;
-    a->n_out = n_out;
-    a->m = m;
-    a->k = k;
-    a->scale = scale;
-    return br_submit(ctx, &op, 0);
+    return br_submit_unit(ctx, ops, n_out, "cvt_multi", 0, 0);
 }
 
 br_status br_cvt_cols(br_ctx *ctx, const br_buf *src, size_t ld_src, size_t col0, br_buf *dst,

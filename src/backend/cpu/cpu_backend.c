@@ -128,7 +128,6 @@ static const br_backend cpu_backend = {
             [BR_OP_MM] = br_cpu_mm,
             [BR_OP_MM_BITS] = br_cpu_mm_bits,
             [BR_OP_CVT] = br_cpu_cvt,
-            [BR_OP_CVT_MULTI] = br_cpu_cvt_multi,
             [BR_OP_CVT_COLS] = br_cpu_cvt_cols,
             [BR_OP_CVT_T] = br_cpu_cvt_t,
             [BR_OP_EXPAND] = br_cpu_expand,
@@ -148,15 +147,10 @@ static const br_backend cpu_backend = {
             [BR_OP_CVT_PAD] = br_cpu_cvt_pad,
             [BR_OP_STEP_CTRL] = br_cpu_step_ctrl,
             [BR_OP_SIGN_STEP] = br_cpu_sign_step,
-            [BR_OP_SIGN_STEPS] = br_cpu_sign_steps,
             [BR_OP_EXPAND_SCALED] = br_cpu_expand_scaled,
             [BR_OP_SIGN_ROWDOT] = br_cpu_sign_rowdot,
             [BR_OP_CVT_BOTH] = br_cpu_cvt_both,
-            [BR_OP_MM_STAGE] = br_cpu_mm_stage,
             [BR_OP_MM_TN] = br_cpu_mm_tn,
-            [BR_OP_MM_TN2] = br_cpu_mm_tn2,
-            [BR_OP_EXPAND_SCALED2] = br_cpu_expand_scaled2,
-            [BR_OP_MM_COLSUM] = br_cpu_mm_colsum,
         },
 };
 

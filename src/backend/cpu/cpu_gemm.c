@@ -21,9 +21,8 @@
  * OpenBLAS's thread count was. Each panel also converts its act rows and runs its
  * own epilogue, so those run on the team too.
  *
- * The ops that end in another op (mm_tn2's rowdots, mm_stage, mm_colsum) are here,
- * with the GEMM they start with: each calls down into the op it feeds
- * (cpu_layer_ops.c, cpu_reduce.c), which never calls back into this file. */
+ * A c may be f16 (br_mm_stage's unit): its values enter the epilogue as their exact
+ * f32 values, the same bits as an f32 c holding them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,18 +154,20 @@ static void block_product(const float *a, const float *b, size_t ldb, float *sum
 /* Rows i0..i1−1, columns j0..j1−1 of out's block from the sums (rows lds apart,
  * column j at sums[j]; the sums may be out's block itself):
  * (oscale·sum)·colscale[j] + beta·c, each product rounded to f32 (the build does
- * not contract a*b + c). */
+ * not contract a*b + c). c is f32, or c16 f16 (one of them or neither). */
 static void epilogue(const br_gemm *g, const float *sums, size_t lds, float *out,
-                     const float *colscale, const float *c, size_t i0, size_t i1, size_t j0,
-                     size_t j1) {
+                     const float *colscale, const float *c, const uint16_t *c16, size_t i0,
+                     size_t i1, size_t j0, size_t j1) {
     for (size_t i = i0; i < i1; i++) {
         const float *srow = sums + i * lds;
         float *orow = out + i * g->ldo + g->ocol;
         const float *crow = c ? c + i * g->ldo + g->ocol : NULL;
+        const uint16_t *crow16 = c16 ? c16 + i * g->ldo + g->ocol : NULL;
         for (size_t j = j0; j < j1; j++) {
             float v = g->oscale * srow[j];
             if (colscale) v = v * colscale[j];
             if (crow) v = v + g->beta * crow[j];
+            if (crow16) v = v + g->beta * br_half_to_float(crow16[j]);
             orow[j] = v;
         }
     }
@@ -205,9 +206,11 @@ static br_status run_gemm(br_ctx *ctx, const char *name, const br_mm_args *a,
     const size_t m = g->m, n = g->n, k = g->k;
     float *out = br_ptr(a->out);
     const float *colscale = g->colscale ? br_ptr(g->colscale) : NULL;
-    const float *c = g->c ? br_ptr(g->c) : NULL;
+    const int f16_c = g->c && br_buf_dtype(g->c) == BR_F16;
+    const float *c = g->c && !f16_c ? br_ptr(g->c) : NULL;
+    const uint16_t *c16 = f16_c ? br_ptr(g->c) : NULL;
     const int scratch = c == out;
-    const int plain = g->oscale == 1.0f && !colscale && !c;
+    const int plain = g->oscale == 1.0f && !colscale && !g->c;
     float *bt = malloc(n * k * sizeof *bt);
     float *act = malloc(m * k * sizeof *act);
     float *sums = scratch ? malloc(m * n * sizeof *sums) : out + g->ocol;
@@ -238,10 +241,10 @@ static br_status run_gemm(br_ctx *ctx, const char *name, const br_mm_args *a,
         if (p.by_rows) { /* rows f..f+e of act, sums and out */
             rows_of(act16, g->lda, act, k, f, f + e);
             block_product(act + f * k, bt, n, sums + f * lds, lds, e, n, k);
-            if (!plain) epilogue(g, sums, lds, out, colscale, c, f, f + e, 0, n);
+            if (!plain) epilogue(g, sums, lds, out, colscale, c, c16, f, f + e, 0, n);
         } else { /* columns f..f+e of bt, sums and out */
             block_product(act, bt + f, n, sums + f, lds, m, e, k);
-            if (!plain) epilogue(g, sums, lds, out, colscale, c, 0, m, f, f + e);
+            if (!plain) epilogue(g, sums, lds, out, colscale, c, c16, 0, m, f, f + e);
         }
     }
     br_blas_serial_end(prev);
@@ -270,84 +273,4 @@ br_status br_cpu_mm_tn(br_ctx *ctx, const br_op *op) {
     ctx->stats.launches++;
     plane_src src = {.f16 = br_ptr(a->plane), .tn = 1, .ldp = a->ldp};
     return run_gemm(ctx, "mm_tn", a, &src);
-}
-
-/* The two products in turn, each the same bits as its own mm_tn; with rowdot, then
- * each side's rowdot as its own op computes it. */
-br_status br_cpu_mm_tn2(br_ctx *ctx, const br_op *op) {
-    for (int i = 0; i < 2; i++) {
-        const br_mm_args *a = &op->u.mm_tn2.mm[i];
-        ctx->stats.launches++;
-        plane_src src = {.f16 = br_ptr(a->plane), .tn = 1, .ldp = a->ldp};
-        BR_TRY(run_gemm(ctx, "mm_tn2", a, &src));
-    }
-    if (!op->u.mm_tn2.rowdot) return BR_OK;
-    for (int i = 0; i < 2; i++) {
-        br_op rd = {.kind = BR_OP_SIGN_ROWDOT};
-        rd.u.sign_rowdot = op->u.mm_tn2.rd[i];
-        BR_TRY(br_cpu_sign_rowdot(ctx, &rd));
-    }
-    return BR_OK;
-}
-
-/* ---------------------------------------------------------------- mm_stage */
-
-/* br_mm into out (or a buffer of its own when out is NULL), then br_cvt_both of it:
- * the definition of the op, as the CUDA backend's fused epilogue must match it. An
- * f16 c: the plain product (oscale 1, no c: acc itself), then the epilogue the GEMM
- * applies with c, fl(fl(oscale·acc) + fl(beta·c)), on c's f32 values. */
-br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op) {
-    const br_mm_stage_args *a = &op->u.mm_stage;
-    br_op mm = {.kind = BR_OP_MM};
-    mm.u.mm = a->mm;
-    const int c16 = br_buf_dtype(a->mm.g.c) == BR_F16;
-    if (c16) {
-        mm.u.mm.g.c = NULL;
-        mm.u.mm.g.beta = 0.0f;
-        mm.u.mm.g.oscale = 1.0f;
-    }
-    br_buf *own = NULL;
-    if (!mm.u.mm.out) {
-        BR_TRY(br_buf_new(ctx, BR_F32, a->mm.g.m * a->mm.g.n, &own));
-        mm.u.mm.out = own;
-    }
-    br_status st = br_cpu_mm(ctx, &mm);
-    if (st == BR_OK && c16) {
-        float *o = br_ptr(mm.u.mm.out), alpha = a->mm.g.oscale, beta = a->mm.g.beta;
-        const uint16_t *c = br_ptr(a->mm.g.c);
-        size_t count = a->mm.g.m * a->mm.g.n;
-        OMP("omp parallel for schedule(static) if (count >= PARALLEL_MIN_ELEMS)")
-        for (size_t i = 0; i < count; i++) {
-            float scaled = o[i] * alpha, cterm = beta * br_half_to_float(c[i]);
-            o[i] = scaled + cterm;
-        }
-    }
-    if (st == BR_OK) {
-        br_op cb = {.kind = BR_OP_CVT_BOTH};
-        cb.u.cvt_both = (br_cvt_both_args){.src = mm.u.mm.out,
-                                           .col = NULL,
-                                           .dst = a->dst,
-                                           .dst_t = a->dst_t,
-                                           .m = a->mm.g.m,
-                                           .k = a->mm.g.n,
-                                           .ld = a->ld,
-                                           .scale = a->scale};
-        st = br_cpu_cvt_both(ctx, &cb);
-    }
-    br_buf_free(own);
-    return st;
-}
-
-/* ---------------------------------------------------------------- mm_colsum */
-
-/* br_mm into b (cs.b is mm.out), then colsum_fused of it: the definition of the op,
- * which the CUDA backend's fused epilogue must match bit for bit. */
-br_status br_cpu_mm_colsum(br_ctx *ctx, const br_op *op) {
-    const br_mm_colsum_args *a = &op->u.mm_colsum;
-    br_op mm = {.kind = BR_OP_MM};
-    mm.u.mm = a->mm;
-    BR_TRY(br_cpu_mm(ctx, &mm));
-    br_op cs = {.kind = BR_OP_COLSUM_FUSED};
-    cs.u.colsum_fused = a->cs;
-    return br_cpu_colsum_fused(ctx, &cs);
 }

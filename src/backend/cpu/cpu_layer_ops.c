@@ -63,13 +63,6 @@ br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op) {
     return expand_scaled(ctx, &op->u.expand_scaled);
 }
 
-/* The two ops in order (one launch, as the CUDA backend counts it). */
-br_status br_cpu_expand_scaled2(br_ctx *ctx, const br_op *op) {
-    ctx->stats.launches++;
-    BR_TRY(expand_scaled(ctx, &op->u.expand_scaled2.e[0]));
-    return expand_scaled(ctx, &op->u.expand_scaled2.e[1]);
-}
-
 /* ---------------------------------------------------------------- sign_rowdot */
 
 /* Σ_k s(k)·m[k] over one row of r (a multiple of 32): lane l sums k ≡ l (mod 32)

@@ -24,12 +24,8 @@ br_status br_cpu_copy(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm_bits(br_ctx *ctx, const br_op *op);
 br_status br_cpu_mm_tn(br_ctx *ctx, const br_op *op);
-br_status br_cpu_mm_tn2(br_ctx *ctx, const br_op *op);
-br_status br_cpu_mm_stage(br_ctx *ctx, const br_op *op);
-br_status br_cpu_mm_colsum(br_ctx *ctx, const br_op *op);
 /* cpu_stage.c */
 br_status br_cpu_cvt(br_ctx *ctx, const br_op *op);
-br_status br_cpu_cvt_multi(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_cols(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_t(br_ctx *ctx, const br_op *op);
 br_status br_cpu_expand(br_ctx *ctx, const br_op *op);
@@ -54,10 +50,8 @@ br_status br_cpu_sumsq_cat(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_pad(br_ctx *ctx, const br_op *op);
 br_status br_cpu_step_ctrl(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op);
-br_status br_cpu_sign_steps(br_ctx *ctx, const br_op *op);
 /* cpu_layer_ops.c */
 br_status br_cpu_expand_scaled(br_ctx *ctx, const br_op *op);
-br_status br_cpu_expand_scaled2(br_ctx *ctx, const br_op *op);
 br_status br_cpu_sign_rowdot(br_ctx *ctx, const br_op *op);
 br_status br_cpu_cvt_both(br_ctx *ctx, const br_op *op);
 

@@ -265,18 +265,3 @@ br_status br_cpu_sign_step(br_ctx *ctx, const br_op *op) {
     free(colsums);
     return BR_OK;
 }
-
-/* One after another: each exactly as its own sign_step op; then the Adam job as
- * its own adam_cat op. */
-br_status br_cpu_sign_steps(br_ctx *ctx, const br_op *op) {
-    const br_sign_steps_args *a = &op->u.sign_steps;
-    for (size_t i = 0; i < a->n; i++) {
-        br_op one = {.kind = BR_OP_SIGN_STEP};
-        one.u.sign_step = a->m[i];
-        BR_TRY(br_cpu_sign_step(ctx, &one));
-    }
-    if (!a->with_adam) return BR_OK;
-    br_op adam = {.kind = BR_OP_ADAM_CAT};
-    adam.u.adam = a->adam;
-    return br_cpu_adam_cat(ctx, &adam);
-}

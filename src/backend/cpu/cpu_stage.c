@@ -39,16 +39,6 @@ br_status br_cpu_cvt(br_ctx *ctx, const br_op *op) {
     return BR_OK;
 }
 
-br_status br_cpu_cvt_multi(br_ctx *ctx, const br_op *op) {
-    const br_cvt_multi_args *a = &op->u.cvt_multi;
-    ctx->stats.launches++;
-    /* one pass per output: the values are those of br_cvt, whatever the read order */
-    for (size_t i = 0; i < a->n_out; i++)
-        stage_rows(br_ptr(a->src), a->k, 0, br_ptr(a->col[i]), br_ptr(a->dst[i]), a->m, a->k,
-                   a->scale);
-    return BR_OK;
-}
-
 br_status br_cpu_cvt_cols(br_ctx *ctx, const br_op *op) {
     const br_cvt_cols_args *a = &op->u.cvt_cols;
     ctx->stats.launches++;

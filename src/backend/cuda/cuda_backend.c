@@ -1,6 +1,6 @@
 /* The CUDA backend: one device, its own stream or a caller's, device memory (its
  * own or wrapped), events for the profiler, stream-captured graphs, and the op
- * table. */
+ * table (units of ops run through cuda_fuse.c, which fuses their patterns). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,6 +179,15 @@ br_status br_cuda_workspace(br_ctx *ctx, size_t bytes, void **out) {
     if (s->capturing)
         return br_fail(ctx, BR_E_STATE, "workspace of %zu bytes not reserved before graph capture",
                        bytes);
+    /* a capture by the caller (torch.cuda.graph) on the context's stream: cudaMalloc
+     * would invalidate it */
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    BR_CUDA_TRY(ctx, cudaStreamIsCapturing(s->stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone)
+        return br_fail(ctx, BR_E_STATE,
+                       "workspace: %zu bytes needed while the stream is being captured, %zu "
+                       "reserved (run the same work once before the capture)",
+                       bytes, s->ws_bytes);
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
@@ -231,12 +240,8 @@ static br_status cuda_graph_launch(br_ctx *ctx, br_graph *g) {
         }
         s->capturing = 1;
         br_status st = BR_OK;
-        for (size_t i = 0; i < g->n && st == BR_OK; i++) {
-            br_op_fn fn = ctx->be->ops[g->ops[i].kind];
-            st = fn ? fn(ctx, &g->ops[i])
-                    : br_fail(ctx, BR_E_UNSUPPORTED, "%s is not implemented on the cuda backend",
-                              br_op_name(g->ops[i].kind));
-        }
+        for (size_t i = 0; i < g->n && st == BR_OK; i += g->ops[i].unit_n)
+            st = br_unit_exec(ctx, &g->ops[i]);
         s->capturing = 0;
         cudaGraph_t graph = NULL;
         e = cudaStreamEndCapture(s->stream, &graph);
@@ -340,7 +345,15 @@ static br_status cuda_set_stream(br_ctx *ctx, void *stream, int own) {
         BR_CUDA_TRY(ctx, cudaEventRecord(s->order_event, s->stream));
         BR_CUDA_TRY(ctx, cudaStreamWaitEvent(to, s->order_event, 0));
     } else if (cap_from == cudaStreamCaptureStatusNone) {
-        BR_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
+        /* A capture in global mode (torch.cuda.graph's default) forbids a synchronize
+         * on any stream of any thread in the process; this thread's relaxed mode
+         * exempts this one wait for the old stream, which the capture never sees. */
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        BR_CUDA_TRY(ctx, cudaThreadExchangeStreamCaptureMode(&mode));
+        const cudaError_t se = cudaStreamSynchronize(s->stream);
+        BR_CUDA_TRY(ctx, cudaThreadExchangeStreamCaptureMode(&mode));
+        if (se != cudaSuccess)
+            return br_cuda_check(ctx, se, "cudaStreamSynchronize(s->stream)", __FILE__, __LINE__);
     } else if (cap_to != cudaStreamCaptureStatusNone) {
         /* both captured: an edge inside the capture (CUDA refuses it between two) */
         BR_CUDA_TRY(ctx, cudaEventRecord(s->order_event, s->stream));
@@ -411,8 +424,8 @@ static const br_backend cuda_backend = {
     .graph_release = cuda_graph_release,
     .timer_mark = cuda_timer_mark,
     .timer_elapsed = cuda_timer_elapsed,
-    .mm_stage_ws = br_cuda_mm_stage_ws,
-    .mm_tn_ws = br_cuda_mm_tn_ws,
+    .unit_ws = br_cuda_unit_ws,
+    .run_unit = br_cuda_run_unit,
     .check_wrap = cuda_check_wrap,
     .set_stream = cuda_set_stream,
     .stream = cuda_stream,
@@ -423,7 +436,6 @@ static const br_backend cuda_backend = {
             [BR_OP_MM] = br_cuda_mm,
             [BR_OP_MM_BITS] = br_cuda_mm_bits,
             [BR_OP_CVT] = br_cuda_cvt,
-            [BR_OP_CVT_MULTI] = br_cuda_cvt_multi,
             [BR_OP_CVT_COLS] = br_cuda_cvt_cols,
             [BR_OP_CVT_T] = br_cuda_cvt_t,
             [BR_OP_EXPAND] = br_cuda_expand,
@@ -443,15 +455,10 @@ static const br_backend cuda_backend = {
             [BR_OP_CVT_PAD] = br_cuda_cvt_pad,
             [BR_OP_STEP_CTRL] = br_cuda_step_ctrl,
             [BR_OP_SIGN_STEP] = br_cuda_sign_step,
-            [BR_OP_SIGN_STEPS] = br_cuda_sign_steps,
             [BR_OP_EXPAND_SCALED] = br_cuda_expand_scaled,
             [BR_OP_SIGN_ROWDOT] = br_cuda_sign_rowdot,
             [BR_OP_CVT_BOTH] = br_cuda_cvt_both,
-            [BR_OP_MM_STAGE] = br_cuda_mm_stage,
             [BR_OP_MM_TN] = br_cuda_mm_tn,
-            [BR_OP_MM_TN2] = br_cuda_mm_tn2,
-            [BR_OP_EXPAND_SCALED2] = br_cuda_expand_scaled2,
-            [BR_OP_MM_COLSUM] = br_cuda_mm_colsum,
         },
 };
 

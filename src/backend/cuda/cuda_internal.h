@@ -83,7 +83,6 @@ unsigned br_cuda_blocks(br_ctx *ctx, size_t items, unsigned threads);
 /* Op functions, one file per concern. */
 /* cuda_stage.cu */
 br_status br_cuda_cvt(br_ctx *ctx, const br_op *op);
-br_status br_cuda_cvt_multi(br_ctx *ctx, const br_op *op);
 br_status br_cuda_cvt_cols(br_ctx *ctx, const br_op *op);
 br_status br_cuda_cvt_t(br_ctx *ctx, const br_op *op);
 br_status br_cuda_expand(br_ctx *ctx, const br_op *op);
@@ -113,19 +112,13 @@ br_status br_cuda_sumsq_cat(br_ctx *ctx, const br_op *op);
 br_status br_cuda_cvt_pad(br_ctx *ctx, const br_op *op);
 br_status br_cuda_step_ctrl(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op);
-br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op);
 /* cuda_layer_ops.cu */
 br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op);
-br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *op);
 br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op);
-/* Two sign rowdots in one launch, each exactly as br_cuda_sign_rowdot computes it
- * (br_mm_tn2_rowdot's sides; cuda_layer_ops.cu). */
-br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_sign_rowdot_args *a,
-                               const br_sign_rowdot_args *b);
 br_status br_cuda_cvt_both(br_ctx *ctx, const br_op *op);
-/* cvt_both on device pointers (the MM_STAGE op's unfused path stages with it); with
- * c (col NULL) the value staged is fl(fl(src·alpha) + fl(beta·c)), a GEMM epilogue
- * with c applied to the plain product src. */
+/* cvt_both on device pointers (br_mm_stage's fusion stages with it where the GEMM
+ * cannot); with c (col NULL) the value staged is fl(fl(src·alpha) + fl(beta·c)), a
+ * GEMM epilogue with c applied to the plain product src. */
 br_status br_cuda_cvt_both_ptr(br_ctx *ctx, const float *src, const float *col, uint16_t *dst,
                                uint16_t *dst_t, size_t m, size_t k, size_t ld, float scale,
                                const float *c, float alpha, float beta);
@@ -135,16 +128,53 @@ br_status br_cuda_cvt_both_res16(br_ctx *ctx, const float *src, uint16_t *dst, u
                                  size_t m, size_t k, size_t ld, float scale, const uint16_t *c,
                                  float alpha, float beta, float *res_out);
 /* gemm/dispatch.cu (dispatch to the mma.sync and wgmma kernels) */
-br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op);
-size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a);
-br_status br_cuda_mm_colsum(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op);
-br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op);
+/* room for the transposed operands where an MM_TN op runs on K-major kernels */
 size_t br_cuda_mm_tn_ws(br_ctx *ctx, const br_mm_args *a);
 br_status br_cuda_mm(br_ctx *ctx, const br_op *op);
 br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op);
 /* whether this build carries the sm_90a (wgmma) kernels */
 int br_cuda_built_wgmma(void);
+
+/* ---------------------------------------------------------------- fusions
+ * The fused launchers of cuda_fuse.c's table: each takes the ops of the pattern it
+ * matched, in unit order, and runs them with the same bits as those ops in turn
+ * (the unit's front-end checked them apart where a kernel runs them at once).
+ * *_match: whether the ops (of the pattern's kinds) are the form the launcher takes;
+ * *_ws: the workspace it needs beyond the unit's reservation; n: the ops taken. */
+
+/* MM then CVT_BOTH of its product (br_mm_stage): the product staged from the GEMM's
+ * epilogue where it can (EPI_STAGE16, gemm/dispatch.cu), else the plain product and
+ * the staging pass applying c (br_cuda_cvt_both_ptr / _res16). */
+typedef struct br_mm_stage_args {
+    br_mm_args mm; /* mm.out NULL: not kept (the unit transient) */
+    br_buf *dst;   /* f16 [br_pad_rows(g.m)][ld] */
+    br_buf *dst_t; /* f16 [br_pad_rows(g.n)][br_pad_tokens(g.m)] or NULL */
+    size_t ld;
+    float scale;
+} br_mm_stage_args;
+int br_cuda_mm_stage_match(br_ctx *ctx, const br_op *ops);
+size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_op *ops);
+br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *ops, size_t n);
+/* MM_TN, MM_TN sharing k (br_mm_tn2): one launch of the MN-major kernel. */
+int br_cuda_mm_tn_pair_match(br_ctx *ctx, const br_op *ops);
+br_status br_cuda_mm_tn_pair(br_ctx *ctx, const br_op *ops, size_t n);
+/* SIGN_ROWDOT, SIGN_ROWDOT (br_mm_tn2_rowdot's sides): one launch (cuda_layer_ops.cu). */
+br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_op *ops, size_t n);
+/* EXPAND_SCALED, EXPAND_SCALED (br_expand_scaled2): one launch (cuda_layer_ops.cu). */
+br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *ops, size_t n);
+/* 2 to 4 CVT of one source, m, k and scale (br_cvt_multi): one launch (cuda_stage.cu). */
+br_status br_cuda_cvt_multi(br_ctx *ctx, const br_op *ops, size_t n);
+/* n_steps SIGN_STEP (2 ..BR_SIGN_STEPS_MAX) then, where ops[n_steps] is ADAM_CAT (n =
+ * n_steps + 1), the Adam job (br_sign_steps, br_sign_steps_adam; cuda_sign.cu): their
+ * updates in one launch, where every step flips directly (latent, full second
+ * moment, no binding budget: br_cuda_sign_steps_together). */
+int br_cuda_sign_steps_together(const br_op *ops, size_t n_steps);
+br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *ops, size_t n);
+
+/* cuda_fuse.c: the backend's run_unit and unit_ws */
+br_status br_cuda_run_unit(br_ctx *ctx, const br_op *ops, size_t n);
+size_t br_cuda_unit_ws(br_ctx *ctx, const br_op *ops, size_t n);
 
 #ifdef __cplusplus
 }

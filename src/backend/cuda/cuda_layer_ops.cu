@@ -216,8 +216,9 @@ __global__ void __launch_bounds__(THREADS, 8) expand_scaled_rows_kernel(const ex
     expand_rows_blocks<VEC>(e, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
 }
 
-/* Two expands in one launch (EXPAND_SCALED2): blocks x < bx1 run the first job as
- * its own launch of bx1 blocks by y1 path rows would, the rest the second's (bx2 =
+/* Two expands in one launch (two EXPAND_SCALED ops of a unit, cuda_fuse.c): blocks
+ * x < bx1 run the first job as its own launch of bx1 blocks by y1 path rows would,
+ * the rest the second's (bx2 =
  * gridDim.x − bx1 by y2). Grid rows y ≥ a job's count start past its last path (a
  * count below gridDim.y ≤ MAX_GRID_Y is the job's path count). VEC: both jobs allow
  * it; ROWS1, ROWS2: the jobs' orientations (compiled in: a run-time choice of body
@@ -288,13 +289,12 @@ extern "C" br_status br_cuda_expand_scaled(br_ctx *ctx, const br_op *op) {
     return BR_OK;
 }
 
-extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *op) {
+extern "C" br_status br_cuda_expand_scaled2(br_ctx *ctx, const br_op *ops, size_t) {
     br_cuda *s = br_cuda_state(ctx);
-    const br_expand_scaled2_args *a = &op->u.expand_scaled2;
     unsigned bx[2], y[2];
     bool vec[2];
-    const expand_job e1 = expand_job_of(ctx, &a->e[0], &bx[0], &y[0], &vec[0]);
-    const expand_job e2 = expand_job_of(ctx, &a->e[1], &bx[1], &y[1], &vec[1]);
+    const expand_job e1 = expand_job_of(ctx, &ops[0].u.expand_scaled, &bx[0], &y[0], &vec[0]);
+    const expand_job e2 = expand_job_of(ctx, &ops[1].u.expand_scaled, &bx[1], &y[1], &vec[1]);
     typedef void (*kernel2)(const expand_job, const expand_job, unsigned, unsigned, unsigned);
     static const kernel2 ks[2][2][2] = {
         {{expand_scaled2_kernel<false, false, false>, expand_scaled2_kernel<false, false, true>},
@@ -428,9 +428,9 @@ extern "C" br_status br_cuda_sign_rowdot(br_ctx *ctx, const br_op *op) {
     return BR_OK;
 }
 
-extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_sign_rowdot_args *a,
-                                          const br_sign_rowdot_args *b) {
+extern "C" br_status br_cuda_sign_rowdot2(br_ctx *ctx, const br_op *ops, size_t) {
     br_cuda *s = br_cuda_state(ctx);
+    const br_sign_rowdot_args *a = &ops[0].u.sign_rowdot, *b = &ops[1].u.sign_rowdot;
     /* each side's paths in grid rows of its own (both within MAX_GRID_Y together) */
     const unsigned half = MAX_GRID_Y / 2;
     const unsigned y1 = a->paths < half ? (unsigned)a->paths : half;

@@ -773,27 +773,49 @@ extern "C" br_status br_cuda_sign_step(br_ctx *ctx, const br_op *op) {
     return launch_step(ctx, a, make_job(a, (uint32_t *)mem));
 }
 
-/* Steps that flip directly (latent, full second moment, no binding budget) run as
- * one update launch and one finish launch, which also runs the Adam job if there is
- * one; any other mix runs one step after another over the same workspace, then the
- * Adam job's own launch. */
-extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *op) {
-    const br_sign_steps_args *a = &op->u.sign_steps;
+/* The steps of a unit of br_sign_steps and, with_adam, the Adam job riding on them. */
+typedef struct br_sign_steps_args {
+    br_sign_step_args m[BR_SIGN_STEPS_MAX];
+    size_t n;
+    int with_adam;
+    br_adam_args adam; /* as br_adam_cat builds it (rel_floor per element) */
+} br_sign_steps_args;
+
+/* Whether the n steps all flip directly (latent, full second moment, no binding
+ * budget): then their updates run as one launch and their finish (with the Adam job
+ * if there is one) as one more or in the same. Any other mix runs as its ops, one
+ * step after another over the same workspace, then the Adam job's own launch. */
+extern "C" int br_cuda_sign_steps_together(const br_op *ops, size_t n) {
+    int together = n > 1;
+    for (size_t i = 0; i < n; i++) {
+        const br_sign_step_args *m = &ops[i].u.sign_step;
+        together = together && !m->exact && !m->factored && m->budget >= m->rows * m->r;
+    }
+    return together;
+}
+
+/* The steps and the Adam job of a matched unit: SIGN_STEP ops, then ADAM_CAT or not. */
+static br_sign_steps_args steps_of(const br_op *ops, size_t n) {
+    br_sign_steps_args a;
+    memset(&a, 0, sizeof a);
+    a.with_adam = ops[n - 1].kind == BR_OP_ADAM_CAT;
+    a.n = n - (size_t)a.with_adam;
+    for (size_t i = 0; i < a.n; i++)
+        a.m[i] = ops[i].u.sign_step;
+    if (a.with_adam) a.adam = ops[n - 1].u.adam;
+    return a;
+}
+
+extern "C" br_status br_cuda_sign_steps(br_ctx *ctx, const br_op *ops, size_t n) {
+    const br_sign_steps_args steps = steps_of(ops, n), *a = &steps;
     size_t ws = 0;
-    int together = a->n > 1;
     for (size_t i = 0; i < a->n; i++) {
         const br_sign_step_args *m = &a->m[i];
         size_t w = br_sign_step_workspace(m->rows, m->r);
         if (w > ws) ws = w;
-        together = together && !m->exact && !m->factored && m->budget >= m->rows * m->r;
     }
     void *mem = NULL;
     BR_TRY(br_cuda_workspace(ctx, ws + BR_SIGN_STEPS_MAX * GRID_MAX * sizeof(uint32_t), &mem));
-    if (!together) {
-        for (size_t i = 0; i < a->n; i++)
-            BR_TRY(launch_step(ctx, &a->m[i], make_job(&a->m[i], (uint32_t *)mem)));
-        return a->with_adam ? br_cuda_adam_launch(ctx, &a->adam) : BR_OK;
-    }
     /* each job's counts in a row of its own past the shared workspace; its grid share
      * as one step alone would have, at most GRID_MAX / BR_SIGN_STEPS_MAX blocks */
     uint32_t *cnt = (uint32_t *)((char *)mem + ws);

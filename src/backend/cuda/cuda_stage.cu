@@ -103,13 +103,14 @@ extern "C" br_status br_cuda_cvt(br_ctx *ctx, const br_op *op) {
     return cvt_run(ctx, &j);
 }
 
-extern "C" br_status br_cuda_cvt_multi(br_ctx *ctx, const br_op *op) {
-    const br_cvt_multi_args *a = &op->u.cvt_multi;
+/* n CVT ops of one source, m, k and scale (cuda_fuse.c): one job of n outputs. */
+extern "C" br_status br_cuda_cvt_multi(br_ctx *ctx, const br_op *ops, size_t n) {
+    const br_cvt_args *a = &ops[0].u.cvt;
     cvt_job j = cvt_job_of((const float *)br_ptr(a->src), a->k, a->m, a->k, a->scale);
-    j.n_out = (int)a->n_out;
+    j.n_out = (int)n;
     for (int o = 0; o < j.n_out; o++) {
-        j.col[o] = (const float *)br_ptr(a->col[o]);
-        j.dst[o] = (uint16_t *)br_ptr(a->dst[o]);
+        j.col[o] = (const float *)br_ptr(ops[o].u.cvt.col);
+        j.dst[o] = (uint16_t *)br_ptr(ops[o].u.cvt.dst);
     }
     return cvt_run(ctx, &j);
 }

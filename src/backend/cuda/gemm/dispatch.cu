@@ -1,5 +1,8 @@
 /* The GEMM ops of the CUDA backend: br_cuda_mm and br_cuda_mm_bits pick a
- * kernel family and tile and launch it on the context's stream.
+ * kernel family and tile and launch it on the context's stream; br_cuda_mm_tn runs
+ * the k-rows-first product. The GEMM fusions of cuda_fuse.c are here too: the staged
+ * product (MM then CVT_BOTH: br_cuda_mm_stage) and the pair of MM_TN products in one
+ * launch (br_cuda_mm_tn_pair).
  *
  *   wgmma     Hopper (sm_90a code on a 9.0 device): gemm/wgmma_kernel.cuh and
  *             wgmma_launch.cuh, per plane kind in gemm/wgmma_{f16,rows,cols,mn}.cu
@@ -366,7 +369,7 @@ br_status run_problem(br_ctx *ctx, Problem &p, size_t ws_bytes, const char *name
     return br_fail(ctx, BR_E_ARG, "%s: unknown plane kind %d", name, (int)kind);
 }
 
-/* The problem of an MM_STAGE op, staging outputs included. */
+/* The problem of a staged product, staging outputs included. */
 static Problem stage_problem(const br_mm_stage_args &a) {
     const size_t m = a.mm.g.m;
     Problem p = problem_of(a.mm, PLANE_F16);
@@ -378,7 +381,7 @@ static Problem stage_problem(const br_mm_stage_args &a) {
     return p;
 }
 
-/* Whether an MM_STAGE op with an f16 c runs fused, on the EPI_STAGE16 kernel (the
+/* Whether a staged product with an f16 c runs in one kernel, on the EPI_STAGE16 kernel (the
  * f16 c of a whole tile loaded under its main loop, the f16 output written over it):
  * where out is not kept, no transposed output is asked for and the operands suit
  * TMA. Option mm_stage16=0 runs the unfused path instead (for checking). On success
@@ -401,7 +404,7 @@ static bool stage16_fused(br_ctx *ctx, const Problem &p, WgmmaTile *tile) {
  * product and the staging pass applying c. An f32 c: always the latter. */
 static bool c_is_f16(const br_mm_stage_args &a) { return br_buf_dtype(a.mm.g.c) == BR_F16; }
 
-/* The problem of an MM_STAGE op with an f16 c for the EPI_STAGE16 kernel. */
+/* The problem of a staged product with an f16 c for the EPI_STAGE16 kernel. */
 static br_gemm_cuda::Problem stage16_problem(const br_mm_stage_args &a) {
     br_gemm_cuda::Problem p = br_gemm_cuda::stage_problem(a);
     p.c = nullptr;
@@ -409,16 +412,39 @@ static br_gemm_cuda::Problem stage16_problem(const br_mm_stage_args &a) {
     return p;
 }
 
-extern "C" size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_mm_stage_args *a) {
-    br_gemm_cuda::WgmmaTile tile;
-    if (a->mm.out || (c_is_f16(*a) && br_gemm_cuda::stage16_fused(ctx, stage16_problem(*a), &tile)))
-        return 0;
-    return a->mm.g.m * a->mm.g.n * sizeof(float); /* room for the product */
+extern "C" int br_cuda_mm_stage_match(br_ctx *ctx, const br_op *ops) {
+    (void)ctx;
+    const br_mm_args &mm = ops[0].u.mm;
+    const br_cvt_both_args &cb = ops[1].u.cvt_both;
+    return mm.g.c && !mm.g.colscale && mm.g.ocol == 0 && mm.g.ldo == mm.g.n && cb.src == mm.out &&
+           !cb.col && cb.col_group == 0 && cb.m == mm.g.m && cb.k == mm.g.n;
 }
 
-extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
+/* The staged product of a matched unit (MM, CVT_BOTH): mm.out NULL where the unit
+ * does not keep it (the unit transient). */
+static br_mm_stage_args stage_of(br_ctx *ctx, const br_op *ops) {
+    br_mm_stage_args a;
+    a.mm = ops[0].u.mm;
+    if (br_is_unit_transient(ctx, a.mm.out)) a.mm.out = nullptr;
+    const br_cvt_both_args &cb = ops[1].u.cvt_both;
+    a.dst = cb.dst;
+    a.dst_t = cb.dst_t;
+    a.ld = cb.ld;
+    a.scale = cb.scale;
+    return a;
+}
+
+extern "C" size_t br_cuda_mm_stage_ws(br_ctx *ctx, const br_op *ops) {
+    const br_mm_stage_args a = stage_of(ctx, ops);
+    br_gemm_cuda::WgmmaTile tile;
+    if (a.mm.out || (c_is_f16(a) && br_gemm_cuda::stage16_fused(ctx, stage16_problem(a), &tile)))
+        return 0;
+    return a.mm.g.m * a.mm.g.n * sizeof(float); /* room for the product */
+}
+
+extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *ops, size_t) {
     using namespace br_gemm_cuda;
-    const br_mm_stage_args &a = op->u.mm_stage;
+    const br_mm_stage_args a = stage_of(ctx, ops);
     const size_t m = a.mm.g.m, n = a.mm.g.n;
     const bool c16 = c_is_f16(a);
     uint16_t *dst = static_cast<uint16_t *>(br_ptr(a.dst));
@@ -461,19 +487,11 @@ extern "C" br_status br_cuda_mm_stage(br_ctx *ctx, const br_op *op) {
 }
 
 extern "C" br_status br_cuda_mm(br_ctx *ctx, const br_op *op) {
+    if (op->u.mm.g.c && br_buf_dtype(op->u.mm.g.c) == BR_F16)
+        return br_fail(ctx, BR_E_UNSUPPORTED,
+                       "mm: an f16 c runs only staged (br_mm_stage's fusion), not alone");
     return br_gemm_cuda::run(ctx, op->u.mm, br_gemm_cuda::PLANE_F16, br_gemm_cuda::FAMILY_AUTO,
                              br_gemm_cuda::TILE_AUTO);
-}
-
-/* MM_COLSUM: br_mm into mm.out, then colsum_fused. */
-extern "C" br_status br_cuda_mm_colsum(br_ctx *ctx, const br_op *op) {
-    using namespace br_gemm_cuda;
-    const br_mm_colsum_args &a = op->u.mm_colsum;
-    BR_TRY(run(ctx, a.mm, PLANE_F16, FAMILY_AUTO, TILE_AUTO));
-    br_op sub = *op;
-    sub.kind = BR_OP_COLSUM_FUSED;
-    sub.u.colsum_fused = a.cs;
-    return br_cuda_colsum_fused(ctx, &sub);
 }
 
 /* MM_TN (out = actᵀ·plane, act [k][lda] and plane [k][ldp]): the MN-major wgmma
@@ -544,44 +562,41 @@ extern "C" br_status br_cuda_mm_tn(br_ctx *ctx, const br_op *op) {
     return run_problem(ctx, p, 0, "mm_tn", FAMILY_AUTO, TILE_AUTO, A_AUTO);
 }
 
-/* MM_TN2: both products in one launch of the MN-major plain kernel where each would
- * run on it unsplit and plain with the same k, the second's tiles after the
- * first's: M_U's last wave leaves SMs idle that N_V's tiles then fill. Else
- * (option mm_tn2=0, for checking) each as MM_TN, in turn. With
- * rowdot (br_mm_tn2_rowdot), both sides' rowdots after the products, in one launch.
- * (The rowdots in the kernel's epilogue, the gradients straight from the
- * accumulators, measured slower on the H200: 0.4168 ms against 0.4099 at the third
- * bench shape with the gradients out by TMA.) */
-extern "C" br_status br_cuda_mm_tn2(br_ctx *ctx, const br_op *op) {
+/* Two MM_TN products in one launch of the MN-major plain kernel where each would run
+ * on it unsplit and plain with the same k, the second's tiles after the first's:
+ * M_U's last wave leaves SMs idle that N_V's tiles then fill. Option mm_tn2=0 (for
+ * checking) leaves them to run as MM_TN each, in turn. The two outputs are apart
+ * from each other and from the other's operands (br_mm_tn2 checked the unit). */
+static bool tn_pair_problems(br_ctx *ctx, const br_op *ops, br_gemm_cuda::Problem p[2]) {
     using namespace br_gemm_cuda;
-    const br_mm_tn2_args &two = op->u.mm_tn2;
-    const br_mm_args *m = two.mm;
-    Problem p[2];
-    bool pair = ctx->opt.mm_tn2 && m[0].g.k == m[1].g.k;
+    const br_mm_args &m0 = ops[0].u.mm, &m1 = ops[1].u.mm;
+    bool pair = ctx->opt.mm_tn2 && m0.g.k == m1.g.k;
     for (int i = 0; i < 2 && pair; i++) {
-        p[i] = problem_of(m[i], PLANE_F16);
+        const br_mm_args &m = ops[i].u.mm;
+        p[i] = problem_of(m, PLANE_F16);
         p[i].mn = true;
-        p[i].lda = (long long)m[i].g.lda;
-        p[i].ldp = (long long)m[i].ldp;
-        pair = mm_tn_direct(ctx, m[i]) && plain_problem(p[i]);
+        p[i].lda = (long long)m.g.lda;
+        p[i].ldp = (long long)m.ldp;
+        pair = mm_tn_direct(ctx, m) && plain_problem(p[i]);
     }
-    if (pair) {
-        WgmmaTile tile = pick_wgmma_pair(p[0], p[1], br_cuda_state(ctx)->sm_count);
-        WgmmaASource src = A_SMEM;
-        int splits = 1; /* gemm_splitk's factor: not used here */
-        option_overrides(ctx, &tile, &src, &splits);
-        note_kernel(ctx, "wgmma-mn pair", "mm_tn2", tile, A_SMEM, 1);
-        BR_TRY(launch_wgmma_f16_mn(ctx, p[0], tile, &p[1]));
-    } else {
-        for (int i = 0; i < 2; i++) {
-            br_op one = *op;
-            one.kind = BR_OP_MM_TN;
-            one.u.mm = m[i];
-            BR_TRY(br_cuda_mm_tn(ctx, &one));
-        }
-    }
-    /* the two rowdots in one launch */
-    return two.rowdot ? br_cuda_sign_rowdot2(ctx, &two.rd[0], &two.rd[1]) : BR_OK;
+    return pair;
+}
+
+extern "C" int br_cuda_mm_tn_pair_match(br_ctx *ctx, const br_op *ops) {
+    br_gemm_cuda::Problem p[2];
+    return tn_pair_problems(ctx, ops, p);
+}
+
+extern "C" br_status br_cuda_mm_tn_pair(br_ctx *ctx, const br_op *ops, size_t) {
+    using namespace br_gemm_cuda;
+    Problem p[2];
+    tn_pair_problems(ctx, ops, p);
+    WgmmaTile tile = pick_wgmma_pair(p[0], p[1], br_cuda_state(ctx)->sm_count);
+    WgmmaASource src = A_SMEM;
+    int splits = 1; /* gemm_splitk's factor: not used here */
+    option_overrides(ctx, &tile, &src, &splits);
+    note_kernel(ctx, "wgmma-mn pair", "mm_tn2", tile, A_SMEM, 1);
+    return launch_wgmma_f16_mn(ctx, p[0], tile, &p[1]);
 }
 
 extern "C" br_status br_cuda_mm_bits(br_ctx *ctx, const br_op *op) {

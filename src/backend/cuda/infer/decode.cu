@@ -446,9 +446,8 @@ br_ic_launch choose(const br_ic_dev &d, int grid, int TT) {
 
 static_assert(kItemsMax4 >= 2 * 1, "a job holds both paths of a row tile");
 
-extern "C" br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d, size_t *part1_floats) {
+extern "C" br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d) {
     br_cuda *s = br_cuda_state(ctx);
-    size_t need = 0;
     for (int bf = 0; bf < 2; bf++)
         for (int tt = 1; tt <= BR_IC_TT_MAX; tt++) {
             KernelFn k = kernel_of(bf, tt);
@@ -461,13 +460,11 @@ extern "C" br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d, size_t *part1
                 return br_fail(ctx, BR_E_DEVICE,
                                "br_blr_infer_cuda_new: the decode kernel does not fit an SM of "
                                "cuda:%d", s->device);
-            br_ic_launch L = choose(*d, per_sm * s->sm_count, tt);
-            d->launch[bf][tt - 1] = L;
-            const size_t f = (size_t)d->paths * d->rt1 * L.ks1 * tt * 128;
-            if (L.ks1 > 1 && f > need) need = f;
+            d->launch[bf][tt - 1] = choose(*d, per_sm * s->sm_count, tt);
         }
-    *part1_floats = need;
-    return BR_OK;
+    const size_t need = br_ic_decode_bytes(d);
+    void *ws = nullptr;
+    return need ? br_cuda_workspace(ctx, need, &ws) : BR_OK;
 }
 
 extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type type, const void *x,
@@ -477,6 +474,14 @@ extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type t
     Args a;
     a.d = *d;
     a.L = d->launch[bf][tt - 1];
+    /* the partials: within what br_ic_decode_setup reserved, so no allocation here */
+    const size_t part1_bytes = (size_t)d->paths * d->rt1 * a.L.ks1 * tt * 128 * sizeof(float);
+    a.d.part1 = nullptr;
+    if (a.L.ks1 > 1) {
+        void *ws = nullptr;
+        BR_TRY(br_cuda_workspace(ctx, part1_bytes, &ws));
+        a.d.part1 = static_cast<float *>(ws);
+    }
     a.x = static_cast<const uint16_t *>(x);
     a.bias = static_cast<const uint16_t *>(bias);
     a.y = static_cast<uint16_t *>(y);

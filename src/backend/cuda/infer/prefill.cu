@@ -3,6 +3,8 @@
  * whose ±1 operand is expanded from the bitmap inside the GEMM, so no plane of the
  * matrix is ever stored. For a pass of ntok tokens:
  *
+ *   unpack    bits_v, bits_u: the plan's signs (the decode kernel's fragment order)
+ *             as the bitmap GEMMs take them, in the context's workspace
  *   stage_x   xs_p [ntok][n32] = f16(g_p ⊙ x)                 (all paths, one launch)
  *   per path  T [ntok][r] = (xs_p · S_V,p) ⊙ ℓ_p               (BR_BITS_COLS, colscale ℓ)
  *             T16_p [ntok][r32] = f16(T)                        (stage_t)
@@ -11,11 +13,12 @@
  *   finish    y = type(Y + bias)
  *
  * The GEMMs take their k in multiples of 32, so xs and T16 carry zero columns up to
- * n32 and r32 (and S_V zero rows past n). No split-K (no workspace): a pass never
- * allocates, and its sums have one fixed order. */
+ * n32 and r32 (and S_V zero rows past n). No split-K: the pass's scratch is the
+ * workspace, and its sums have one fixed order. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/gemm/common.cuh"
 #include "infer/blr_infer_cuda.h"
 
@@ -24,6 +27,61 @@ namespace {
 template <bool kBF> __device__ __forceinline__ float to_f32(uint16_t h) {
     if (kBF) return __uint_as_float((uint32_t)h << 16);
     return __half2float(__ushort_as_half(h));
+}
+
+/* The stored bit of (row16, col256) inside one packed unit of 16 rows × 256 columns
+ * (the decode kernel's fragment order, infer/blr_infer_cuda.h), 1 for −1; which unit
+ * is the caller's. */
+__device__ __forceinline__ uint32_t packed_sign(const uint32_t *unit, int row16, int col256) {
+    const int kk = col256 / 16, c16 = col256 % 16;
+    const int g = row16 % 8, c = (c16 % 8) / 2, i = 2 * (c16 / 8) + row16 / 8;
+    const int q = 4 * (kk % 4) + i, w = kk / 4;
+    const uint32_t word = unit[(4 * g + c) * 4 + w];
+    return (word >> ((c16 % 2 ? 31 : 15) - q)) & 1u;
+}
+
+/* bits_v[p][j][w] bit b = 1 for S_V,p[j][32w + b] = +1: from bits1, which packs
+ * A = S_V,pᵀ (rows the latent index) in units [p][rt1][ku1]; rows j ≥ n are zero.
+ * One warp a word: lane b reads its sign, the ballot is the word. */
+__global__ void __launch_bounds__(256) unpack_v_kernel(br_ic_dev d, int n32, int words,
+                                                       uint32_t *bits_v) {
+    const int lane = threadIdx.x % 32;
+    const long long warps = (long long)gridDim.x * blockDim.x / 32;
+    const long long items = (long long)d.paths * n32 * words;
+    for (long long it = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; it < items;
+         it += warps) {
+        const int w = (int)(it % words), j = (int)(it / words % n32), p = (int)(it / words / n32);
+        const int row = 32 * w + lane; /* latent index */
+        uint32_t plus = 0;
+        if (j < d.n && row < d.rt1 * 16) {
+            const uint32_t *unit =
+                d.bits1 + (((size_t)p * d.rt1 + row / 16) * d.ku1 + j / 256) * 128;
+            plus = packed_sign(unit, row % 16, j % 256) ^ 1u;
+        }
+        const uint32_t word = __ballot_sync(0xffffffffu, plus);
+        if (lane == 0) bits_v[it] = j < d.n ? word : 0u;
+    }
+}
+
+/* bits_u[p][i][w] bit b = 1 for S_U,p[i][32w + b] = +1: from bits2, which packs
+ * A = S_U,p in units [rt2][p][ku2]. */
+__global__ void __launch_bounds__(256) unpack_u_kernel(br_ic_dev d, int words, uint32_t *bits_u) {
+    const int lane = threadIdx.x % 32;
+    const long long warps = (long long)gridDim.x * blockDim.x / 32;
+    const long long items = (long long)d.paths * d.m * words;
+    for (long long it = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; it < items;
+         it += warps) {
+        const int w = (int)(it % words), i = (int)(it / words % d.m), p = (int)(it / words / d.m);
+        const int col = 32 * w + lane; /* latent index */
+        uint32_t plus = 1u;
+        if (col < d.ku2 * 256) {
+            const uint32_t *unit =
+                d.bits2 + (((size_t)(i / 16) * d.paths + p) * d.ku2 + col / 256) * 128;
+            plus = packed_sign(unit, i % 16, col % 256) ^ 1u;
+        }
+        const uint32_t word = __ballot_sync(0xffffffffu, plus);
+        if (lane == 0) bits_u[it] = word;
+    }
 }
 
 /* xs[p][t][j] = f16(g_p[j]·x[t][j]) for j < n, 0 for n ≤ j < n32; path p's rows at
@@ -94,42 +152,60 @@ br_status gemm(br_ctx *ctx, const uint16_t *act, const uint32_t *bits, br_gemm_c
 
 } // namespace
 
-extern "C" br_status br_ic_prefill(br_ctx *ctx, const br_ic_pre *p, br_act_type type,
-                                   const void *x, size_t ntok, const void *bias, void *y) {
+extern "C" br_status br_ic_prefill(br_ctx *ctx, const br_ic_dev *d, const br_ic_pre *p,
+                                   br_act_type type, const void *x, size_t ntok, const void *bias,
+                                   void *y) {
     br_cuda *s = br_cuda_state(ctx);
     const bool bf = type == BR_ACT_BF16;
     const int nt = (int)ntok, P = p->paths, words = p->r32 / 32;
+    size_t at[6];
+    void *ws = nullptr;
+    BR_TRY(br_cuda_workspace(ctx, br_ic_prefill_layout(p, ntok, at), &ws));
+    char *base = static_cast<char *>(ws);
+    uint32_t *bits_v = reinterpret_cast<uint32_t *>(base + at[0]);
+    uint32_t *bits_u = reinterpret_cast<uint32_t *>(base + at[1]);
+    uint16_t *xs = reinterpret_cast<uint16_t *>(base + at[2]);
+    float *t32 = reinterpret_cast<float *>(base + at[3]);
+    uint16_t *t16 = reinterpret_cast<uint16_t *>(base + at[4]);
+    float *y32 = reinterpret_cast<float *>(base + at[5]);
+
+    const size_t nv = (size_t)P * p->n32 * words * 32, nu = (size_t)P * p->m * words * 32;
+    unpack_v_kernel<<<br_cuda_blocks(ctx, nv, 256), 256, 0, s->stream>>>(*d, p->n32, words, bits_v);
+    BR_CUDA_LAUNCHED(ctx, "unpack_v_kernel");
+    unpack_u_kernel<<<br_cuda_blocks(ctx, nu, 256), 256, 0, s->stream>>>(*d, words, bits_u);
+    BR_CUDA_LAUNCHED(ctx, "unpack_u_kernel");
+
     const uint16_t *x16 = static_cast<const uint16_t *>(x);
     const size_t nx = (size_t)P * ntok * p->n32;
     if (bf)
         stage_x_kernel<true><<<br_cuda_blocks(ctx, nx, 256), 256, 0, s->stream>>>(
-            x16, p->g, p->xs, P, nt, p->n, p->n32, (long long)p->cap);
+            x16, p->g, xs, P, nt, p->n, p->n32, (long long)ntok);
     else
         stage_x_kernel<false><<<br_cuda_blocks(ctx, nx, 256), 256, 0, s->stream>>>(
-            x16, p->g, p->xs, P, nt, p->n, p->n32, (long long)p->cap);
+            x16, p->g, xs, P, nt, p->n, p->n32, (long long)ntok);
     BR_CUDA_LAUNCHED(ctx, "stage_x_kernel");
     for (int q = 0; q < P; q++) {
-        BR_TRY(gemm(ctx, p->xs + (size_t)q * p->cap * p->n32, p->bits_v + (size_t)q * p->n32 * words,
-                    br_gemm_cuda::PLANE_COLS, words, p->t32, p->l + (size_t)q * p->r, nullptr, nt,
+        BR_TRY(gemm(ctx, xs + (size_t)q * ntok * p->n32, bits_v + (size_t)q * p->n32 * words,
+                    br_gemm_cuda::PLANE_COLS, words, t32, p->l + (size_t)q * p->r, nullptr, nt,
                     p->r, p->n32));
         const size_t nt16 = ntok * (size_t)p->r32;
         stage_t_kernel<<<br_cuda_blocks(ctx, nt16, 256), 256, 0, s->stream>>>(
-            p->t32, p->t16 + (size_t)q * p->cap * p->r32, nt, p->r, p->r32);
+            t32, t16 + (size_t)q * ntok * p->r32, nt, p->r, p->r32);
         BR_CUDA_LAUNCHED(ctx, "stage_t_kernel");
     }
     for (int q = 0; q < P; q++)
-        BR_TRY(gemm(ctx, p->t16 + (size_t)q * p->cap * p->r32, p->bits_u + (size_t)q * p->m * words,
-                    br_gemm_cuda::PLANE_ROWS, words, p->y32, p->h + (size_t)q * p->m,
-                    q ? p->y32 : nullptr, nt, p->m, p->r32));
+        BR_TRY(gemm(ctx, t16 + (size_t)q * ntok * p->r32, bits_u + (size_t)q * p->m * words,
+                    br_gemm_cuda::PLANE_ROWS, words, y32, p->h + (size_t)q * p->m,
+                    q ? y32 : nullptr, nt, p->m, p->r32));
     const long long ny = (long long)ntok * p->m;
     const uint16_t *b16 = static_cast<const uint16_t *>(bias);
     uint16_t *y16 = static_cast<uint16_t *>(y);
     if (bf)
         finish_kernel<true><<<br_cuda_blocks(ctx, (size_t)ny, 256), 256, 0, s->stream>>>(
-            p->y32, b16, y16, ny, p->m);
+            y32, b16, y16, ny, p->m);
     else
         finish_kernel<false><<<br_cuda_blocks(ctx, (size_t)ny, 256), 256, 0, s->stream>>>(
-            p->y32, b16, y16, ny, p->m);
+            y32, b16, y16, ny, p->m);
     BR_CUDA_LAUNCHED(ctx, "finish_kernel");
     return BR_OK;
 }

@@ -1,0 +1,192 @@
+/* The Vulkan backend's state and the helpers its files share.
+ *
+ * Memory: every buffer is one VkBuffer with a device address (Vulkan 1.2
+ * bufferDeviceAddress); that address is the opaque pointer the core keeps in
+ * br_buf.mem, so br_ptr() gives the address of element 0 of a view, and the
+ * shaders take 64-bit addresses (GL_EXT_buffer_reference). A table sorted by
+ * address maps an address back to its VkBuffer for copies and transfers.
+ *
+ * Work: one queue and one command buffer. Ops record dispatches into it, each
+ * followed by a barrier, and it is submitted when the host must see results
+ * (sync, download, timers) or before host memory the recorded work reads is
+ * reused. Each dispatch reads its arguments from an argument block written into
+ * a host-visible arena (push constants carry the block's address), so an op's
+ * arguments are not limited by the push-constant size. */
+#ifndef BR_BACKEND_VULKAN_INTERNAL_H
+#define BR_BACKEND_VULKAN_INTERNAL_H
+
+#include <vulkan/vulkan.h>
+
+#include "core/backend.h"
+#include "ops/op.h"
+
+/* The shaders of the library, one compute pipeline each (shaders/NAME.comp, compiled
+ * to SPIR-V at build time and embedded: vk_shaders.c). */
+#define BR_VK_SHADERS(X)                                                                           \
+    X(fill16)                                                                                      \
+    X(fill32)                                                                                      \
+    X(stage_rows)                                                                                  \
+    X(stage_t)                                                                                     \
+    X(expand)                                                                                      \
+    X(scale_acc)                                                                                   \
+    X(scale_acc2)                                                                                  \
+    X(f16_to_f32)                                                                                  \
+    X(add)                                                                                         \
+    X(split_qg)                                                                                    \
+    X(colsum_part)                                                                                 \
+    X(colsum_fused_part)                                                                           \
+    X(colsum_finish)                                                                               \
+    X(mm_tiled)                                                                                    \
+    X(expand_scaled)                                                                               \
+    X(sign_rowdot)                                                                                 \
+    X(dense)                                                                                       \
+    X(adam)                                                                                        \
+    X(sumsq)                                                                                       \
+    X(step_ctrl)                                                                                   \
+    X(sign_factored)                                                                               \
+    X(sign_lanes)                                                                                  \
+    X(sign_scores)                                                                                 \
+    X(sign_select)
+
+typedef enum br_vk_shader {
+#define BR_VK_ENUM(name) BR_VK_SH_##name,
+    BR_VK_SHADERS(BR_VK_ENUM)
+#undef BR_VK_ENUM
+        BR_VK_SHADER_COUNT
+} br_vk_shader;
+
+/* The SPIR-V of shader s and its size in bytes (vk_shaders.c). */
+const uint32_t *br_vk_spirv(br_vk_shader s, size_t *bytes);
+const char *br_vk_shader_name(br_vk_shader s);
+
+/* Workgroup size of the element-wise shaders (local_size_x in shaders/common.glsl). */
+#define BR_VK_GROUP 256
+/* Most workgroups in one dimension every Vulkan device takes. */
+#define BR_VK_MAX_GROUPS 65535u
+
+/* One allocation: a buffer bound to its own memory. */
+typedef struct br_vk_alloc {
+    VkDeviceAddress addr;
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    size_t bytes;
+} br_vk_alloc;
+
+/* A host-visible buffer, persistently mapped (argument arena, staging). */
+typedef struct br_vk_hostbuf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceAddress addr;
+    void *map;
+    size_t bytes, used;
+} br_vk_hostbuf;
+
+typedef struct br_vk {
+    VkInstance inst;
+    VkPhysicalDevice phys;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    int index; /* vulkan:N */
+    VkPhysicalDeviceProperties props;
+    uint32_t mem_device, mem_host; /* memory type indices: device-local, host-visible coherent */
+
+    VkCommandPool pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    int recording;   /* cmd is begun */
+    size_t recorded; /* commands recorded since the last submit */
+
+    VkPipelineLayout layout;
+    VkPipeline pipe[BR_VK_SHADER_COUNT]; /* created on first use */
+
+    br_vk_alloc *allocs; /* sorted by addr */
+    size_t nallocs, cap;
+
+    br_vk_hostbuf args;    /* argument blocks of the recorded dispatches */
+    br_vk_hostbuf staging; /* host ↔ device transfers */
+
+    br_vk_alloc ws; /* workspace (column-reduction partials, overlapping copies) */
+
+    VkQueryPool timers;
+    uint32_t ntimers;
+} br_vk;
+
+static inline br_vk *br_vk_of(br_ctx *ctx) { return ctx->be_state; }
+
+/* BR_E_DEVICE with a message naming the call and its VkResult, or BR_OK. */
+br_status br_vk_check(br_ctx *ctx, VkResult r, const char *what, const char *file, int line);
+#define BR_VK(ctx, call) BR_TRY(br_vk_check((ctx), (call), #call, __FILE__, __LINE__))
+const char *br_vk_result_name(VkResult r);
+
+/* vk_device.c: instance, device, queue, command buffer. */
+/* index -1: the most capable device that has what the shaders need. */
+br_status br_vk_open_device(br_vk *s, int index, char *err, size_t n);
+void br_vk_close_device(br_vk *s);
+const char *br_vk_type_name(VkPhysicalDeviceType t);
+
+/* vk_memory.c */
+br_status br_vk_alloc_buffer(br_ctx *ctx, size_t bytes, br_vk_alloc *out);
+void br_vk_free_buffer(br_vk *s, br_vk_alloc *a);
+br_status br_vk_hostbuf_new(br_ctx *ctx, size_t bytes, br_vk_hostbuf *out);
+void br_vk_hostbuf_free(br_vk *s, br_vk_hostbuf *h);
+/* The allocation holding device address addr (NULL: none), and the byte offset of
+ * addr inside it. */
+const br_vk_alloc *br_vk_find(const br_vk *s, VkDeviceAddress addr, VkDeviceSize *off);
+/* The workspace, at least `bytes` (and at least ctx->ws_need) long. */
+br_status br_vk_workspace(br_ctx *ctx, size_t bytes, VkDeviceAddress *addr);
+
+/* vk_queue.c: recording and submitting. */
+/* The command buffer, begun if it was not. */
+br_status br_vk_cmd(br_ctx *ctx, VkCommandBuffer *out);
+/* A barrier making every earlier compute or transfer write visible to every later
+ * compute or transfer access. */
+void br_vk_barrier(br_vk *s);
+/* Submit what is recorded and wait for it; the arenas are free again. */
+br_status br_vk_flush(br_ctx *ctx);
+/* Room for an argument block of `bytes` in the arena (flushing first when it is
+ * full); *host to write it, *addr its device address. */
+br_status br_vk_args(br_ctx *ctx, size_t bytes, void **host, VkDeviceAddress *addr);
+/* Record shader s on `groups` workgroups (x, y) reading the argument block at args,
+ * then a barrier. */
+br_status br_vk_dispatch(br_ctx *ctx, br_vk_shader sh, VkDeviceAddress args, uint32_t gx,
+                         uint32_t gy);
+/* Workgroups for a grid-stride loop over n items, BR_VK_GROUP per group. */
+static inline uint32_t br_vk_groups(size_t n) {
+    size_t g = (n + BR_VK_GROUP - 1) / BR_VK_GROUP;
+    return g == 0 ? 1u : g > BR_VK_MAX_GROUPS ? BR_VK_MAX_GROUPS : (uint32_t)g;
+}
+/* Address of element 0 of b (0 for NULL). */
+static inline VkDeviceAddress br_vk_addr(const br_buf *b) {
+    return b ? (VkDeviceAddress)(uintptr_t)br_ptr(b) : 0;
+}
+
+/* Op launchers: vk_ops_*.c. */
+br_status br_vk_fill(br_ctx *ctx, const br_op *op);
+br_status br_vk_copy(br_ctx *ctx, const br_op *op);
+br_status br_vk_cvt(br_ctx *ctx, const br_op *op);
+br_status br_vk_cvt_cols(br_ctx *ctx, const br_op *op);
+br_status br_vk_cvt_t(br_ctx *ctx, const br_op *op);
+br_status br_vk_cvt_pad(br_ctx *ctx, const br_op *op);
+br_status br_vk_cvt_both(br_ctx *ctx, const br_op *op);
+br_status br_vk_expand(br_ctx *ctx, const br_op *op);
+br_status br_vk_scale_acc(br_ctx *ctx, const br_op *op);
+br_status br_vk_scale_acc2(br_ctx *ctx, const br_op *op);
+br_status br_vk_f16_to_f32(br_ctx *ctx, const br_op *op);
+br_status br_vk_add(br_ctx *ctx, const br_op *op);
+br_status br_vk_split_qg(br_ctx *ctx, const br_op *op);
+br_status br_vk_colsum(br_ctx *ctx, const br_op *op);
+br_status br_vk_colsum_fused(br_ctx *ctx, const br_op *op);
+br_status br_vk_mm(br_ctx *ctx, const br_op *op);
+br_status br_vk_mm_bits(br_ctx *ctx, const br_op *op);
+br_status br_vk_mm_tn(br_ctx *ctx, const br_op *op);
+br_status br_vk_expand_scaled(br_ctx *ctx, const br_op *op);
+br_status br_vk_sign_rowdot(br_ctx *ctx, const br_op *op);
+br_status br_vk_dense_fwd(br_ctx *ctx, const br_op *op);
+br_status br_vk_dense_bwd(br_ctx *ctx, const br_op *op);
+br_status br_vk_adam(br_ctx *ctx, const br_op *op);
+br_status br_vk_sumsq(br_ctx *ctx, const br_op *op);
+br_status br_vk_step_ctrl(br_ctx *ctx, const br_op *op);
+br_status br_vk_sign_step(br_ctx *ctx, const br_op *op);
+
+#endif

@@ -1,0 +1,149 @@
+/* Recording and submitting: the command buffer ops record into, the barrier after
+ * each dispatch, the argument arena, pipelines made on first use, and the submit
+ * that waits for everything recorded. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/vulkan/vk_internal.h"
+
+/* Bytes of the argument arena: a few thousand dispatches between submits. */
+#define ARGS_BYTES ((size_t)1 << 20)
+/* Alignment of each argument block (8-byte addresses, and room for vectors). */
+#define ARGS_ALIGN 16
+
+br_status br_vk_check(br_ctx *ctx, VkResult r, const char *what, const char *file, int line) {
+    if (r == VK_SUCCESS) return BR_OK;
+    const char *base = strrchr(file, '/');
+    return br_fail(ctx,
+                   r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
+                       ? BR_E_NOMEM
+                       : BR_E_DEVICE,
+                   "Vulkan error in %s: %s at %s:%d", what, br_vk_result_name(r),
+                   base ? base + 1 : file, line);
+}
+
+const char *br_vk_result_name(VkResult r) {
+    switch (r) {
+    case VK_SUCCESS: return "VK_SUCCESS";
+    case VK_NOT_READY: return "VK_NOT_READY";
+    case VK_TIMEOUT: return "VK_TIMEOUT";
+    case VK_INCOMPLETE: return "VK_INCOMPLETE";
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_MEMORY_MAP_FAILED: return "VK_ERROR_MEMORY_MAP_FAILED";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
+    case VK_ERROR_FORMAT_NOT_SUPPORTED: return "VK_ERROR_FORMAT_NOT_SUPPORTED";
+    case VK_ERROR_INVALID_SHADER_NV: return "VK_ERROR_INVALID_SHADER_NV";
+    default: return "VkResult (unnamed)";
+    }
+}
+
+br_status br_vk_cmd(br_ctx *ctx, VkCommandBuffer *out) {
+    br_vk *s = br_vk_of(ctx);
+    if (!s->recording) {
+        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                       .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+        BR_VK(ctx, vkBeginCommandBuffer(s->cmd, &bi));
+        s->recording = 1;
+    }
+    *out = s->cmd;
+    return BR_OK;
+}
+
+void br_vk_barrier(br_vk *s) {
+    VkMemoryBarrier mb = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                         VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+    VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(s->cmd, st, st, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+br_status br_vk_flush(br_ctx *ctx) {
+    br_vk *s = br_vk_of(ctx);
+    if (!s->recording) return BR_OK;
+    s->recording = 0;
+    s->args.used = 0;
+    s->staging.used = 0;
+    s->recorded = 0;
+    BR_VK(ctx, vkEndCommandBuffer(s->cmd));
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                       .commandBufferCount = 1,
+                       .pCommandBuffers = &s->cmd};
+    BR_VK(ctx, vkQueueSubmit(s->queue, 1, &si, s->fence));
+    BR_VK(ctx, vkWaitForFences(s->dev, 1, &s->fence, VK_TRUE, UINT64_MAX));
+    BR_VK(ctx, vkResetFences(s->dev, 1, &s->fence));
+    BR_VK(ctx, vkResetCommandBuffer(s->cmd, 0));
+    return BR_OK;
+}
+
+br_status br_vk_args(br_ctx *ctx, size_t bytes, void **host, VkDeviceAddress *addr) {
+    br_vk *s = br_vk_of(ctx);
+    if (!s->args.buf) BR_TRY(br_vk_hostbuf_new(ctx, ARGS_BYTES, &s->args));
+    size_t need = (bytes + ARGS_ALIGN - 1) / ARGS_ALIGN * ARGS_ALIGN;
+    if (need > s->args.bytes)
+        return br_fail(ctx, BR_E_ARG, "vulkan: an argument block of %zu bytes is larger than %zu",
+                       bytes, s->args.bytes);
+    if (s->args.used + need > s->args.bytes) BR_TRY(br_vk_flush(ctx));
+    *host = (char *)s->args.map + s->args.used;
+    *addr = s->args.addr + s->args.used;
+    s->args.used += need;
+    return BR_OK;
+}
+
+static br_status pipeline(br_ctx *ctx, br_vk_shader sh, VkPipeline *out) {
+    br_vk *s = br_vk_of(ctx);
+    if (s->pipe[sh]) {
+        *out = s->pipe[sh];
+        return BR_OK;
+    }
+    size_t bytes = 0;
+    const uint32_t *code = br_vk_spirv(sh, &bytes);
+    VkShaderModuleCreateInfo mci = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = bytes, .pCode = code};
+    VkShaderModule mod;
+    VkResult r = vkCreateShaderModule(s->dev, &mci, NULL, &mod);
+    if (r != VK_SUCCESS)
+        return br_fail(ctx, BR_E_DEVICE, "vulkan: shader %s: vkCreateShaderModule failed (%s)",
+                       br_vk_shader_name(sh), br_vk_result_name(r));
+    VkComputePipelineCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = mod,
+                  .pName = "main"},
+        .layout = s->layout};
+    r = vkCreateComputePipelines(s->dev, VK_NULL_HANDLE, 1, &ci, NULL, &s->pipe[sh]);
+    vkDestroyShaderModule(s->dev, mod, NULL);
+    if (r != VK_SUCCESS) {
+        s->pipe[sh] = VK_NULL_HANDLE;
+        return br_fail(ctx, BR_E_DEVICE, "vulkan: shader %s: vkCreateComputePipelines failed (%s)",
+                       br_vk_shader_name(sh), br_vk_result_name(r));
+    }
+    *out = s->pipe[sh];
+    return BR_OK;
+}
+
+br_status br_vk_dispatch(br_ctx *ctx, br_vk_shader sh, VkDeviceAddress args, uint32_t gx,
+                         uint32_t gy) {
+    br_vk *s = br_vk_of(ctx);
+    VkPipeline p = VK_NULL_HANDLE;
+    BR_TRY(pipeline(ctx, sh, &p));
+    VkCommandBuffer cmd;
+    BR_TRY(br_vk_cmd(ctx, &cmd));
+    uint64_t pc = args;
+    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+    vkCmdPushConstants(cmd, s->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
+    vkCmdDispatch(cmd, gx ? gx : 1, gy ? gy : 1, 1);
+    br_vk_barrier(s);
+    s->recorded++;
+    ctx->stats.launches++;
+    return BR_OK;
+}
