@@ -84,10 +84,11 @@ expect "the list is empty" --devices ""
 expect "item 2 is empty" --devices cpu,,cpu
 expect "item 2 is empty" --devices cpu,
 expect "item 1 'auto' picks one device" --devices auto,cpu
-expect "item 2 'gpu1' is not a device: expected cpu, cuda or cuda:N" --devices cpu,gpu1
-expect "items 1 'cuda:0' and 2 'cuda' are the same GPU" --devices cuda:0,cuda
-expect "items 1 'cuda:1' and 3 'cuda:1' are the same GPU" --devices cuda:1,cuda:0,cuda:1
-expect "items 1 'cpu' and 2 'cuda:0' mix the CPU and a GPU" --devices cpu,cuda:0
+expect "item 2 'gpu1' is not a device: expected cpu, cuda, cuda:N or vulkan:N" --devices cpu,gpu1
+expect "items 1 'cuda:0' and 2 'cuda' are the same device" --devices cuda:0,cuda
+expect "items 1 'cuda:1' and 3 'cuda:1' are the same device" --devices cuda:1,cuda:0,cuda:1
+expect "items 1 'cpu' and 2 'cuda:0' are different kinds of device" --devices cpu,cuda:0
+expect "item 2 'vulkan' picks one device by itself" --devices vulkan:0,vulkan
 expect "--device and --devices together" --device cpu --devices cpu,cpu
 
 echo "$passed passed, $failures failed"
