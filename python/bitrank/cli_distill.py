@@ -4,7 +4,9 @@ against the original (bitrank.distill), saved with bitrank.save_pretrained.
 
 Under `torchrun --nproc-per-node N python -m bitrank distill ...` the N processes
 train data parallel (bitrank.distill says how); rank 0 alone prints, writes the
-checkpoints and OUT (whole or not at all, as `compress` writes it)."""
+checkpoints and OUT (whole or not at all, as `compress` writes it). --teacher-shard
+shards the teacher's parameters over the processes instead of holding it whole on
+each (distill's teacher_shard)."""
 import os
 import sys
 
@@ -45,6 +47,10 @@ def add_arguments(p):
                    help="freeze norms and biases (only the compressed layers train)")
     p.add_argument("--checkpoint-dir", default=None,
                    help="write checkpoints here, and resume from one written there")
+    p.add_argument("--teacher-shard", action="store_true",
+                   help="under torchrun: the teacher's parameters sharded over the processes "
+                        "(FSDP2; each holds about 1/N of them, the forward gathers a block "
+                        "at a time) rather than whole on each; the same results")
     p.add_argument("--device", default="auto")
     p.add_argument("--report", default=None, help="write the report as JSON here")
 
@@ -88,7 +94,7 @@ def run(args):
                      sign_mode=args.sign_mode, flip_budget=args.flip_budget,
                      curvature=args.curvature,
                      train_other=not args.no_train_other, checkpoint_dir=args.checkpoint_dir,
-                     device=device)
+                     device=device, teacher_shard=args.teacher_shard)
     if distributed.is_main():
         print(report.table())
     qc = dict(getattr(student.config, "quantization_config", None) or {})

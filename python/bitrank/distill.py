@@ -15,7 +15,9 @@ on the tokens the attention mask keeps. The hidden-state term is relative per bl
 with massive activations do not decide it for the rest. The KL term runs over the
 vocabulary in slices (`sliced_kl`): the [tokens][vocab] logits never exist whole.
 
-The teacher runs without gradients in its own dtype (bf16/fp16 on a GPU is fine).
+The teacher runs without gradients in its own dtype (bf16/fp16 on a GPU is fine);
+on several processes its parameters may be sharded over them (teacher_shard,
+ShardedTeacher: torch's FSDP2).
 The student's BLRLinear layers train in one of two engines:
 
   engine="torch":   latent reals whose signs are S_U, S_V (straight-through
@@ -32,10 +34,12 @@ what the sliced KL reads). Steps follow a warm-up and cosine schedule, with
 gradient accumulation; checkpoints are written every checkpoint_every steps and a
 run resumes from its checkpoint directory. The report has the loss curves.
 """
+import contextlib
 import math
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field, asdict
 
 import torch
@@ -43,7 +47,7 @@ from torch import nn
 
 from . import distributed
 from .calib import calibration_ids
-from .compress import _TrainBLR, _set_module
+from .compress import _TrainBLR, _set_module, find_blocks
 from .torch import BLRLinear, LibraryOptimizer, cast_except_blr
 
 CHECKPOINT = "distill-checkpoint.pt"
@@ -153,6 +157,116 @@ def _hidden(model, ids, mask):
     return list(out.hidden_states[1:])
 
 
+# ----------------------------------------------------------------- the sharded teacher
+
+def _fully_shard():
+    """torch's FSDP2 fully_shard (torch.distributed.fsdp from torch 2.6, the
+    _composable path before), or None where this torch has none."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+        return fully_shard
+    except ImportError:
+        pass
+    try:
+        from torch.distributed._composable.fsdp import fully_shard
+        return fully_shard
+    except ImportError:
+        return None
+
+
+def _is_fsdp(model):
+    """Whether FSDP manages some module of `model` (its parameters are shards)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        try:
+            from torch.distributed._composable.fsdp import FSDPModule
+        except ImportError:
+            return False
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
+def _shares_parameters(model, module):
+    """Whether a parameter of `module` is also one of `model`'s elsewhere (a head tied
+    to the input embeddings)."""
+    mine = {id(p) for p in module.parameters()}
+    seen = sum(1 for _, p in model.named_parameters(remove_duplicate=False) if id(p) in mine)
+    return seen > len(mine)
+
+
+class ShardedTeacher(nn.Module):
+    """The teacher with its parameters sharded over the processes of the default
+    process group by torch's FSDP2 (fully_shard): each process keeps 1/N of every
+    parameter (DTensor shards, dim 0). The units: each repeated block (find_blocks),
+    the output head where it is its own (not tied to the embeddings), and this module
+    as the root, holding the rest (embeddings, final norm, a tied head). This module
+    is the root rather than the teacher itself because distill calls the teacher's
+    base model (not the causal LM's forward, which would form the whole [tokens][vocab]
+    logits), and because fully_shard gives the module it wraps a class of its own,
+    which transformers' output capturing (keyed by the class) would not know.
+
+    forward(ids, mask) is the teacher's hidden states (_hidden), a block's
+    parameters all-gathered by its pre-forward hook and freed by its post-forward
+    hook, the root's around the whole forward: no more than the root's and one
+    block's parameters are whole at a time. head() gathers the output head for the
+    sliced KL, which reads its weight directly. All-gathers copy the shards: the
+    numbers the forward sees are the teacher's own, so its outputs are the replicated
+    teacher's bit for bit. Every process must run the same forwards in the same order
+    (they are collectives): distill's are.
+
+    The teacher passed in is sharded in place (its parameters are this process's
+    shards afterwards, its block modules FSDP's) and stays so."""
+
+    def __init__(self, teacher, device):
+        super().__init__()
+        fully_shard = _fully_shard()
+        if fully_shard is None:
+            raise ValueError("distill: teacher_shard needs torch's FSDP2 "
+                             "(torch.distributed.fsdp.fully_shard, torch >= 2.4); this torch "
+                             f"{torch.__version__} has none")
+        from torch.distributed.device_mesh import init_device_mesh
+        self.teacher = teacher
+        mesh = init_device_mesh(torch.device(device).type, (distributed.size(),))
+        try:
+            _, blocks = find_blocks(teacher)
+        except ValueError:  # no repeated blocks: the root unit holds everything
+            blocks = []
+        for block in blocks:
+            fully_shard(block, mesh=mesh, reshard_after_forward=True)
+        head = _lm_head(teacher)
+        self._head_unit = None
+        if head is not None and not _shares_parameters(teacher, head):
+            fully_shard(head, mesh=mesh, reshard_after_forward=True)
+            self._head_unit = head
+        # reshard_after_forward=True for the root too: FSDP's default keeps the root's
+        # parameters whole after the forward (for a backward that never comes here)
+        fully_shard(self, mesh=mesh, reshard_after_forward=True)
+
+    def forward(self, ids, mask):
+        return _hidden(self.teacher, ids, mask)
+
+    @contextlib.contextmanager
+    def head(self):
+        """The teacher's output head with its parameters whole, resharded on exit."""
+        unit = self._head_unit if self._head_unit is not None else self
+        unit.unshard()
+        try:
+            yield _lm_head(self.teacher)
+        finally:
+            unit.reshard()
+
+
+def resident_parameter_bytes(model):
+    """(this process's, whole) bytes of `model`'s parameters: a DTensor parameter (a
+    sharded teacher's) counts its local shard in the first."""
+    local = whole = 0
+    for p in model.parameters():
+        t = p.to_local() if hasattr(p, "to_local") else p
+        local += t.numel() * t.element_size()
+        whole += p.numel() * p.element_size()
+    return local, whole
+
+
 PARTS = ("total", "kl", "hidden", "embed")
 
 
@@ -162,7 +276,8 @@ def distill_loss(student, teacher, ids, mask, kl_weight=1.0, hidden_weight=1.0,
     f32 tensor [4] of the total and the kl, hidden and embed terms (left on the
     device: reading it waits for the GPU, so the training loop reads it only when it
     logs). mask_to_models=False: the models get no attention mask (right only when
-    `mask` is all ones; the loss still weights by it).
+    `mask` is all ones; the loss still weights by it). teacher: the original model,
+    or a ShardedTeacher (distill's teacher_shard) whose parameters it gathers.
 
     reduce: this batch is one process's share of a batch that several processes
     split; reduce(t) sums a tensor over them. The loss's denominators (each block's
@@ -171,8 +286,9 @@ def distill_loss(student, teacher, ids, mask, kl_weight=1.0, hidden_weight=1.0,
     the whole batch's loss and their gradients to its gradient."""
     m = mask.to(torch.float32)
     model_mask = mask if mask_to_models else None
+    sharded = isinstance(teacher, ShardedTeacher)
     with torch.no_grad():
-        t_hid = _hidden(teacher, ids, model_mask)
+        t_hid = teacher(ids, model_mask) if sharded else _hidden(teacher, ids, model_mask)
     s_hid = _hidden(student, ids, model_mask)
     if len(s_hid) != len(t_hid):
         raise ValueError(f"distill: the student has {len(s_hid)} hidden states, the teacher "
@@ -197,13 +313,16 @@ def distill_loss(student, teacher, ids, mask, kl_weight=1.0, hidden_weight=1.0,
             hl = hl + num / den
         hidden = hl / len(s_hid)
         loss = hidden_weight * hidden
-    head_s, head_t = _lm_head(student), _lm_head(teacher)
+    head_s, head_t = _lm_head(student), _lm_head(teacher.teacher if sharded else teacher)
     if kl_weight and head_s is not None and head_t is not None:
         d = s_hid[-1].shape[-1]
         hs = s_hid[-1][:, :-1].reshape(-1, d)
         ht = t_hid[-1][:, :-1].reshape(-1, d)
-        kl = sliced_kl(hs, ht, head_s.weight, head_t.weight, head_s.bias, head_t.bias,
-                       vocab_slice, weights=pos, weight_sum=pos_sum)
+        # the sliced KL reads the head's weight, not its forward: a sharded teacher's
+        # head is gathered for it (the KL keeps nothing of it for the backward)
+        with teacher.head() if sharded else contextlib.nullcontext(head_t) as head_t:
+            kl = sliced_kl(hs, ht, head_s.weight, head_t.weight, head_s.bias, head_t.bias,
+                           vocab_slice, weights=pos, weight_sum=pos_sum)
         loss = kl_weight * kl if loss is None else loss + kl_weight * kl
     elif embed_weight:
         es = (s_hid[-1].float() * mw).sum(1) / mw.sum(1).clamp_min(1)
@@ -319,9 +438,11 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
             vocab_slice=8192, engine="torch", train_other=True, warmup=None, keep="best",
             eval_every=100, log_every=50, checkpoint_dir=None, checkpoint_every=200,
             resume=True, stop_at=None, device=None, seed=0, cuda_graph=True, progress=True,
-            pack=True, sign_mode="latent", flip_budget=1e-3, curvature=1.0):
+            pack=True, sign_mode="latent", flip_budget=1e-3, curvature=1.0,
+            teacher_shard=False):
     """Train `student` (a compressed model, its linears BLRLinear; changed in place)
-    to reproduce `teacher` (the original model, not changed) on `data`.
+    to reproduce `teacher` (the original model, not changed but for teacher_shard's
+    sharding) on `data`.
 
     data: calibration as compress_model takes it (token ids [N][L], a dict, or text
       with `tokenizer`, cut into n_samples sequences of seq_len tokens, or with
@@ -353,9 +474,10 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
       goes on without it (and says so).
 
     Under torchrun (several processes; bitrank.distributed): data parallel. Every
-    process holds the whole teacher and student; each micro-batch of batch_size
-    sequences is the one a single process draws, cut into contiguous slices, one per
-    process (batch_size >= the number of processes). Each process's loss is its
+    process holds the whole student and the whole teacher (or its shard, with
+    teacher_shard); each micro-batch of batch_size sequences is the one a single
+    process draws, cut into contiguous slices, one per process (batch_size >= the
+    number of processes). Each process's loss is its
     slice's share of the whole micro-batch's loss (denominators over the whole
     micro-batch: distill_loss's reduce), so the gradients, summed over the processes
     in rank order (distributed.all_reduce_fixed) before every optimizer step, are the
@@ -365,6 +487,18 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     same number of processes. The held-out evaluation runs whole on every process.
     Logs, the report's printing and checkpoints come from rank 0. The library engine
     (its gradients live in the library) and CUDA graphs are one-process only.
+
+    teacher_shard: on several processes, the teacher's parameters sharded over them
+      (torch's FSDP2, ShardedTeacher) rather than whole on each: each process keeps
+      about 1/N of them, and the teacher's forward all-gathers one block's at a time
+      (and the embeddings', and the output head's for the KL), freeing them after.
+      The teacher's outputs are the same numbers, so the run is the replicated run's
+      bit for bit; it costs the all-gathers (each process receives the whole teacher
+      once per teacher forward). The teacher is sharded in place and stays sharded
+      (pass it with teacher_shard=True to a later distill on the same processes).
+      It is still loaded whole by each process before it is sharded: the saving is
+      for the run, not for the load's peak. On one process there is nothing to shard
+      over: a warning, and the teacher stays whole.
     Returns a DistillReport."""
     t0 = time.time()
     distributed.ensure_initialised(device)
@@ -389,6 +523,22 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
         raise ValueError(f"distill: keep must be 'best' or 'last', not {keep!r}")
     if steps < 0 or batch_size < 1 or grad_accum < 1:
         raise ValueError("distill: steps >= 0, batch_size >= 1 and grad_accum >= 1")
+    if teacher_shard and not several:
+        warnings.warn("distill: teacher_shard on one process (no process group of 2 or "
+                      "more): nothing to shard over, the teacher stays whole", stacklevel=2)
+        teacher_shard = False
+    if isinstance(teacher, ShardedTeacher):
+        teacher = teacher.teacher
+    already = _is_fsdp(teacher)
+    # a teacher sharded by an earlier run keeps its units (fully_shard runs once)
+    wrapped = teacher.__dict__.get("_bitrank_sharded") if already else None
+    if already and wrapped is None:
+        raise ValueError("distill: the teacher is already sharded by FSDP, not by distill's "
+                         "teacher_shard: pass it whole")
+    if already and not teacher_shard:
+        raise ValueError("distill: the teacher's parameters are sharded (FSDP, an earlier "
+                         "distill with teacher_shard=True): pass teacher_shard=True on the "
+                         "same processes")
     blr = _blr_modules(student)
     if not blr:
         raise ValueError("distill: the student has no BLRLinear layer (compress it first: "
@@ -421,13 +571,23 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
                 vocab_slice=vocab_slice, sign_mode=sign_mode)
     if sign_mode == "exact":
         opts.update(flip_budget=flip_budget, curvature=curvature)
+    if teacher_shard:
+        opts["teacher_shard"] = True
     report = DistillReport(engine=engine, device=str(device), sequences=int(t_ids.shape[0]),
                            heldout_sequences=int(e_ids.shape[0]), options=opts)
 
     teacher.eval()
-    teacher.to(device)
+    if not already:
+        teacher.to(device)
     for p in teacher.parameters():
         p.requires_grad_(False)
+    if teacher_shard:
+        if wrapped is None:
+            wrapped = ShardedTeacher(teacher, device)
+            # kept outside the module tree (object.__setattr__): the wrapper holds the
+            # teacher, and the teacher must not list the wrapper as a submodule
+            object.__setattr__(teacher, "_bitrank_sharded", wrapped)
+        teacher = wrapped
     blr_ids = {id(p) for _, m in blr for p in m.parameters()}
     student_dtype = next((p.dtype for p in student.parameters()
                           if p.is_floating_point() and id(p) not in blr_ids), torch.float32)

@@ -2,6 +2,7 @@
 
     python dist_worker.py compress OUT_DIR SEED [KIND TARGET SPLIT_JOINT]
     python dist_worker.py distill OUT_DIR SEED TEACHER_DIR STUDENT_DIR STEPS
+    python dist_worker.py teacher_shard OUT_DIR SEED TEACHER_DIR STUDENT_DIR STEPS
 
 Each process writes what it ends with to OUT_DIR/rank<R>.pt (the test compares the
 ranks with each other and with one process); bitrank writes nothing itself here."""
@@ -84,7 +85,57 @@ def job_distill(out_dir, seed, teacher_dir, student_dir, steps):
                    "world": distributed.size()})
 
 
+def job_teacher_shard(out_dir, seed, teacher_dir, student_dir, steps):
+    """The same run twice in these processes, the teacher replicated and then sharded
+    (each from its own fresh copies of the models), with the sharded teacher's
+    parameter bytes on this process: at rest (read as the student's first block
+    starts, the teacher's forward done) and at their peak (inside each teacher
+    block's forward, its parameters gathered); then the mistakes with it."""
+    from bitrank.distill import resident_parameter_bytes
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 90, (24, 20), generator=g)
+    kw = dict(steps=int(steps), batch_size=4, eval_every=3, log_every=1, keep="last",
+              device="cpu", progress=False, seed=seed, heldout=0.125)
+    res = {}
+    for shard in (False, True):
+        teacher = transformers.LlamaForCausalLM.from_pretrained(teacher_dir).eval()
+        student = bitrank.load(student_dir)
+        rest, peak = [], []
+        if shard:
+            whole_units = {"blocks": [sum(p.numel() * p.element_size()
+                                          for p in b.parameters())
+                                      for b in bitrank.find_blocks(teacher)[1]],
+                           "head": teacher.lm_head.weight.numel()
+                           * teacher.lm_head.weight.element_size()}
+            student.model.layers[0].register_forward_pre_hook(
+                lambda *a: rest.append(resident_parameter_bytes(teacher)[0]))
+            for b in teacher.model.layers:
+                b.mlp.register_forward_hook(
+                    lambda *a: peak.append(resident_parameter_bytes(teacher)[0]))
+        report = bitrank.distill(student, teacher, ids, teacher_shard=shard, **kw)
+        res["sharded" if shard else "replicated"] = {
+            "state": student.state_dict(), "curve": report.curve,
+            "eval_curve": report.eval_curve, "options": report.options}
+    res["rest"], res["peak"] = rest, peak
+    res["after"], res["whole"] = resident_parameter_bytes(teacher)
+    res["units"] = whole_units
+    res["param_types"] = sorted({type(p).__name__ for p in teacher.parameters()})
+    try:  # the sharded teacher asked to run whole
+        bitrank.distill(bitrank.load(student_dir), teacher, ids, teacher_shard=False, **kw)
+        res["refused"] = None
+    except ValueError as e:
+        res["refused"] = str(e)
+    # and again sharded: its FSDP units are reused, not made twice
+    again = bitrank.distill(bitrank.load(student_dir), teacher, ids, teacher_shard=True,
+                            **dict(kw, steps=1))
+    res["again"] = again.curve
+    res["after_again"] = resident_parameter_bytes(teacher)[0]
+    res["world"] = distributed.size()  # distill started the process group
+    save(out_dir, res)
+
+
 if __name__ == "__main__":
     job, out, seed, *rest = sys.argv[1:]
-    {"compress": job_compress, "distill": job_distill}[job](out, int(seed), *rest)
+    {"compress": job_compress, "distill": job_distill,
+     "teacher_shard": job_teacher_shard}[job](out, int(seed), *rest)
     distributed.shutdown()

@@ -4,9 +4,10 @@ the CPU, 2 and 3 processes (dist_worker.py is the process), against one process.
 compress_model on N processes gives the bits one process gives (the model's every
 tensor and the report), on every rank; with split_joint its errors within rounding.
 distill on 2 processes follows one process's loss curve within float rounding, every
-rank holding the same model. The command line writes its output once, from rank 0,
-and it is the one process's output (tensors and metadata). Each process runs one
-OpenMP thread (2 cores here)."""
+rank holding the same model; with the teacher sharded over them (teacher_shard) it is
+the replicated teacher's run bit for bit, each rank holding half the teacher. The
+command line writes its output once, from rank 0, and it is the one process's output
+(tensors and metadata). Each process runs one OpenMP thread (2 cores here)."""
 import copy
 import json
 import os
@@ -206,6 +207,81 @@ def test_distill_data_parallel_follows_one_process(tmp_path):
     assert any(not torch.equal(start[k], one["state"][k]) for k in start)
 
 
+# ----------------------------------------------------------------- the sharded teacher
+
+_SHARD = {}
+
+
+def teacher_shard_run(tmp_path_factory):
+    """One launch of 2 processes (dist_worker.py teacher_shard): the replicated and the
+    sharded run, their teacher's bytes, the mistakes; shared by the tests below."""
+    if "run" not in _SHARD:
+        d = tmp_path_factory.mktemp("tshard")
+        teacher, student = _tiny_pair(d)
+        _SHARD["run"], _ = run_worker(2, d / "out", "teacher_shard", SEED, teacher, student, 6)
+        _SHARD["pair"] = teacher, student
+    return _SHARD["run"]
+
+
+def test_distill_teacher_shard_equals_replicated(tmp_path_factory):
+    """teacher_shard=True on 2 processes: the loss curves, held-out curves and the
+    trained student are the replicated teacher's run's bit for bit (not within a
+    tolerance: the all-gathers copy the teacher's numbers, so its forward computes
+    the same thing on the same inputs, and everything after it is the same code);
+    both ranks alike."""
+    outs = teacher_shard_run(tmp_path_factory)
+    for o in outs:
+        rep, sh = o["replicated"], o["sharded"]
+        assert o["world"] == 2 and len(sh["curve"]) == 6 and len(sh["eval_curve"]) == 3
+        assert sh["options"]["teacher_shard"] is True
+        assert "teacher_shard" not in rep["options"]
+        assert sh["curve"] == rep["curve"], (sh["curve"], rep["curve"])
+        assert sh["eval_curve"] == rep["eval_curve"]
+        _assert_same_model(rep["state"], sh["state"], "sharded against replicated")
+        # a second sharded run on the same teacher reuses its shards
+        assert len(o["again"]) == 1 and all(np.isfinite(o["again"][0][2:]))
+    _assert_same_model(outs[0]["sharded"]["state"], outs[1]["sharded"]["state"],
+                       "rank 1 against rank 0")
+
+
+def test_distill_teacher_shard_memory(tmp_path_factory):
+    """Each of 2 ranks holds half the teacher's parameter bytes (its DTensor shards'
+    local parts) between the teacher's forwards, during the run and after it; inside
+    a teacher block's forward, the shards plus the gathered root (embeddings, final
+    norm) and that one block, never the whole teacher."""
+    outs = teacher_shard_run(tmp_path_factory)
+    for o in outs:
+        whole, units = o["whole"], o["units"]
+        assert o["param_types"] == ["DTensor"]
+        half = whole / 2 + whole / 100  # shards of an odd row count differ by a row
+        assert o["rest"] and max(o["rest"]) <= half, (o["rest"], whole)
+        assert o["after"] <= half and o["after_again"] <= half, (o["after"], whole)
+        root = whole - sum(units["blocks"]) - units["head"]
+        # a gathered unit adds the half of it this rank did not hold
+        assert o["peak"] and max(o["peak"]) <= \
+            o["after"] + (root + max(units["blocks"])) / 2 + whole / 100, (o["peak"], whole)
+        assert max(o["peak"]) < whole
+        assert min(o["peak"]) > o["after"]  # the block was gathered for its forward
+
+
+def test_distill_teacher_shard_mistakes(tmp_path_factory):
+    """A sharded teacher asked to run whole is refused in one line naming it; on one
+    process (no process group) teacher_shard warns and leaves the teacher whole."""
+    outs = teacher_shard_run(tmp_path_factory)
+    for o in outs:
+        assert o["refused"] is not None and "teacher_shard=True" in o["refused"], o["refused"]
+    teacher_dir, student_dir = _SHARD["pair"]
+    teacher = transformers.LlamaForCausalLM.from_pretrained(teacher_dir).eval()
+    ids = torch.randint(0, 90, (8, 12), generator=torch.Generator().manual_seed(SEED))
+    with pytest.warns(UserWarning, match="teacher_shard on one process"):
+        report = bitrank.distill(bitrank.load(student_dir), teacher, ids, steps=1,
+                                 batch_size=2, heldout=0, device="cpu", progress=False,
+                                 teacher_shard=True)
+    assert "teacher_shard" not in report.options
+    assert not distributed.active()
+    assert all(type(p) is torch.nn.Parameter for p in teacher.parameters())
+
+
 # ----------------------------------------------------------------- the command line
 
 def _word_model(dir_):
@@ -246,7 +322,8 @@ def test_cli_compress_and_distill_under_torchrun(tmp_path):
     the output directory written once and whole (nothing else beside it), its
     safetensors file the one process's (its metadata and tensors) and
     its report the same but for times; then `distill` on it with 2
-    processes writes a model that loads; the library engine is refused in one line."""
+    processes writes a model that loads, and with --teacher-shard the same model; the
+    library engine is refused in one line."""
     model, calib = _word_model(tmp_path)
     common = ["--calib", calib, "--samples", "10", "--seq-len", "16", "--steps", "6",
               "--layer-steps", "4", "--batch-size", "2", "--bpw", "2", "--device", "cpu"]
@@ -277,6 +354,12 @@ def test_cli_compress_and_distill_under_torchrun(tmp_path):
     assert r.stdout.count("tokens/s") == 1
     loaded = bitrank.load(str(tmp_path / "d2"))
     assert loaded.config.quantization_config["distill"]["processes"] == 2
+    # the teacher sharded over the processes: the same model written
+    r = launch(2, ["-m", "bitrank", "distill", str(outs[2]), "-o", str(tmp_path / "d2s"),
+                   "--teacher-shard", *d_common])
+    assert r.returncode == 0, r.stderr[-3000:]
+    _assert_same_file(tmp_path / "d2" / "model.safetensors",
+                      tmp_path / "d2s" / "model.safetensors")
     r = launch(2, ["-m", "bitrank", "distill", str(outs[2]), "-o", str(tmp_path / "d3"),
                    "--engine", "library", *d_common])
     # one line from each process (torchrun then adds its own report of their exit)
