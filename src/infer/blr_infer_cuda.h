@@ -60,7 +60,8 @@ typedef struct br_ic_dev {
     float *part1;      /* phase-1 partial sums: [paths][rt1][ks1][tt][32][4], in the
                         * context's workspace (set at each launch) */
     uint32_t *tfrag;   /* t as B fragments: [paths][ku2·16][BR_IC_TT_MAX][32][2], pads 0 */
-    uint32_t *sync;    /* [paths·rt1] arrival counters, then ready, then exit (all 0 between runs) */
+    uint32_t *sync;    /* [paths·rt1] arrival counters, then the grid barrier's arrival
+                        * counter (all 0 between runs) and generation word */
     br_ic_launch launch[2][BR_IC_TT_MAX]; /* [bf16][token tiles − 1] */
 } br_ic_dev;
 

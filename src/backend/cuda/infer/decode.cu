@@ -4,25 +4,29 @@
  * A persistent grid of co-resident blocks (a cooperative launch: the runtime refuses
  * a grid that cannot all be resident instead of letting it hang) runs both phases:
  *
- *   phase 1  jobs (path p, k segment, chunk of row tiles): the block stages z = g_p⊙x
- *            of its segment in shared memory as mma B fragments (f32 product, rounded
+ *   phase 1  jobs (path p, k segment, chunk of row tiles): each warp starts the loads
+ *            of its first row tile's signs and ℓ, then the block stages z = g_p⊙x of
+ *            its segment in shared memory as mma B fragments (f32 product, rounded
  *            once to the activation type); each warp takes row tiles of the chunk,
  *            expands their signs from 16-byte loads into A fragments and sums the
- *            segment on the tensor cores. A row tile's ks1 segment sums go to global
- *            scratch; the warp that arrives last at the tile's counter adds them in
- *            segment order (whatever the arrival order: the same bits every run),
- *            scales by ℓ, rounds t to the activation type and writes it as phase 2's
- *            B fragments, then counts the tile ready.
- *   phase 2  jobs (chunk of output row tiles): each warp loads the signs of its first
- *            item before waiting (they do not depend on t, so their loads overlap
- *            phase 1's tail), the block waits until every phase-1 tile is ready, then
- *            warps sum (row tile, path, k segment) items from t's fragments in L2 into
- *            shared memory, and the block adds them in a fixed order, applies h_p and
- *            the bias, and stores y.
+ *            segment on the tensor cores, the next units' loads in flight while it
+ *            sums. A row tile's ks1 segment sums go to global scratch; the warp that
+ *            arrives last at the tile's counter adds them in segment order (whatever
+ *            the arrival order: the same bits every run), scales by ℓ, rounds t to the
+ *            activation type and writes it as phase 2's B fragments.
+ *   barrier  each block loads what phase 2 needs first and does not depend on t (its
+ *            first item's signs per warp, its first job's h and bias), then arrives
+ *            once at a grid barrier (a counter and a generation word) and waits.
+ *   phase 2  jobs (chunk of output row tiles): warps sum (row tile, path, k segment)
+ *            items from t's fragments in L2 into shared memory, and the block adds
+ *            them in a fixed order, applies h_p and the bias, and stores y.
  *
- * The counters reset themselves: a tile's arrival counter by its last arriver, the
- * ready counter by the last block to leave, so every launch (graph replays too)
- * finds them zero. Nothing here allocates. */
+ * Every step of a launch that waits on memory is a latency (hundreds of ns) on the
+ * critical path of a microsecond-scale kernel, so loads that do not depend on an
+ * earlier step are issued before it. The counters reset themselves: a tile's arrival
+ * counter by its last arriver, the barrier's by the last block to arrive, and the
+ * generation word only grows, so every launch (graph replays too) finds them ready.
+ * Nothing here allocates. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -37,9 +41,14 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 /* units of signs loaded at once per warp (16 bytes a lane each) */
 constexpr int kPF = 4;
 /* shared memory: phase 1's z fragments or phase 2's partial sums (the same bytes),
- * then a 16×8 transpose scratch per warp */
+ * then a 16×8 transpose scratch per warp, then phase 2's h (each path) and bias of a
+ * job's rows, f32 */
 constexpr int kRegionBytes = 32768;
-constexpr int kSmemBytes = kRegionBytes + kWarps * 256;
+/* row tiles of a phase-2 job at most: its h and bias fit the cache */
+constexpr int kRpc2Max = 16;
+constexpr int kHbRows = kRpc2Max * 16;
+constexpr int kHbBytes = 3 * kHbRows * 4;
+constexpr int kSmemBytes = kRegionBytes + kWarps * 256 + kHbBytes;
 /* phase-2 items a job may hold: their partials fill the region at 4 token tiles */
 constexpr int kItemsMax4 = kRegionBytes / (BR_IC_TT_MAX * 512);
 
@@ -63,6 +72,12 @@ __device__ __forceinline__ uint4 ld_stream(const uint32_t *p) {
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
     uint32_t v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ uint32_t ld_relaxed(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 
@@ -117,6 +132,47 @@ __device__ __forceinline__ uint32_t word_of(const uint4 &a, int kk) {
     return w == 0 ? a.x : w == 1 ? a.y : w == 2 ? a.z : a.w;
 }
 
+/* The first min(kPF, nu) units of a row tile's signs (lane's 16 bytes each) into a. */
+__device__ __forceinline__ void load_units(const uint32_t *bits, int nu, uint4 (&a)[kPF]) {
+#pragma unroll
+    for (int j = 0; j < kPF; j++)
+        a[j] = j < nu ? ld_stream(bits + (size_t)j * 128) : make_uint4(0, 0, 0, 0);
+}
+
+/* acc = (signs of units [0, nu) of a row tile) · B, B's fragment of unit u, k step
+ * kk, token tile tt from bfrag(u, kk, tt). `a` holds the first kPF units' signs on
+ * entry (load_units); each batch's successor is loaded before the batch is summed, so
+ * a warp has two batches of loads in flight, not one. */
+template <bool kBF, int TT, class BFrag>
+__device__ __forceinline__ void sum_units(const uint32_t *bits, int nu, uint4 (&a)[kPF],
+                                          BFrag bfrag, float (&acc)[TT][4]) {
+#pragma unroll
+    for (int tt = 0; tt < TT; tt++) acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.f;
+    for (int uc = 0; uc < nu; uc += kPF) {
+        uint4 nx[kPF];
+#pragma unroll
+        for (int j = 0; j < kPF; j++)
+            nx[j] = uc + kPF + j < nu ? ld_stream(bits + (size_t)(uc + kPF + j) * 128)
+                                      : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < kPF; j++) {
+            if (uc + j >= nu) break;
+#pragma unroll
+            for (int kk = 0; kk < 16; kk++) {
+                uint32_t af[4];
+                expand<kBF>(word_of(a[j], kk), kk, af);
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++) {
+                    const uint2 b = bfrag(uc + j, kk, tt);
+                    mma<kBF>(acc[tt], af, b.x, b.y);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kPF; j++) a[j] = nx[j];
+    }
+}
+
 /* Whether this warp is the last of `total` to arrive at `counter` (resetting it then).
  * Every lane's stores before the call are visible to the last warp's lanes after it
  * (read them with __ldcg). */
@@ -160,17 +216,17 @@ __device__ void stage_z(const Args &A, int p, int ks0, int nks, uint2 *zs) {
 }
 
 /* Row tile rt of path p is complete in `sum` (lane's C fragment, token tile tt): t =
- * ℓ⊙sum rounded, transposed through the warp's scratch into B-fragment order. */
+ * ℓ⊙sum rounded (lv: ℓ of the lane's rows g and g + 8, 0 past r), transposed through
+ * the warp's scratch into B-fragment order. */
 template <bool kBF>
-__device__ void write_t(const Args &A, int p, int rt, int tt, const float4 &sum, int lane,
-                        uint16_t *tsh) {
-    const int g = lane / 4, c = lane % 4, r = A.d.r;
-    const float *l = A.d.l + (size_t)p * r;
+__device__ void write_t(const Args &A, int p, int rt, int tt, const float4 &sum, const float (&lv)[2],
+                        int lane, uint16_t *tsh) {
+    const int g = lane / 4, c = lane % 4;
     const float s[4] = {sum.x, sum.y, sum.z, sum.w};
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int row = rt * 16 + g + 8 * (j / 2), tok = tt * 8 + 2 * c + j % 2;
-        const float v = row < r && tok < A.ntok ? __fmul_rn(s[j], __ldg(l + row)) : 0.f;
+        const int tok = tt * 8 + 2 * c + j % 2;
+        const float v = tok < A.ntok ? __fmul_rn(s[j], lv[j / 2]) : 0.f;
         tsh[(g + 8 * (j / 2)) * 8 + 2 * c + j % 2] = round1<kBF>(v);
     }
     __syncwarp();
@@ -192,42 +248,35 @@ __device__ void phase1(const Args &A, unsigned char *smem) {
     uint16_t *tsh = reinterpret_cast<uint16_t *>(smem + kRegionBytes) + warp * 128;
     const int chunks = (d.rt1 + L.rpc1 - 1) / L.rpc1;
     const int jobs = d.paths * L.ks1 * chunks;
-    uint32_t *ready = d.sync + (size_t)d.paths * d.rt1;
     for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
         const int col = job / chunks, ch = job % chunks;
         const int p = col / L.ks1, ks = col % L.ks1;
         const int u0 = ks * L.seg1, nu = std::min(L.seg1, d.ku1 - u0);
         const int rt_lo = ch * L.rpc1, rt_hi = std::min(d.rt1, rt_lo + L.rpc1);
+        const float *l = d.l + (size_t)p * d.r;
+        /* the first row tile's signs: in flight while z is staged */
+        uint4 a[kPF];
+        if (rt_lo + warp < rt_hi)
+            load_units(d.bits1 + (((size_t)p * d.rt1 + rt_lo + warp) * d.ku1 + u0) * 128 + lane * 4,
+                       nu, a);
         __syncthreads(); /* the previous job's fragments are no longer read */
         stage_z<kBF, TT>(A, p, u0 * 16, nu * 16, zs);
         __syncthreads();
         for (int rt = rt_lo + warp; rt < rt_hi; rt += kWarps) {
-            float acc[TT][4];
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++)
-                acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.f;
             const uint32_t *bits = d.bits1 + (((size_t)p * d.rt1 + rt) * d.ku1 + u0) * 128 + lane * 4;
-            for (int uc = 0; uc < nu; uc += kPF) {
-                uint4 a[kPF];
+            if (rt != rt_lo + warp) load_units(bits, nu, a);
+            float lv[2];
 #pragma unroll
-                for (int j = 0; j < kPF; j++)
-                    if (uc + j < nu) a[j] = ld_stream(bits + (size_t)(uc + j) * 128);
-#pragma unroll
-                for (int j = 0; j < kPF; j++) {
-                    if (uc + j >= nu) break;
-#pragma unroll
-                    for (int kk = 0; kk < 16; kk++) {
-                        uint32_t af[4];
-                        expand<kBF>(word_of(a[j], kk), kk, af);
-                        const uint2 *zk = zs + ((size_t)((uc + j) * 16 + kk) * TT) * 32 + lane;
-#pragma unroll
-                        for (int tt = 0; tt < TT; tt++) {
-                            const uint2 b = zk[tt * 32];
-                            mma<kBF>(acc[tt], af, b.x, b.y);
-                        }
-                    }
-                }
+            for (int i = 0; i < 2; i++) {
+                const int row = rt * 16 + lane / 4 + 8 * i;
+                lv[i] = row < d.r ? __ldg(l + row) : 0.f;
             }
+            float acc[TT][4];
+            sum_units<kBF, TT>(bits, nu, a,
+                               [&](int u, int kk, int tt) {
+                                   return zs[((size_t)(u * 16 + kk) * TT + tt) * 32 + lane];
+                               },
+                               acc);
             float4 *part = reinterpret_cast<float4 *>(d.part1) +
                            ((((size_t)p * d.rt1 + rt) * L.ks1) * TT) * 32 + lane;
             bool last = true;
@@ -250,104 +299,96 @@ __device__ void phase1(const Args &A, unsigned char *smem) {
                         sum.z = __fadd_rn(sum.z, v.z), sum.w = __fadd_rn(sum.w, v.w);
                     }
                 }
-                write_t<kBF>(A, p, rt, tt, sum, lane, tsh);
-            }
-            /* t of this tile is written by every lane: count it ready */
-            __syncwarp();
-            if (lane == 0) {
-                __threadfence();
-                atomicAdd(ready, 1u);
+                write_t<kBF>(A, p, rt, tt, sum, lv, lane, tsh);
             }
         }
     }
+}
+
+/* ---------------------------------------------------------------- the barrier */
+
+/* Every block of the grid past this point once all have reached it, their global
+ * stores before it visible after it. The last to arrive resets the counter and bumps
+ * the generation word; the others wait for the bump. gen0: the generation word as this
+ * block's thread 0 read it before arriving (it cannot change before every block has
+ * arrived); only thread 0 reads it here. */
+__device__ __forceinline__ void grid_barrier(uint32_t *arrive, uint32_t *gen, const uint32_t &gen0_of_block) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const uint32_t gen0 = gen0_of_block;
+        __threadfence();
+        if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
+            *arrive = 0;
+            __threadfence();
+            atomicExch(gen, gen0 + 1);
+        } else {
+            while (ld_acquire(gen) == gen0) {
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
 }
 
 /* ---------------------------------------------------------------- phase 2 */
 
-/* The sums of one phase-2 item (row tile rt, path p, units [u0, u0 + nu)) into acc;
- * `pre` holds its first kPF units' signs where have_pre. */
-template <bool kBF, int TT>
-__device__ __forceinline__ void item2(const Args &A, int rt, int p, int u0, int nu,
-                                      const uint4 (&pre)[kPF], bool have_pre, float (&acc)[TT][4],
-                                      int lane) {
+/* h of each path and the bias (f32, 0 without one) of the rows of job `job` into hb
+ * [3][kHbRows]. */
+template <bool kBF>
+__device__ __forceinline__ void load_hb(const Args &A, int job, float *hb) {
     const br_ic_dev &d = A.d;
-    const uint32_t *bits = d.bits2 + (((size_t)rt * d.paths + p) * d.ku2 + u0) * 128 + lane * 4;
-    const uint2 *tf = reinterpret_cast<const uint2 *>(d.tfrag) +
-                      ((size_t)p * d.ku2 * 16 + (size_t)u0 * 16) * BR_IC_TT_MAX * 32 + lane;
-    for (int uc = 0; uc < nu; uc += kPF) {
-        uint4 a[kPF];
-#pragma unroll
-        for (int j = 0; j < kPF; j++)
-            if (uc + j < nu) a[j] = have_pre && uc == 0 ? pre[j] : ld_stream(bits + (size_t)(uc + j) * 128);
-#pragma unroll
-        for (int j = 0; j < kPF; j++) {
-            if (uc + j >= nu) break;
-#pragma unroll
-            for (int kk = 0; kk < 16; kk++) {
-                uint32_t af[4];
-                expand<kBF>(word_of(a[j], kk), kk, af);
-                const uint2 *tk = tf + (size_t)((uc + j) * 16 + kk) * BR_IC_TT_MAX * 32;
-#pragma unroll
-                for (int tt = 0; tt < TT; tt++) {
-                    const uint2 b = __ldcg(tk + tt * 32);
-                    mma<kBF>(acc[tt], af, b.x, b.y);
-                }
-            }
-        }
+    const int row0 = job * A.L.rpc2 * 16, rows = std::min(d.m - row0, A.L.rpc2 * 16);
+    for (int e = threadIdx.x; e < rows; e += kThreads) {
+        for (int p = 0; p < d.paths; p++) hb[p * kHbRows + e] = __ldg(d.h + (size_t)p * d.m + row0 + e);
+        hb[2 * kHbRows + e] = A.bias ? to_f32<kBF>(__ldg(A.bias + row0 + e)) : 0.f;
     }
 }
 
 template <bool kBF, int TT>
-__device__ void phase2(const Args &A, unsigned char *smem) {
+__device__ void phase2(const Args &A, unsigned char *smem, const uint32_t &gen0) {
     const br_ic_dev &d = A.d;
     const br_ic_launch &L = A.L;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float4 *ps = reinterpret_cast<float4 *>(smem);
+    float *hb = reinterpret_cast<float *>(smem + kRegionBytes + kWarps * 256);
     const int jobs = (d.rt2 + L.rpc2 - 1) / L.rpc2;
     const int per_rt = d.paths * L.ks2;
-    /* the signs of this warp's first item, loaded before the wait for t */
-    uint4 pre[kPF];
-    bool have_pre = false;
+    /* what does not depend on t, loaded before the barrier: each warp's first item's
+     * signs, the first job's h and bias */
+    uint4 a[kPF];
     if ((int)blockIdx.x < jobs) {
         const int rt_lo = blockIdx.x * L.rpc2;
         const int items = (std::min(d.rt2, rt_lo + L.rpc2) - rt_lo) * per_rt;
         if (warp < items) {
             const int rt = rt_lo + warp / per_rt, p = warp / L.ks2 % d.paths, ks = warp % L.ks2;
-            const int u0 = ks * L.seg2, nu = std::min(L.seg2, d.ku2 - u0);
-            const uint32_t *bits = d.bits2 + (((size_t)rt * d.paths + p) * d.ku2 + u0) * 128 + lane * 4;
-#pragma unroll
-            for (int j = 0; j < kPF; j++)
-                if (j < nu) pre[j] = ld_stream(bits + (size_t)j * 128);
-            have_pre = true;
+            const int u0 = ks * L.seg2, nu = std::max(0, std::min(L.seg2, d.ku2 - u0));
+            load_units(d.bits2 + (((size_t)rt * d.paths + p) * d.ku2 + u0) * 128 + lane * 4, nu, a);
         }
+        load_hb<kBF>(A, blockIdx.x, hb);
     }
-    /* every phase-1 tile ready */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const uint32_t *ready = d.sync + (size_t)d.paths * d.rt1;
-        const uint32_t want = (uint32_t)(d.paths * d.rt1);
-        while (ld_acquire(ready) < want) {
-        }
-    }
-    __syncthreads();
+    grid_barrier(d.sync + (size_t)d.paths * d.rt1, d.sync + (size_t)d.paths * d.rt1 + 1, gen0);
     for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
         const int rt_lo = job * L.rpc2, nrt = std::min(d.rt2, rt_lo + L.rpc2) - rt_lo;
         const int items = nrt * per_rt;
+        if (job != (int)blockIdx.x) load_hb<kBF>(A, job, hb);
         for (int it = warp; it < items; it += kWarps) {
             const int rt = rt_lo + it / per_rt, p = it / L.ks2 % d.paths, ks = it % L.ks2;
             const int u0 = ks * L.seg2, nu = std::max(0, std::min(L.seg2, d.ku2 - u0));
+            const uint32_t *bits = d.bits2 + (((size_t)rt * d.paths + p) * d.ku2 + u0) * 128 + lane * 4;
+            if (job != (int)blockIdx.x || it != warp) load_units(bits, nu, a);
+            const uint2 *tf = reinterpret_cast<const uint2 *>(d.tfrag) +
+                              ((size_t)p * d.ku2 * 16 + (size_t)u0 * 16) * BR_IC_TT_MAX * 32 + lane;
             float acc[TT][4];
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++)
-                acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.f;
-            item2<kBF, TT>(A, rt, p, u0, nu, pre, have_pre, acc, lane);
-            have_pre = false;
+            sum_units<kBF, TT>(bits, nu, a,
+                               [&](int u, int kk, int tt) {
+                                   return __ldcg(tf + ((size_t)(u * 16 + kk) * BR_IC_TT_MAX + tt) * 32);
+                               },
+                               acc);
 #pragma unroll
             for (int tt = 0; tt < TT; tt++)
                 ps[((size_t)it * TT + tt) * 32 + lane] =
                     make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]);
         }
-        have_pre = false;
         __syncthreads();
         /* y[tok][row] = Σ_p h_p[row]·(Σ_ks item sums) + bias[row]: paths and segments in
          * order; consecutive threads take consecutive rows (coalesced stores) */
@@ -364,10 +405,10 @@ __device__ void phase2(const Args &A, unsigned char *smem) {
                 float c = pf[(((size_t)it0 * TT + tt) * 32 + ln) * 4 + comp];
                 for (int s = 1; s < L.ks2; s++)
                     c = __fadd_rn(c, pf[(((size_t)(it0 + s) * TT + tt) * 32 + ln) * 4 + comp]);
-                const float hc = __fmul_rn(__ldg(d.h + (size_t)p * d.m + row), c);
+                const float hc = __fmul_rn(hb[p * kHbRows + rr], c);
                 v = p == 0 ? hc : __fadd_rn(v, hc);
             }
-            if (A.bias) v = __fadd_rn(v, to_f32<kBF>(__ldg(A.bias + row)));
+            if (A.bias) v = __fadd_rn(v, hb[2 * kHbRows + rr]);
             A.y[(size_t)tok * d.m + row] = round1<kBF>(v);
         }
         __syncthreads();
@@ -377,19 +418,12 @@ __device__ void phase2(const Args &A, unsigned char *smem) {
 template <bool kBF, int TT>
 __global__ void __launch_bounds__(kThreads, 2) decode_kernel(const Args A) {
     extern __shared__ __align__(16) unsigned char smem[];
+    /* the barrier's generation before this block arrives (read first: every block's
+     * arrival comes after its own read) */
+    __shared__ uint32_t gen0;
+    if (threadIdx.x == 0) gen0 = ld_relaxed(A.d.sync + (size_t)A.d.paths * A.d.rt1 + 1);
     phase1<kBF, TT>(A, smem);
-    phase2<kBF, TT>(A, smem);
-    /* the last block out resets the ready counter for the next launch: every block
-     * has passed its wait by now */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t *ready = A.d.sync + (size_t)A.d.paths * A.d.rt1;
-        __threadfence();
-        if (atomicAdd(ready + 1, 1u) == gridDim.x - 1) {
-            atomicExch(ready, 0u);
-            atomicExch(ready + 1, 0u);
-        }
-    }
+    phase2<kBF, TT>(A, smem, gen0);
 }
 
 using KernelFn = void (*)(const Args);
@@ -428,7 +462,7 @@ br_ic_launch choose(const br_ic_dev &d, int grid, int TT) {
     }
     /* phase 2: one job a block where the partials fit, k segments to busy the warps */
     const int items_max = kRegionBytes / (TT * 512);
-    L.rpc2 = std::max(1, std::min(ceil_div(d.rt2, grid), items_max / d.paths));
+    L.rpc2 = std::max(1, std::min({ceil_div(d.rt2, grid), items_max / d.paths, kRpc2Max}));
     const int jobs2 = ceil_div(d.rt2, L.rpc2);
     best = -1;
     for (int ks = 1; ks <= d.ku2; ks++) {
