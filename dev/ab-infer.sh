@@ -4,11 +4,14 @@
 # (bench_infer_cuda and test_blr_infer_cuda only); each tree's test suite, then
 # bench_infer_cuda of every tree, interleaved, two rounds.
 #
-# The changes go in build-ab-in/<name>.patch (ignored by git, so the device call must
-# carry it; write the patch to /tmp first, then copy it there). A "before" is the
-# reverse of the change under test: `git diff -R HEAD~1 -- src > /tmp/before.patch`.
-# Device call (run tool, carry ["build-ab-in"]), from the repository root:
-#   bash dev/ab-infer.sh [--quick] <name> ...
+# A change is a patch against the carried tree: dev/<name>.patch (kept in the repo:
+# decode-nocoop, the decode launch without the cooperative attribute, to price it:
+# safe only on an otherwise idle GPU, where every block is resident), or
+# build-ab-in/<name>.patch (ignored by git, so the device call must carry it; write
+# the patch to /tmp first, then copy it there). A "before" is the reverse of a change
+# already in the tree: `git diff -R HEAD~1 -- src > /tmp/before.patch`.
+# Device call (run tool), from the repository root:
+#   bash dev/ab-infer.sh --quick decode-nocoop
 # --quick passes to bench_infer_cuda (1 bpw only). One table per tree and round on
 # stdout (bench_infer_cuda's stderr); JSON lines and logs in $OUT (else build-ab-out).
 set -uo pipefail
@@ -28,7 +31,9 @@ for name in "$@"; do
   rm -rf "build-ab-src-$name" && mkdir -p "build-ab-src-$name"
   tar --exclude='./build*' --exclude='./.git' --exclude='./.deps' -cf - . |
     tar -xf - -C "build-ab-src-$name" || exit 1
-  (cd "build-ab-src-$name" && patch -p1 --forward <"$root/build-ab-in/$name.patch") \
+  pf=$root/dev/$name.patch
+  [ -f "$pf" ] || pf=$root/build-ab-in/$name.patch
+  (cd "build-ab-src-$name" && patch -p1 --forward <"$pf") \
     >"$out/patch-$name.log" 2>&1 || { cat "$out/patch-$name.log"; echo "ab-infer: $name DOES NOT APPLY"; exit 1; }
   trees+=("$name")
 done
