@@ -5,6 +5,7 @@
     bitrank.distill(model, original, texts, tokenizer=tok)  # end to end
     bitrank.save_pretrained(model, "out")          # config.json + model.safetensors
     model = bitrank.load("out")                    # its linears are BLRLinear
+    model = transformers.AutoModel.from_pretrained("out")  # the same, after import bitrank
     print(bitrank.pack_for_inference(model))       # plans only; bytes vs fp16
 
 The C library (libbitrank.so, shipped in this package) runs the layers and the
@@ -28,6 +29,8 @@ from .hf import load, save_pretrained  # noqa: E402
 from .inference import (InferenceMemory, inference_memory, pack_for_inference,  # noqa: E402
                         unpack_for_training)
 from .torch import BLRLinear, LibraryOptimizer  # noqa: E402
+# transformers' from_pretrained learns quant_method "bitrank" (where transformers can)
+from . import hf_quantizer  # noqa: E402,F401
 
 __version__ = "0.1.0"
 __all__ = ["BLRLinear", "BitrankError", "CompressReport", "DistillReport", "InferenceMemory",

@@ -6,6 +6,7 @@ layout: each BLRLinear at module path M as tensors M.weight.blr.{u,v,h,l,g} and 
 metadata entry "M.weight.blr", every other tensor of the state dict as it is. That is
 the layout `bitrank compress` writes, so load() reads both: a directory from
 save_pretrained, or the CLI's output file beside the original model's config.json.
+transformers' from_pretrained reads a save_pretrained directory too (hf_quantizer).
 """
 import json
 import os
@@ -81,6 +82,8 @@ def save_pretrained(model, out_dir, tokenizer=None):
     cfg.architectures = [type(model).__name__]
     qc = quantization_config(model)
     old = getattr(cfg, "quantization_config", None)
+    if hasattr(old, "to_dict"):  # a model from transformers' from_pretrained (hf_quantizer)
+        old = old.to_dict()
     if isinstance(old, dict) and old.get("quant_method") == "bitrank":
         # what compress_model and distill recorded (bpw, method, distill) stays; the
         # layers are described anew from the modules
