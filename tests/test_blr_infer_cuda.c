@@ -325,6 +325,17 @@ static void llama_shape_scaled(void) {
     br_ctx_free(ctx);
 }
 
+/* An LM-head-like output count: more row tiles than the grid's blocks take in one job
+ * (more than 16 a block on an H100 or H200), so blocks loop over phase-2 jobs; and its
+ * transpose: tens of k segments per phase-1 row tile, summed in order. */
+static void wide_shapes(void) {
+    br_ctx *ctx = t_ctx();
+    static const size_t toks[] = {1, 17, 32};
+    check_layer(ctx, 70001, 40, 9, 2, toks, sizeof toks / sizeof toks[0], 250);
+    check_layer(ctx, 40, 70001, 9, 2, toks, sizeof toks / sizeof toks[0], 251);
+    br_ctx_free(ctx);
+}
+
 /* random shapes, a few token counts each */
 static void random_shapes(void) {
     br_ctx *ctx = t_ctx();
@@ -531,8 +542,8 @@ int main(void) {
     g_quick = quick && *quick && strcmp(quick, "0") != 0;
     static const t_case cases[] = {T_CASE(cpu_ctx_refused), T_CASE(errors_cuda),
                                    T_CASE(odd_shapes),      T_CASE(llama_shape_scaled),
-                                   T_CASE(random_shapes),   T_CASE(graph_replay),
-                                   T_CASE(shared_workspace)};
+                                   T_CASE(wide_shapes),     T_CASE(random_shapes),
+                                   T_CASE(graph_replay),    T_CASE(shared_workspace)};
     int rc = t_run("blr_infer_cuda", cases, sizeof cases / sizeof cases[0]);
     static const char *const kname[2] = {"decode", "prefill"};
     for (int pre = 0; pre < 2; pre++)
