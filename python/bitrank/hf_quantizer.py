@@ -8,8 +8,9 @@ weights load, and the file's tensors M.weight.blr.{u,v,h,l,g} (docs/FORMAT.md) l
 the BLRLinear's u, v, h, l, g. Every other tensor loads as transformers loads it.
 
 This needs transformers' loader of weight transforms (transformers 5:
-core_model_loading.WeightRenaming and HfQuantizer.update_weight_conversions); with an
-older transformers nothing is registered and bitrank.load is the way in.
+core_model_loading.WeightRenaming and HfQuantizer.get_weight_conversions; tested with
+5.17 and 5.25); with an older transformers nothing is registered and bitrank.load is
+the way in.
 """
 import torch
 from torch import nn
@@ -31,7 +32,7 @@ def _supported():
     except ImportError:
         return False
     from transformers.quantizers import HfQuantizer
-    return hasattr(HfQuantizer, "update_weight_conversions")
+    return hasattr(HfQuantizer, "get_weight_conversions")
 
 
 def _layers_of(config):
@@ -121,9 +122,12 @@ def _register():
                 parent, _, leaf = name.rpartition(".")
                 setattr(model.get_submodule(parent) if parent else model, leaf, blr)
 
-        def update_weight_conversions(self, weight_conversions, model):
-            done = list(super().update_weight_conversions(weight_conversions, model))
-            return done + [WeightRenaming(source_patterns=_FILE_KEY, target_patterns=_MODULE_KEY)]
+        def get_weight_conversions(self):
+            # the transforms the loader applies to what the model's own conversions do
+            # not match (its signature has held across transformers 5 releases where
+            # update_weight_conversions' has not)
+            return list(super().get_weight_conversions()) + [
+                WeightRenaming(source_patterns=_FILE_KEY, target_patterns=_MODULE_KEY)]
 
         def _process_model_after_weight_loading(self, model, **kwargs):
             # the scales stay float32 whatever dtype the model loads in (as bitrank.load's
