@@ -54,29 +54,35 @@ def _layers_of(config):
     return out
 
 
-def _check_files(files, layers):
-    """Every listed layer's five tensors are in the checkpoint, of the listed rank and
-    paths: transformers' loader would fill a missing or misshapen one with fresh values
-    and only warn."""
+def _file_shapes(files):
+    """{key: shape} of every BLRLinear tensor in the checkpoint's safetensors files
+    (their headers only)."""
     from safetensors import safe_open
     shapes = {}
-    for f in files:
+    for f in files or ():
         if str(f).endswith(".safetensors"):
             with safe_open(f, "pt") as fh:
                 for k in fh.keys():
                     if ".weight.blr." in k:
                         shapes[k] = tuple(fh.get_slice(k).get_shape())
-    for name, (rank, paths) in layers.items():
-        got = {p: shapes.get(f"{name}.weight.blr.{p}") for p in "uvhlg"}
-        missing = [p for p, s in got.items() if s is None]
-        if missing:
-            raise ValueError(f"bitrank: layer {name}: the checkpoint lacks its tensors "
-                             f"{', '.join(f'{name}.weight.blr.{p}' for p in missing)}")
-        if (got["l"] != (paths, rank) or got["u"][0] != paths or got["v"][0] != paths
-                or got["u"][2] != (rank + 7) // 8):
-            raise ValueError(f"bitrank: layer {name}: the checkpoint's tensors (u {got['u']}, "
-                             f"l {got['l']}) are not of rank {rank} with {paths} paths as the "
-                             "config says")
+    return shapes
+
+
+def _check_layer(shapes, name, m, n, rank, paths):
+    """The checkpoint holds layer `name`'s five tensors in the shapes of an m x n layer of
+    `rank` and `paths`: transformers' loader would fill a missing or misshapen one with
+    fresh values and only warn."""
+    rb = (rank + 7) // 8
+    want = {"u": (paths, m, rb), "v": (paths, n, rb), "h": (paths, m), "l": (paths, rank),
+            "g": (paths, n)}
+    for part, shape in want.items():
+        key = f"{name}.weight.blr.{part}"
+        if key not in shapes:
+            raise ValueError(f"bitrank: layer {name}: the checkpoint lacks its tensor {key}")
+        if shapes[key] != shape:
+            raise ValueError(f"bitrank: layer {name}: {key} is {shapes[key]} in the checkpoint; "
+                             f"an {m}x{n} layer of rank {rank} with {paths} paths (the config) "
+                             f"needs {shape}")
 
 
 def _register():
@@ -108,8 +114,7 @@ def _register():
 
         def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
             layers = _layers_of(self.quantization_config)
-            if checkpoint_files:
-                _check_files(checkpoint_files, layers)
+            shapes = _file_shapes(checkpoint_files) if checkpoint_files else None
             for saved, (rank, paths) in layers.items():
                 # a task model's names carry the base model's prefix, a base model's do not
                 name = _module_path(model, saved)
@@ -117,6 +122,8 @@ def _register():
                 if not isinstance(lin, nn.Linear):
                     raise ValueError(f"bitrank: the config lists layer {saved!r}, which is not an "
                                      f"nn.Linear of {type(model).__name__}")
+                if shapes is not None:
+                    _check_layer(shapes, saved, lin.out_features, lin.in_features, rank, paths)
                 blr = BLRLinear(lin.in_features, lin.out_features, rank, paths,
                                 bias=lin.bias is not None, device=lin.weight.device)
                 parent, _, leaf = name.rpartition(".")
