@@ -13,22 +13,10 @@ from safetensors.torch import load_file, save_file
 
 import bitrank
 from bitrank import BLRLinear, hf_quantizer
+from test_compress_model import tiny_bert, tiny_llama
 
 pytestmark = pytest.mark.skipif(not hf_quantizer.REGISTERED,
                                 reason="this transformers has no loader of weight transforms")
-
-
-def tiny_llama():
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, num_hidden_layers=2,
-                                   intermediate_size=96, num_attention_heads=4,
-                                   num_key_value_heads=2)
-    return transformers.LlamaForCausalLM(cfg).eval()
-
-
-def tiny_bert():
-    cfg = transformers.BertConfig(vocab_size=120, hidden_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, intermediate_size=96)
-    return transformers.BertModel(cfg).eval()
 
 
 def compressed(make, tmp_path, seed):
@@ -40,6 +28,13 @@ def compressed(make, tmp_path, seed):
     out = str(tmp_path / "model")
     bitrank.save_pretrained(model, out)
     return model, out
+
+
+def edit_config(out, edit):
+    path = os.path.join(out, "config.json")
+    cfg = json.load(open(path))
+    edit(cfg["quantization_config"]["layers"])
+    json.dump(cfg, open(path, "w"))
 
 
 def first_output(model, ids):
@@ -99,19 +94,15 @@ def test_missing_layer_tensors_refused(tmp_path):
 
 def test_config_rank_unlike_file_refused(tmp_path):
     model, out = compressed(tiny_llama, tmp_path, 4)
-    cfg_path = os.path.join(out, "config.json")
-    cfg = json.load(open(cfg_path))
-    cfg["quantization_config"]["layers"]["model.layers.0.self_attn.q_proj"]["rank"] += 1
-    json.dump(cfg, open(cfg_path, "w"))
+    edit_config(out, lambda layers: layers["model.layers.0.self_attn.q_proj"].update(
+        rank=layers["model.layers.0.self_attn.q_proj"]["rank"] + 1))
     with pytest.raises(ValueError, match="q_proj.*rank"):
         transformers.AutoModelForCausalLM.from_pretrained(out)
 
 
 def test_config_naming_no_linear_refused(tmp_path):
     model, out = compressed(tiny_llama, tmp_path, 3)
-    cfg_path = os.path.join(out, "config.json")
-    cfg = json.load(open(cfg_path))
-    cfg["quantization_config"]["layers"]["model.layers.0.input_layernorm"] = {"rank": 4, "paths": 2}
-    json.dump(cfg, open(cfg_path, "w"))
+    edit_config(out, lambda layers: layers.update(
+        {"model.layers.0.input_layernorm": {"rank": 4, "paths": 2}}))
     with pytest.raises(ValueError, match="input_layernorm"):
         transformers.AutoModelForCausalLM.from_pretrained(out)
