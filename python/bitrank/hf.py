@@ -39,6 +39,15 @@ def quantization_config(model, report=None):
     return cfg
 
 
+def blr_tensors(m, n, rank, paths):
+    """The file's tensors of an m x n layer of `rank` and `paths` (docs/FORMAT.md):
+    {part: (shape, dtype)}, stored as M.weight.blr.<part>."""
+    rb = (rank + 7) // 8
+    return {"u": ((paths, m, rb), torch.uint8), "v": ((paths, n, rb), torch.uint8),
+            "h": ((paths, m), torch.float16), "l": ((paths, rank), torch.float16),
+            "g": ((paths, n), torch.float16)}
+
+
 def _check_f16(name, t):
     t = t.detach().float()
     if not torch.isfinite(t).all() or float(t.abs().max()) >= 65520:
@@ -186,10 +195,7 @@ def load(path, device="cpu", config=None, dtype=None):
                 m, n = int(info["out_features"]), int(info["in_features"])
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{weights}: metadata {k!r} is malformed ({e})") from None
-            rb = (r + 7) // 8
-            want = {"u": ((P, m, rb), torch.uint8), "v": ((P, n, rb), torch.uint8),
-                    "h": ((P, m), torch.float16), "l": ((P, r), torch.float16),
-                    "g": ((P, n), torch.float16)}
+            want = blr_tensors(m, n, r, P)
             t = {}
             for part, (shape, dt) in want.items():
                 key = f"{base}.blr.{part}"

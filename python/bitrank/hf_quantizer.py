@@ -15,7 +15,7 @@ the way in.
 import torch
 from torch import nn
 
-from .hf import _module_path
+from .hf import _module_path, blr_tensors
 from .torch import BLRLinear
 
 QUANT_METHOD = "bitrank"
@@ -72,10 +72,7 @@ def _check_layer(shapes, name, m, n, rank, paths):
     """The checkpoint holds layer `name`'s five tensors in the shapes of an m x n layer of
     `rank` and `paths`: transformers' loader would fill a missing or misshapen one with
     fresh values and only warn."""
-    rb = (rank + 7) // 8
-    want = {"u": (paths, m, rb), "v": (paths, n, rb), "h": (paths, m), "l": (paths, rank),
-            "g": (paths, n)}
-    for part, shape in want.items():
+    for part, (shape, _) in blr_tensors(m, n, rank, paths).items():
         key = f"{name}.weight.blr.{part}"
         if key not in shapes:
             raise ValueError(f"bitrank: layer {name}: the checkpoint lacks its tensor {key}")
