@@ -5,13 +5,13 @@
 # bench_infer_cuda of every tree, interleaved, two rounds.
 #
 # A change is a patch against the carried tree: dev/<name>.patch (kept in the repo:
-# decode-nocoop, the decode launch without the cooperative attribute, to price it:
-# safe only on an otherwise idle GPU, where every block is resident), or
+# decode-timeline, the decode kernel's phases stamped per block and printed beside
+# the table), or
 # build-ab-in/<name>.patch (ignored by git, so the device call must carry it; write
 # the patch to /tmp first, then copy it there). A "before" is the reverse of a change
 # already in the tree: `git diff -R HEAD~1 -- src > /tmp/before.patch`.
 # Device call (run tool), from the repository root:
-#   bash dev/ab-infer.sh --quick decode-nocoop
+#   bash dev/ab-infer.sh --quick decode-timeline
 # --quick passes to bench_infer_cuda (1 bpw only). One table per tree and round on
 # stdout (bench_infer_cuda's stderr); JSON lines and logs in $OUT (else build-ab-out).
 set -uo pipefail

@@ -40,6 +40,8 @@ namespace {
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 /* units of signs loaded at once per warp (16 bytes a lane each) */
 constexpr int kPF = 4;
+/* phase 1's segment partials of a row tile read at once by its last arriver */
+constexpr int kRedBatch = 8;
 /* shared memory: phase 1's z fragments or phase 2's partial sums (the same bytes),
  * then a 16×8 transpose scratch per warp, then phase 2's h (each path) and bias of a
  * job's rows, f32 */
@@ -293,10 +295,19 @@ __device__ void phase1(const Args &A, unsigned char *smem) {
                 float4 sum = make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]);
                 if (L.ks1 > 1) { /* the segments in order 0, 1, ...: the same bits every run */
                     sum = __ldcg(part + (size_t)tt * 32);
-                    for (int s = 1; s < L.ks1; s++) {
-                        const float4 v = __ldcg(part + ((size_t)s * TT + tt) * 32);
-                        sum.x = __fadd_rn(sum.x, v.x), sum.y = __fadd_rn(sum.y, v.y);
-                        sum.z = __fadd_rn(sum.z, v.z), sum.w = __fadd_rn(sum.w, v.w);
+                    /* kRedBatch loads in flight before their adds: one after another
+                     * they would cost an L2 round trip each */
+                    for (int s0 = 1; s0 < L.ks1; s0 += kRedBatch) {
+                        float4 v[kRedBatch];
+#pragma unroll
+                        for (int j = 0; j < kRedBatch; j++)
+                            if (s0 + j < L.ks1) v[j] = __ldcg(part + ((size_t)(s0 + j) * TT + tt) * 32);
+#pragma unroll
+                        for (int j = 0; j < kRedBatch; j++)
+                            if (s0 + j < L.ks1) {
+                                sum.x = __fadd_rn(sum.x, v[j].x), sum.y = __fadd_rn(sum.y, v[j].y);
+                                sum.z = __fadd_rn(sum.z, v[j].z), sum.w = __fadd_rn(sum.w, v[j].w);
+                            }
                     }
                 }
                 write_t<kBF>(A, p, rt, tt, sum, lv, lane, tsh);
