@@ -2,7 +2,7 @@
  * gradients, the sign optimizer and Adam over the scales — recorded once as a graph
  * and replayed, at the shapes of a Qwen3.5-0.8B-like step (4096 tokens, 2 paths).
  *
- *   bench_layer [--device cuda|cpu] [--runs N] [--mode latent|factored|exact|off]
+ *   bench_layer [--device cuda|cpu|vulkan[:N]] [--runs N] [--mode latent|factored|exact|off]
  *               [--dx] [--quick] [--profile] [--shape 1|2|3] [--residual] [--stage-x]
  *               [--target-f32]
  * --profile: after timing, three eager (not graph) steps under the op profiler,
@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
                  atoi(argv[i + 1]) <= 3)
             only = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_layer [--device cuda|cpu] [--runs N] "
+            fprintf(stderr, "usage: bench_layer [--device cuda|cpu|vulkan[:N]] [--runs N] "
                             "[--mode latent|factored|exact|off] [--dx] [--quick] [--profile] "
                             "[--shape 1|2|3] [--residual] [--stage-x] [--target-f32]\n");
             return 2;
