@@ -104,7 +104,10 @@ br_status br_ctx_sync(br_ctx *ctx);
  *   mm_tn=auto|copy       copy: br_mm_tn through transposed copies
  *   mm_tn2=1|0            0: br_mm_tn2 as two launches
  *   pdl=auto|off|all      programmatic dependent launches on Hopper
- *   expand_blocks=all|1.. cap the grid of the sign expansions */
+ *   expand_blocks=all|1.. cap the grid of the sign expansions
+ *   vk_gemm=auto|tiled|coop|coop_emulated   the Vulkan GEMM shader (coop: cooperative
+ *                         matrices, BR_E_UNSUPPORTED on a device without them)
+ *   vk_coop_shape=auto|16x16x16|16x8x16|16x8x8|8x16x16|32x32x32   force its M×N×K */
 br_status br_ctx_set_options(br_ctx *ctx, const char *spec);
 /* The value of one key as text ("auto", "128x192/reg4", "1", ...) into buf. */
 br_status br_ctx_option(const br_ctx *ctx, const char *key, char *buf, size_t len);

@@ -17,11 +17,14 @@ typedef enum key_kind {
     KEY_TILE,  /* "auto" (-1) or a tile name; gemm_tile also takes "/<A source>" */
 } key_kind;
 
+#define KEY_WORDS_MAX 6
+
 typedef struct key_def {
     const char *name;
     key_kind kind;
     size_t offset;
-    const char *words[4]; /* KEY_WORDS: the values; KEY_RANGE: the word for 0, if any */
+    /* KEY_WORDS: the values; KEY_RANGE: the word for 0, if any */
+    const char *words[KEY_WORDS_MAX];
     int lo, hi;           /* KEY_RANGE */
     const char *what;     /* what it changes, for the error message */
 } key_def;
@@ -39,6 +42,10 @@ static const key_def keys[] = {
     {"mm_tn2", KEY_WORDS, OFF(mm_tn2), {"0", "1"}, 0, 0, "paired MN-major products"},
     {"pdl", KEY_WORDS, OFF(pdl), {"auto", "off", "all"}, 0, 0, "programmatic launches"},
     {"expand_blocks", KEY_RANGE, OFF(expand_blocks), {"all"}, 1, 1 << 20, "expansion grids"},
+    {"vk_gemm", KEY_WORDS, OFF(vk_gemm), {"auto", "tiled", "coop", "coop_emulated"}, 0, 0,
+     "the Vulkan GEMM shader"},
+    {"vk_coop_shape", KEY_WORDS, OFF(vk_coop_shape), {"auto", BR_VK_COOP_SHAPES}, 0, 0,
+     "the cooperative-matrix shape"},
 };
 #undef OFF
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -80,7 +87,7 @@ static void accepted(const key_def *k, char *buf, size_t len) {
         return;
     }
     const char *const *w = k->kind == KEY_WORDS ? k->words : br_gemm_tile_names;
-    size_t n = k->kind == KEY_WORDS ? 4 : BR_GEMM_TILE_COUNT;
+    size_t n = k->kind == KEY_WORDS ? KEY_WORDS_MAX : BR_GEMM_TILE_COUNT;
     if (k->kind == KEY_TILE) at += (size_t)snprintf(buf, len, "auto, ");
     for (size_t i = 0; i < n && w[i] && at < len; i++)
         at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", w[i]);
@@ -92,7 +99,7 @@ static void accepted(const key_def *k, char *buf, size_t len) {
 static int set_value(br_options *o, const key_def *k, const char *v, size_t len) {
     switch (k->kind) {
     case KEY_WORDS: {
-        int i = word_index(k->words, 4, v, len);
+        int i = word_index(k->words, KEY_WORDS_MAX, v, len);
         if (i < 0) return 0;
         *field(o, k) = i;
         return 1;

@@ -22,6 +22,14 @@ extern "C" {
 extern const char *const br_gemm_tile_names[BR_GEMM_TILE_COUNT];
 extern const char *const br_gemm_asrc_names[BR_GEMM_ASRC_COUNT];
 
+/* The cooperative-matrix shapes (M×N×K) the option vk_coop_shape forces on the
+ * Vulkan GEMM (backend/vulkan/vk_ops_gemm.c reads them in this order): the one
+ * every device with the extension lists, NVIDIA's others, and ones whose 1 to 4
+ * accumulators per dimension and 8-, 16- and 32-deep steps exercise the shader's
+ * loops on the emulated path. */
+#define BR_VK_COOP_SHAPES "16x16x16", "16x8x16", "16x8x8", "8x16x16", "32x32x32"
+#define BR_VK_COOP_SHAPE_COUNT 5
+
 typedef enum br_pdl_mode { BR_PDL_AUTO = 0, BR_PDL_OFF, BR_PDL_ALL } br_pdl_mode;
 
 typedef struct br_options {
@@ -37,6 +45,8 @@ typedef struct br_options {
     int mm_tn2;        /* mm_tn2: 1 two MN-major products in one launch where they can */
     int pdl;           /* pdl: br_pdl_mode */
     int expand_blocks; /* expand_blocks: 0 none, else a cap of an expansion's blocks */
+    int vk_gemm;       /* vk_gemm: 0 auto, 1 tiled, 2 coop, 3 coop_emulated */
+    int vk_coop_shape; /* vk_coop_shape: 0 the device's pick, i the (i−1)-th BR_VK_COOP_SHAPES */
 } br_options;
 
 /* The defaults: what runs when nothing is set. */

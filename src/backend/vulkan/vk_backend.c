@@ -25,9 +25,13 @@ static br_status vk_open(br_ctx *ctx, int index, char *err, size_t n) {
         return st;
     }
     ctx->be_state = s;
-    snprintf(ctx->device_desc, sizeof ctx->device_desc, "vulkan:%d %.100s (%s, Vulkan %u.%u)",
+    char coop[40] = "";
+    if (s->coop.usable)
+        snprintf(coop, sizeof coop, ", coopmat %ux%ux%u", s->coop.m, s->coop.n, s->coop.k);
+    snprintf(ctx->device_desc, sizeof ctx->device_desc, "vulkan:%d %.90s (%s, Vulkan %u.%u%s)",
              s->index, s->props.deviceName, br_vk_type_name(s->props.deviceType),
-             VK_API_VERSION_MAJOR(s->props.apiVersion), VK_API_VERSION_MINOR(s->props.apiVersion));
+             VK_API_VERSION_MAJOR(s->props.apiVersion), VK_API_VERSION_MINOR(s->props.apiVersion),
+             coop);
     return BR_OK;
 }
 

@@ -1,7 +1,7 @@
 /* The Vulkan device: instance, the physical device vulkan:N names, the features the
- * shaders need (checked, refused with a message naming the missing one), one
- * compute queue, its command buffer and fence, and the pipeline layout every
- * shader shares. */
+ * shaders need (checked, refused with a message naming the missing one), those the
+ * cooperative-matrix GEMM needs where the device has them (vk_coop.c), one compute
+ * queue, its command buffer and fence, and the pipeline layout every shader shares. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +92,41 @@ static br_status make_instance(VkInstance *inst, char *err, size_t n) {
     return BR_OK;
 }
 
+/* s->dev on s->phys with one queue of s->qfam and the features every shader needs,
+ * and with coop, those of the cooperative-matrix GEMM that s->coop found. */
+static VkResult create_device(br_vk *s, int coop) {
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                   .queueFamilyIndex = s->qfam,
+                                   .queueCount = 1,
+                                   .pQueuePriorities = &prio};
+    VkPhysicalDeviceVulkan11Features f11 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+        .storageBuffer16BitAccess = VK_TRUE};
+    VkPhysicalDeviceVulkan12Features f12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+        .pNext = &f11,
+        .bufferDeviceAddress = VK_TRUE};
+    VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                   .pNext = &f12};
+    f.features.shaderInt64 = VK_TRUE;
+    f.features.shaderInt16 = VK_TRUE;
+    f.features.shaderFloat64 = VK_TRUE;
+    const char *ext[2];
+    uint32_t n_ext = 0;
+    br_vk_coop_enable ce;
+    if (coop) br_vk_coop_enable_on(s, &ce, &f12, &f.pNext, ext, &n_ext);
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              .pNext = &f,
+                              .queueCreateInfoCount = 1,
+                              .pQueueCreateInfos = &qci,
+                              .enabledExtensionCount = n_ext,
+                              .ppEnabledExtensionNames = n_ext ? ext : NULL};
+    VkResult r = vkCreateDevice(s->phys, &dci, NULL, &s->dev);
+    if (r != VK_SUCCESS) s->dev = VK_NULL_HANDLE;
+    return r;
+}
+
 br_status br_vk_open_device(br_vk *s, int index, char *err, size_t n) {
     BR_TRY(make_instance(&s->inst, err, n));
     uint32_t np = 0;
@@ -144,29 +179,21 @@ br_status br_vk_open_device(br_vk *s, int index, char *err, size_t n) {
         return BR_E_UNSUPPORTED;
     }
     s->qfam = (uint32_t)compute_family(s->phys);
-
-    float prio = 1.0f;
-    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-                                   .queueFamilyIndex = s->qfam,
-                                   .queueCount = 1,
-                                   .pQueuePriorities = &prio};
-    VkPhysicalDeviceVulkan11Features f11 = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
-        .storageBuffer16BitAccess = VK_TRUE};
-    VkPhysicalDeviceVulkan12Features f12 = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-        .pNext = &f11,
-        .bufferDeviceAddress = VK_TRUE};
-    VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-                                   .pNext = &f12};
-    f.features.shaderInt64 = VK_TRUE;
-    f.features.shaderInt16 = VK_TRUE;
-    f.features.shaderFloat64 = VK_TRUE;
-    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                              .pNext = &f,
-                              .queueCreateInfoCount = 1,
-                              .pQueueCreateInfos = &qci};
-    if ((r = vkCreateDevice(s->phys, &dci, NULL, &s->dev)) != VK_SUCCESS) {
+    br_vk_coop_probe(s);
+    r = create_device(s, 1);
+    if (r != VK_SUCCESS && s->coop.emulable) {
+        /* the cooperative-matrix GEMM's features are the only optional part: without
+         * them the device still runs everything, its GEMMs on the tiled shader */
+        snprintf(s->coop.why, sizeof s->coop.why,
+                 "vkCreateDevice with the cooperative-matrix GEMM's features failed (%s)",
+                 br_vk_result_name(r));
+        snprintf(s->coop.why_emulated, sizeof s->coop.why_emulated,
+                 "vkCreateDevice with the cooperative-matrix GEMM's features failed (%s)",
+                 br_vk_result_name(r));
+        s->coop.usable = s->coop.emulable = 0;
+        r = create_device(s, 0);
+    }
+    if (r != VK_SUCCESS) {
         ERR("vulkan:%d %s: vkCreateDevice failed (%s)", index, s->props.deviceName,
             br_vk_result_name(r));
         return BR_E_DEVICE;
@@ -205,6 +232,7 @@ void br_vk_close_device(br_vk *s) {
         vkDeviceWaitIdle(s->dev);
         for (int i = 0; i < BR_VK_SHADER_COUNT; i++)
             if (s->pipe[i]) vkDestroyPipeline(s->dev, s->pipe[i], NULL);
+        br_vk_coop_release(s);
         if (s->timers) vkDestroyQueryPool(s->dev, s->timers, NULL);
         if (s->layout) vkDestroyPipelineLayout(s->dev, s->layout, NULL);
         if (s->fence) vkDestroyFence(s->dev, s->fence, NULL);

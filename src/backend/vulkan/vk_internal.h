@@ -17,11 +17,16 @@
 
 #include <vulkan/vulkan.h>
 
+#include "backend/vulkan/vk_coopmat_khr.h"
 #include "core/backend.h"
 #include "ops/op.h"
 
 /* The shaders of the library, one compute pipeline each (shaders/NAME.comp, compiled
- * to SPIR-V at build time and embedded: vk_shaders.c). */
+ * to SPIR-V at build time and embedded: vk_shaders.c). Two more come from
+ * shaders/mm_coop.comp, with pipelines per specialization (vk_coop.c): mm_coop, built
+ * only where the build has a glslang with GL_KHR_cooperative_matrix
+ * (BR_HAVE_VK_COOPMAT; br_vk_spirv gives NULL for it otherwise), and
+ * mm_coop_emulated, always. */
 #define BR_VK_SHADERS(X)                                                                           \
     X(fill16)                                                                                      \
     X(fill32)                                                                                      \
@@ -52,10 +57,13 @@ typedef enum br_vk_shader {
 #define BR_VK_ENUM(name) BR_VK_SH_##name,
     BR_VK_SHADERS(BR_VK_ENUM)
 #undef BR_VK_ENUM
-        BR_VK_SHADER_COUNT
+        BR_VK_SH_mm_coop,
+    BR_VK_SH_mm_coop_emulated,
+    BR_VK_SHADER_COUNT
 } br_vk_shader;
 
-/* The SPIR-V of shader s and its size in bytes (vk_shaders.c). */
+/* The SPIR-V of shader s and its size in bytes (vk_shaders.c); NULL and 0 for a
+ * shader this build has not compiled. */
 const uint32_t *br_vk_spirv(br_vk_shader s, size_t *bytes);
 const char *br_vk_shader_name(br_vk_shader s);
 
@@ -81,6 +89,31 @@ typedef struct br_vk_hostbuf {
     size_t bytes, used;
 } br_vk_hostbuf;
 
+/* One specialization of shaders/mm_coop.comp made into a pipeline. */
+typedef struct br_vk_coop_pipe {
+    int emulated;
+    uint32_t m, n, k;
+    VkPipeline pipe;
+} br_vk_coop_pipe;
+
+#define BR_VK_COOP_MAX_SHAPES 16
+#define BR_VK_COOP_MAX_PIPES 16
+
+/* The cooperative-matrix GEMM on a device (vk_coop.c): whether it runs there, in
+ * which shapes, and its pipelines. */
+typedef struct br_vk_coop {
+    int usable;    /* mm_coop: the extension, features and a configuration are there */
+    char why[192]; /* when not usable: what is missing */
+    int emulable;  /* mm_coop_emulated: full subgroups, f16, subgroup basics */
+    char why_emulated[160];
+    uint32_t m, n, k; /* the shape auto takes: the device's pick, 16×16×16 without one */
+    uint32_t shapes[BR_VK_COOP_MAX_SHAPES][3]; /* the listed ones mm_coop can take */
+    uint32_t nshapes;
+    uint32_t subgroup; /* the subgroup size: a workgroup is 4 full subgroups */
+    br_vk_coop_pipe pipes[BR_VK_COOP_MAX_PIPES];
+    uint32_t npipes;
+} br_vk_coop;
+
 typedef struct br_vk {
     VkInstance inst;
     VkPhysicalDevice phys;
@@ -99,6 +132,7 @@ typedef struct br_vk {
 
     VkPipelineLayout layout;
     VkPipeline pipe[BR_VK_SHADER_COUNT]; /* created on first use */
+    br_vk_coop coop;
 
     br_vk_alloc *allocs; /* sorted by addr */
     size_t nallocs, cap;
@@ -125,6 +159,29 @@ br_status br_vk_open_device(br_vk *s, int index, char *err, size_t n);
 void br_vk_close_device(br_vk *s);
 const char *br_vk_type_name(VkPhysicalDeviceType t);
 
+/* vk_coop.c: the cooperative-matrix GEMM's needs. */
+/* Fills s->coop for s->phys (s->inst, s->props set): usable and emulable, or why not. */
+void br_vk_coop_probe(br_vk *s);
+/* What vkCreateDevice enables for it (where s->coop.usable or .emulable): its
+ * feature structs, which must live until the device is made. */
+typedef struct br_vk_coop_enable {
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR coop;
+    VkPhysicalDeviceSubgroupSizeControlFeatures subgroup_size;
+} br_vk_coop_enable;
+/* Puts e's structs at the front of the chain *pnext, the features into f12 and the
+ * extensions at ext[*n_ext] (room for 2) that s->coop's usable parts need. */
+void br_vk_coop_enable_on(const br_vk *s, br_vk_coop_enable *e,
+                          VkPhysicalDeviceVulkan12Features *f12, void **pnext, const char **ext,
+                          uint32_t *n_ext);
+/* Shared memory the shader takes at shape m×n (a device limit bounds it). */
+size_t br_vk_coop_shared_bytes(uint32_t m, uint32_t n);
+/* The pipeline of mm_coop (emulated: mm_coop_emulated) specialized for shape[3]
+ * (M, N, K), made on first use; on failure the reason in err. */
+br_status br_vk_coop_pipeline(br_vk *s, int emulated, const uint32_t shape[3], VkPipeline *out,
+                              char *err, size_t n);
+/* Destroys the pipelines (device teardown). */
+void br_vk_coop_release(br_vk *s);
+
 /* vk_memory.c */
 br_status br_vk_alloc_buffer(br_ctx *ctx, size_t bytes, br_vk_alloc *out);
 void br_vk_free_buffer(br_vk *s, br_vk_alloc *a);
@@ -147,10 +204,18 @@ br_status br_vk_flush(br_ctx *ctx);
 /* Room for an argument block of `bytes` in the arena (flushing first when it is
  * full); *host to write it, *addr its device address. */
 br_status br_vk_args(br_ctx *ctx, size_t bytes, void **host, VkDeviceAddress *addr);
+/* A compute pipeline of shader sh with a specialization (NULL: none) and stage
+ * flags; on failure the reason in err. */
+br_status br_vk_create_pipeline(br_vk *s, br_vk_shader sh, const VkSpecializationInfo *spec,
+                                VkPipelineShaderStageCreateFlags flags, VkPipeline *out, char *err,
+                                size_t n);
 /* Record shader s on `groups` workgroups (x, y) reading the argument block at args,
  * then a barrier. */
 br_status br_vk_dispatch(br_ctx *ctx, br_vk_shader sh, VkDeviceAddress args, uint32_t gx,
                          uint32_t gy);
+/* The same with a pipeline made elsewhere (the coop GEMM's). */
+br_status br_vk_dispatch_pipeline(br_ctx *ctx, VkPipeline p, VkDeviceAddress args, uint32_t gx,
+                                  uint32_t gy);
 /* Workgroups for a grid-stride loop over n items, BR_VK_GROUP per group. */
 static inline uint32_t br_vk_groups(size_t n) {
     size_t g = (n + BR_VK_GROUP - 1) / BR_VK_GROUP;

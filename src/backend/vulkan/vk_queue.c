@@ -1,6 +1,7 @@
 /* Recording and submitting: the command buffer ops record into, the barrier after
- * each dispatch, the argument arena, pipelines made on first use, and the submit
- * that waits for everything recorded. */
+ * each dispatch, the argument arena, pipelines made on first use (the coop GEMM's,
+ * specialized per shape, are kept by vk_coop.c), and the submit that waits for
+ * everything recorded. */
 #include <stdio.h>
 #include <string.h>
 
@@ -98,44 +99,59 @@ br_status br_vk_args(br_ctx *ctx, size_t bytes, void **host, VkDeviceAddress *ad
     return BR_OK;
 }
 
-static br_status pipeline(br_ctx *ctx, br_vk_shader sh, VkPipeline *out) {
-    br_vk *s = br_vk_of(ctx);
-    if (s->pipe[sh]) {
-        *out = s->pipe[sh];
-        return BR_OK;
-    }
+br_status br_vk_create_pipeline(br_vk *s, br_vk_shader sh, const VkSpecializationInfo *spec,
+                                VkPipelineShaderStageCreateFlags flags, VkPipeline *out, char *err,
+                                size_t n) {
     size_t bytes = 0;
     const uint32_t *code = br_vk_spirv(sh, &bytes);
+    if (!code) {
+        snprintf(err, n, "vulkan: shader %s is not in this build", br_vk_shader_name(sh));
+        return BR_E_UNSUPPORTED;
+    }
     VkShaderModuleCreateInfo mci = {
         .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = bytes, .pCode = code};
     VkShaderModule mod;
     VkResult r = vkCreateShaderModule(s->dev, &mci, NULL, &mod);
-    if (r != VK_SUCCESS)
-        return br_fail(ctx, BR_E_DEVICE, "vulkan: shader %s: vkCreateShaderModule failed (%s)",
-                       br_vk_shader_name(sh), br_vk_result_name(r));
+    if (r != VK_SUCCESS) {
+        snprintf(err, n, "vulkan: shader %s: vkCreateShaderModule failed (%s)",
+                 br_vk_shader_name(sh), br_vk_result_name(r));
+        return BR_E_DEVICE;
+    }
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  .flags = flags,
                   .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                   .module = mod,
-                  .pName = "main"},
+                  .pName = "main",
+                  .pSpecializationInfo = spec},
         .layout = s->layout};
-    r = vkCreateComputePipelines(s->dev, VK_NULL_HANDLE, 1, &ci, NULL, &s->pipe[sh]);
+    *out = VK_NULL_HANDLE;
+    r = vkCreateComputePipelines(s->dev, VK_NULL_HANDLE, 1, &ci, NULL, out);
     vkDestroyShaderModule(s->dev, mod, NULL);
     if (r != VK_SUCCESS) {
-        s->pipe[sh] = VK_NULL_HANDLE;
-        return br_fail(ctx, BR_E_DEVICE, "vulkan: shader %s: vkCreateComputePipelines failed (%s)",
-                       br_vk_shader_name(sh), br_vk_result_name(r));
+        *out = VK_NULL_HANDLE;
+        snprintf(err, n, "vulkan: shader %s: vkCreateComputePipelines failed (%s)",
+                 br_vk_shader_name(sh), br_vk_result_name(r));
+        return BR_E_DEVICE;
     }
-    *out = s->pipe[sh];
     return BR_OK;
 }
 
 br_status br_vk_dispatch(br_ctx *ctx, br_vk_shader sh, VkDeviceAddress args, uint32_t gx,
                          uint32_t gy) {
     br_vk *s = br_vk_of(ctx);
-    VkPipeline p = VK_NULL_HANDLE;
-    BR_TRY(pipeline(ctx, sh, &p));
+    if (!s->pipe[sh]) {
+        char err[192];
+        br_status st = br_vk_create_pipeline(s, sh, NULL, 0, &s->pipe[sh], err, sizeof err);
+        if (st != BR_OK) return br_fail(ctx, st, "%s", err);
+    }
+    return br_vk_dispatch_pipeline(ctx, s->pipe[sh], args, gx, gy);
+}
+
+br_status br_vk_dispatch_pipeline(br_ctx *ctx, VkPipeline p, VkDeviceAddress args, uint32_t gx,
+                                  uint32_t gy) {
+    br_vk *s = br_vk_of(ctx);
     VkCommandBuffer cmd;
     BR_TRY(br_vk_cmd(ctx, &cmd));
     uint64_t pc = args;

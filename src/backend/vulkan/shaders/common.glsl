@@ -60,11 +60,15 @@ uint f32_bits_of_f16(uint h) {
     return sign | ((e + 112u) << 23) | (man << 13);
 }
 
+// A shader whose workgroup size the host sets (a specialization constant) defines
+// BR_OWN_WORKGROUP_SIZE before this include and declares its own.
+#ifndef BR_OWN_WORKGROUP_SIZE
 layout(local_size_x = 256) in;
 
 // Grid-stride loop over i < n (the host caps the grid at 65535 groups).
 #define FOR_EACH(i, n)                                                                             \
     for (uint i = gl_GlobalInvocationID.x; i < (n); i += gl_NumWorkGroups.x * 256u)
+#endif
 
 // Column c of a vector stored in groups (br_colsum_fused_args.group; 0: plain).
 uint grouped(uint c, uint group, uint stride) {
