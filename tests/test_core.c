@@ -391,16 +391,19 @@ static void context_options(void) {
     char all[1024];
     CHECK_OK(ctx, br_ctx_options(ctx, all, sizeof all));
     CHECK(!strcmp(all, "bits_gemm=1,profile=0,gemm=auto,gemm_tile=auto,gemm_splitk=auto,"
-                       "gemm_ctas=all,mm_stage16=1,mm_tn=auto,mm_tn2=1,pdl=auto,expand_blocks=all"),
+                       "gemm_ctas=all,mm_stage16=1,mm_tn=auto,mm_tn2=1,pdl=auto,expand_blocks=all,"
+                       "vk_gemm=auto,vk_coop_shape=auto"),
           "defaults: %s", all);
     /* every key takes its values, spaces around items and empty items are skipped */
     CHECK_OK(ctx,
              br_ctx_set_options(ctx, " bits_gemm=0, profile=1,,gemm=mma,gemm_tile=128x192/reg4,"
                                      "gemm_splitk=3,gemm_ctas=1,mm_stage16=0,mm_tn=copy,"
-                                     "mm_tn2=0,pdl=all,expand_blocks=7 "));
+                                     "mm_tn2=0,pdl=all,expand_blocks=7,vk_gemm=coop_emulated,"
+                                     "vk_coop_shape=16x8x8 "));
     CHECK_OK(ctx, br_ctx_options(ctx, all, sizeof all));
     CHECK(!strcmp(all, "bits_gemm=0,profile=1,gemm=mma,gemm_tile=128x192/reg4,gemm_splitk=3,"
-                       "gemm_ctas=1,mm_stage16=0,mm_tn=copy,mm_tn2=0,pdl=all,expand_blocks=7"),
+                       "gemm_ctas=1,mm_stage16=0,mm_tn=copy,mm_tn2=0,pdl=all,expand_blocks=7,"
+                       "vk_gemm=coop_emulated,vk_coop_shape=16x8x8"),
           "read back: %s", all);
     CHECK_OK(ctx, br_ctx_set_options(ctx, "gemm_tile=256x112,gemm_splitk=auto,gemm_ctas=all"));
     CHECK(option_is(ctx, "gemm_tile", "256x112"), "a tile without /source keeps none");
@@ -417,6 +420,10 @@ static void context_options(void) {
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "gemm_tile", br_ctx_set_options(ctx, "gemm_tile=128x192/reg3"));
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "bits_gemm", br_ctx_set_options(ctx, "bits_gemm=2"));
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "expand_blocks", br_ctx_set_options(ctx, "expand_blocks=0"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "vk_gemm takes auto, tiled, coop, coop_emulated",
+                    br_ctx_set_options(ctx, "vk_gemm=wmma"));
+    CHECK_FAILS_MSG(ctx, BR_E_ARG, "16x16x16, 16x8x16, 16x8x8, 8x16x16, 32x32x32",
+                    br_ctx_set_options(ctx, "vk_coop_shape=16x16x8"));
     CHECK_FAILS_MSG(ctx, BR_E_ARG, "pdl", br_ctx_set_options(ctx, "profile=0,pdl=sometimes"));
     CHECK(option_is(ctx, "profile", "1"), "a refused spec applied its first item");
     char v[8];

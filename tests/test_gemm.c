@@ -1,7 +1,8 @@
 /* The GEMM family: br_mm and br_mm_bits against f64 references computed from
  * the exact f16 operands, the output block (ldo, ocol) against a poisoned output,
  * both bitmap layouts, the expand-then-mm path, graphs, and bad arguments; br_mm_tn
- * (ops/layer_ops.h) against f64 and against br_mm on transposed copies. */
+ * (ops/layer_ops.h) against f64 and against br_mm on transposed copies; on Vulkan,
+ * each GEMM shader (tiled, cooperative matrices, their emulation) apart. */
 #include "core/backend.h"
 #include "core/internal.h"
 #include "harness.h"
@@ -1014,8 +1015,8 @@ static void mm_graph(void) {
 }
 
 /* One op per op execution on the CPU backend (the expand path is two ops); one
- * dispatch per op on Vulkan, each GEMM on the tiled shader (br_ctx_last_kernel says
- * which shader ran: a cooperative-matrix one would be named apart). */
+ * dispatch per op on Vulkan, each GEMM on the tiled shader when forced (option
+ * vk_gemm=tiled; vk_gemm_shaders checks the cooperative-matrix one). */
 static void mm_launch_counts(void) {
     br_ctx *ctx = t_ctx();
     const int vulkan = !strcmp(br_ctx_backend(ctx), "vulkan");
@@ -1023,6 +1024,7 @@ static void mm_launch_counts(void) {
         br_ctx_free(ctx);
         return;
     }
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "vk_gemm=tiled"));
     br_rng r = t_rng_for(8);
     size_t m = 3, n = 5, k = 32;
     uint16_t *act = rand_f16(&r, m * k, 1.0f), *plane = rand_f16(&r, n * k, 1.0f);
@@ -1178,6 +1180,7 @@ typedef struct tn_spec {
     float oscale;
     int colscale, cmode;
     float beta;
+    const char *ran; /* non-NULL: br_ctx_last_kernel after br_mm_tn must contain it */
 } tn_spec;
 
 static void tn_run(br_ctx *ctx, br_rng *r, const tn_spec *sp) {
@@ -1248,6 +1251,9 @@ static void tn_run(br_ctx *ctx, br_rng *r, const tn_spec *sp) {
                                        : NULL,
                  .beta = sp->beta};
     CHECK_OK(ctx, br_mm_tn(ctx, ab, pb, sp->ldp, ob, g));
+    if (sp->ran)
+        CHECK(strstr(br_ctx_last_kernel(ctx), sp->ran), "mm_tn m=%zu n=%zu k=%zu: ran %s, not %s",
+              m, n, k, br_ctx_last_kernel(ctx), sp->ran);
     br_gemm gm = g; /* the same GEMM on the transposed copies */
     gm.lda = 0;
     if (sp->cmode == 2) gm.c = om;
@@ -2135,10 +2141,170 @@ static void mm_tn2_rowdot_bad_args(void) {
     br_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- Vulkan shaders */
+
+/* br_mm_stage with an f16 c (the one GEMM whose c is f16) on the shader the options
+ * give: its f32 out against f64. */
+static void vk_stage16_run(br_ctx *ctx, br_rng *r, const char *label) {
+    const size_t m = 70, n = 96, k = 96;
+    const float oscale = 0.5f, beta = -0.75f;
+    uint16_t *act = rand_f16(r, m * k, 1.0f), *plane = rand_f16(r, n * k, 1.0f);
+    uint16_t *c = rand_f16(r, m * n, 4.0f);
+    br_buf *ab = t_buf_from(ctx, BR_F16, act, m * k), *pb = t_buf_from(ctx, BR_F16, plane, n * k);
+    br_buf *cb = t_buf_from(ctx, BR_F16, c, m * n);
+    br_buf *ob = t_buf_poison(ctx, BR_F32, m * n, T_NAN32);
+    br_buf *db = t_buf_poison(ctx, BR_F16, br_pad_rows(m) * n, T_NAN16);
+    br_gemm g = {.m = m, .n = n, .k = k, .oscale = oscale, .c = cb, .beta = beta};
+    CHECK_OK(ctx, br_mm_stage(ctx, ab, pb, ob, g, db, NULL, n, 1.0f));
+    double *ref = ref_mm(act, plane, m, n, k, oscale);
+    for (size_t i = 0; i < m * n; i++)
+        ref[i] += (double)beta * t_f16_value(c[i]);
+    char what[160];
+    snprintf(what, sizeof what, "%s: mm_stage m=%zu n=%zu k=%zu, f16 c", label, m, n, k);
+    check_block(ctx, ob, m * n, ref, m, n, n, 0, what);
+    free(act), free(plane), free(c), free(ref);
+    br_buf_free(ab), br_buf_free(pb), br_buf_free(cb), br_buf_free(ob), br_buf_free(db);
+}
+
+/* One shader variant (options opt; br_ctx_last_kernel containing ran): every
+ * epilogue case on the three plane kinds (f16, bits rows, bits cols), br_mm_tn with
+ * strides, offsets and output blocks, and an f16 c; m and n mostly not multiples of
+ * the 64×64 tile or of any cooperative-matrix shape, k not of 64. */
+static void vk_variant(br_ctx *ctx, br_rng *r, const char *opt, const char *ran) {
+    static const tn_spec tn_cases[] = {
+        {.m = 97, .n = 70, .k = 64, .oscale = 1.0f},
+        {.m = 97,
+         .n = 70,
+         .k = 96,
+         .lda = 100,
+         .ldp = 75,
+         .act_off = 3,
+         .oscale = -0.75f,
+         .colscale = 1},
+        {.m = 1, .n = 1, .k = 32, .oscale = 1.0f},
+        {.m = 33,
+         .n = 5,
+         .k = 32,
+         .lda = 40,
+         .ldp = 8,
+         .ldo = 50,
+         .ocol = 7,
+         .oscale = -1.5f,
+         .colscale = 1,
+         .cmode = 1,
+         .beta = 0.75f},
+        {.m = 7,
+         .n = 200,
+         .k = 160,
+         .lda = 9,
+         .ldp = 203,
+         .ldo = 230,
+         .ocol = 20,
+         .oscale = 1.0f,
+         .cmode = 1,
+         .beta = 2.0f},
+        {.m = 72, .n = 64, .k = 96, .oscale = 2.0f, .colscale = 1, .cmode = 2, .beta = -1.0f},
+    };
+    fprintf(stderr, "  %s: the GEMMs on %s...)\n", opt, ran);
+    CHECK_OK(ctx, br_ctx_set_options(ctx, opt));
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t ci = 0; ci < N_EPI_CASES; ci++) {
+            epi_spec sp = epi_cases[ci];
+            sp.kind = kind;
+            sp.ran = ran;
+            epi_run(ctx, r, &sp, opt);
+        }
+    for (size_t ci = 0; ci < sizeof tn_cases / sizeof tn_cases[0]; ci++) {
+        tn_spec sp = tn_cases[ci];
+        sp.ran = ran;
+        tn_run(ctx, r, &sp);
+    }
+    vk_stage16_run(ctx, r, opt);
+}
+
+/* A 1×1×32 br_mm with options opt: its status, and in what the kernel that ran or
+ * the message of the refusal. */
+static br_status vk_try(br_ctx *ctx, const char *opt, char *what, size_t len) {
+    br_buf *a = t_buf_poison(ctx, BR_F16, 32, 0x3C00u), *p = t_buf_poison(ctx, BR_F16, 32, 0x3C00u);
+    br_buf *o = t_buf_poison(ctx, BR_F32, 1, T_NAN32);
+    CHECK_OK(ctx, br_ctx_set_options(ctx, opt));
+    br_ctx_clear_error(ctx);
+    br_gemm g = {.m = 1, .n = 1, .k = 32, .oscale = 1.0f};
+    br_status st = br_mm(ctx, a, p, o, g);
+    snprintf(what, len, "%s", st == BR_OK ? br_ctx_last_kernel(ctx) : br_ctx_error(ctx));
+    if (st == BR_OK) {
+        float *v = t_download_f32(ctx, o, 1);
+        CHECK(v[0] == 32.0f, "%s: 1×1×32 of ones gave %g", opt, v[0]);
+        free(v);
+    }
+    br_buf_free(a), br_buf_free(p), br_buf_free(o);
+    return st;
+}
+
+/* The Vulkan GEMM shaders one by one (option vk_gemm): tiled; coop in the shape the
+ * device's pick and in each vk_coop_shape the device lists; coop_emulated (the coop
+ * shader's own code, its matrix operations in plain arithmetic) in each
+ * vk_coop_shape; and auto, which must take coop exactly where coop runs. Where the
+ * device has no cooperative matrices (lavapipe) the coop runs report "skipped:" and
+ * why; with BITRANK_TEST_EXPECT_COOP=1 (a device known to have them) that fails. */
+static void vk_gemm_shaders(void) {
+    br_ctx *ctx = t_ctx();
+    if (strcmp(br_ctx_backend(ctx), "vulkan") != 0) {
+        br_ctx_free(ctx);
+        return;
+    }
+    br_rng r = t_rng_for(21);
+    const char *e = getenv("BITRANK_TEST_EXPECT_COOP");
+    const int expect_coop = e && !strcmp(e, "1");
+    static const char *const shapes[] = {"16x16x16", "16x8x16", "16x8x8", "8x16x16", "32x32x32"};
+    char what[400], opt[96], ran[64];
+    fprintf(stderr, "  on %s\n", br_ctx_device(ctx));
+
+    br_status st = vk_try(ctx, "vk_gemm=tiled,vk_coop_shape=auto", what, sizeof what);
+    CHECK(st == BR_OK && !strcmp(what, "vk_tiled(mm)"), "vk_gemm=tiled: %s", what);
+    vk_variant(ctx, &r, "vk_gemm=tiled,vk_coop_shape=auto", "vk_tiled(");
+
+    st = vk_try(ctx, "vk_gemm=coop,vk_coop_shape=auto", what, sizeof what);
+    const int coop = st == BR_OK;
+    char coop_ran[64] = "vk_tiled(";
+    if (coop) {
+        const char *paren = strchr(what, '(');
+        CHECK(!strncmp(what, "vk_coop ", 8) && paren, "vk_gemm=coop ran %s", what);
+        snprintf(coop_ran, sizeof coop_ran, "%.*s", paren ? (int)(paren - what + 1) : 0, what);
+        vk_variant(ctx, &r, "vk_gemm=coop,vk_coop_shape=auto", coop_ran);
+    } else {
+        CHECK(st == BR_E_UNSUPPORTED, "vk_gemm=coop: %s: %s", br_status_name(st), what);
+        CHECK(!expect_coop, "BITRANK_TEST_EXPECT_COOP=1, but %s", what);
+        fprintf(stderr, "  vk_gemm=coop: skipped: %s\n", what);
+    }
+    st = vk_try(ctx, "vk_gemm=auto,vk_coop_shape=auto", what, sizeof what);
+    CHECK(st == BR_OK && !strncmp(what, coop_ran, strlen(coop_ran)),
+          "vk_gemm=auto ran %s, not %s...", what, coop_ran);
+
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        for (int emulated = coop ? 0 : 1; emulated < 2; emulated++) {
+            const char *kind = emulated ? "coop_emulated" : "coop";
+            snprintf(opt, sizeof opt, "vk_gemm=%s,vk_coop_shape=%s", kind, shapes[si]);
+            snprintf(ran, sizeof ran, "vk_%s %s (", kind, shapes[si]);
+            st = vk_try(ctx, opt, what, sizeof what);
+            if (st == BR_OK) {
+                CHECK(!strncmp(what, ran, strlen(ran)), "%s ran %s", opt, what);
+                vk_variant(ctx, &r, opt, ran);
+            } else if (st == BR_E_UNSUPPORTED && (emulated || strstr(what, "does not list"))) {
+                fprintf(stderr, "  %s: skipped: %s\n", opt, what);
+            } else {
+                CHECK(0, "%s: %s: %s", opt, br_status_name(st), what);
+            }
+        }
+    }
+    CHECK_OK(ctx, br_ctx_set_options(ctx, "vk_gemm=auto,vk_coop_shape=auto"));
+    br_ctx_free(ctx);
+}
+
 T_RUN("gemm", T_CASE(mm_shapes), T_CASE(mm_ldo_ocol), T_CASE(mm_oscale), T_CASE(mm_special_values),
       T_CASE(mm_bits_layouts), T_CASE(mm_bits_expand_path), T_CASE(mm_bits_expand_graph),
       T_CASE(mm_bits_expand_eager_growth), T_CASE(mm_graph), T_CASE(mm_launch_counts),
       T_CASE(mm_bad_args), T_CASE(mm_epilogue), T_CASE(mm_epilogue_bad_args),
       T_CASE(mm_tiles_splitk), T_CASE(mm_same_bits_any_thread_count), T_CASE(mm_tn_shapes),
       T_CASE(mm_tn_bad_args), T_CASE(mm_tn2_pairs), T_CASE(mm_tn2_bad_args),
-      T_CASE(mm_tn2_rowdot_sides), T_CASE(mm_tn2_rowdot_bad_args))
+      T_CASE(mm_tn2_rowdot_sides), T_CASE(mm_tn2_rowdot_bad_args), T_CASE(vk_gemm_shaders))
