@@ -51,6 +51,7 @@ constexpr int kRpc2Max = 16;
 constexpr int kHbRows = kRpc2Max * 16;
 constexpr int kHbBytes = 3 * kHbRows * 4;
 constexpr int kSmemBytes = kRegionBytes + kWarps * 256 + kHbBytes;
+static_assert(kHbRows <= kThreads, "a thread holds one row's h and bias across the barrier");
 /* phase-2 items a job may hold: their partials fill the region at 4 token tiles */
 constexpr int kItemsMax4 = kRegionBytes / (BR_IC_TT_MAX * 512);
 
@@ -75,6 +76,20 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
     uint32_t v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
+}
+
+/* an add that releases this thread's earlier stores (and, through a barrier or
+ * __syncwarp before it, its block's or warp's) and acquires those released by the
+ * adds before it: the release and acquire that __threadfence around an atomicAdd
+ * gave, without the fences' full ordering */
+__device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t *p, uint32_t v) {
+    uint32_t old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+
+__device__ __forceinline__ void st_release(uint32_t *p, uint32_t v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ uint32_t ld_relaxed(const uint32_t *p) {
@@ -182,12 +197,11 @@ __device__ __forceinline__ bool warp_last_arrival(uint32_t *counter, uint32_t to
     __syncwarp();
     uint32_t last = 0;
     if (lane == 0) {
-        __threadfence();
-        last = atomicAdd(counter, 1u) == total - 1;
+        last = atom_add_acq_rel(counter, 1u) == total - 1;
         if (last) *counter = 0;
     }
     last = __shfl_sync(0xffffffffu, last, 0);
-    if (last) __threadfence();
+    __syncwarp(); /* the lanes' reads of the partials after lane 0's acquire */
     return last != 0;
 }
 
@@ -327,16 +341,13 @@ __device__ __forceinline__ void grid_barrier(uint32_t *arrive, uint32_t *gen, co
     __syncthreads();
     if (threadIdx.x == 0) {
         const uint32_t gen0 = gen0_of_block;
-        __threadfence();
-        if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
-            *arrive = 0;
-            __threadfence();
-            atomicExch(gen, gen0 + 1);
+        if (atom_add_acq_rel(arrive, 1u) == gridDim.x - 1) {
+            *arrive = 0; /* read again only by the next launch */
+            st_release(gen, gen0 + 1);
         } else {
             while (ld_acquire(gen) == gen0) {
             }
         }
-        __threadfence();
     }
     __syncthreads();
 }
@@ -365,8 +376,11 @@ __device__ void phase2(const Args &A, unsigned char *smem, const uint32_t &gen0)
     const int jobs = (d.rt2 + L.rpc2 - 1) / L.rpc2;
     const int per_rt = d.paths * L.ks2;
     /* what does not depend on t, loaded before the barrier: each warp's first item's
-     * signs, the first job's h and bias */
+     * signs, the first job's h and bias (a row a thread, held in registers until the
+     * epilogue: stored to shared memory before the barrier, they would hold the
+     * block's arrival for a memory round trip) */
     uint4 a[kPF];
+    float hreg[3] = {0.f, 0.f, 0.f};
     if ((int)blockIdx.x < jobs) {
         const int rt_lo = blockIdx.x * L.rpc2;
         const int items = (std::min(d.rt2, rt_lo + L.rpc2) - rt_lo) * per_rt;
@@ -375,7 +389,11 @@ __device__ void phase2(const Args &A, unsigned char *smem, const uint32_t &gen0)
             const int u0 = ks * L.seg2, nu = std::max(0, std::min(L.seg2, d.ku2 - u0));
             load_units(d.bits2 + (((size_t)rt * d.paths + p) * d.ku2 + u0) * 128 + lane * 4, nu, a);
         }
-        load_hb<kBF>(A, blockIdx.x, hb);
+        const int row0 = blockIdx.x * L.rpc2 * 16, rows = std::min(d.m - row0, L.rpc2 * 16);
+        if ((int)threadIdx.x < rows) {
+            for (int p = 0; p < d.paths; p++) hreg[p] = __ldg(d.h + (size_t)p * d.m + row0 + threadIdx.x);
+            if (A.bias) hreg[2] = to_f32<kBF>(__ldg(A.bias + row0 + threadIdx.x));
+        }
     }
     grid_barrier(d.sync + (size_t)d.paths * d.rt1, d.sync + (size_t)d.paths * d.rt1 + 1, gen0);
     for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
@@ -400,6 +418,8 @@ __device__ void phase2(const Args &A, unsigned char *smem, const uint32_t &gen0)
                 ps[((size_t)it * TT + tt) * 32 + lane] =
                     make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]);
         }
+        if (job == (int)blockIdx.x && (int)threadIdx.x < nrt * 16)
+            for (int i = 0; i < 3; i++) hb[i * kHbRows + threadIdx.x] = hreg[i];
         __syncthreads();
         /* y[tok][row] = Σ_p h_p[row]·(Σ_ks item sums) + bias[row]: paths and segments in
          * order; consecutive threads take consecutive rows (coalesced stores) */
