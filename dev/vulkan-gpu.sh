@@ -114,7 +114,8 @@ fi
 # The Vulkan devices our program sees; "usable" lines are br_ctx_device's
 # "vulkan:N name (type, Vulkan x.y)".
 list_devices() { "$bdir/bitrank" devices 2>&1; }
-gpu_index() { sed -n 's/^vulkan:\([0-9]*\) .*(\(discrete\|integrated\|virtual\) GPU, Vulkan [0-9.]*)$/\1/p' | head -1; }
+# (a device with cooperative matrices adds ", coopmat MxNxK" after the version)
+gpu_index() { sed -n 's/^vulkan:\([0-9]*\) .*(\(discrete\|integrated\|virtual\) GPU, Vulkan [0-9.]*\(, coopmat [0-9x]*\)\?)$/\1/p' | head -1; }
 devs=$(list_devices)
 nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 if [ $here = 0 ] && [ -z "$(gpu_index <<<"$devs")" ] && [ -f "$nvidia_icd" ]; then
@@ -135,7 +136,7 @@ fi
 if [ -z "$device" ]; then
   idx=$(gpu_index <<<"$devs")
   if [ -z "$idx" ] && [ $here = 1 ]; then
-    idx=$(sed -n 's/^vulkan:\([0-9]*\) .*(.*, Vulkan [0-9.]*)$/\1/p' <<<"$devs" | head -1)
+    idx=$(sed -n 's/^vulkan:\([0-9]*\) .*(.*, Vulkan [0-9.]*\(, coopmat [0-9x]*\)\?)$/\1/p' <<<"$devs" | head -1)
   fi
   if [ -z "$idx" ]; then
     say "NO usable Vulkan GPU (see the device list above); nothing run"
@@ -159,6 +160,8 @@ if [ $tests = 1 ]; then
       continue
     fi
     envs=()
+    # a device that lists cooperative matrices must run their shader: a skip fails
+    grep -q coopmat <<<"$devname" && envs+=(BITRANK_TEST_EXPECT_COOP=1)
     IFS=';' read -r -a kv <<<"$env"
     for e in "${kv[@]}"; do
       # the device under test in place of ctest's bare "vulkan"
@@ -239,6 +242,10 @@ if g:
             r = [x for x in g if (x["m"], x["n"], x["k"]) == s and x["variant"] == v]
             cells.append(" %20s" % ("%.2f (%.3f)" % (r[0]["tflops"], r[0]["ms"]) if r else "-"))
         print("%-17s" % ("%d,%d,%d" % s) + "".join(cells) + "   " + "/".join(cuda_gemm.get(key, ["-"])))
+    # which shader each variant ran (br_ctx_last_kernel), so a fallback cannot pass unseen
+    for v in variants:
+        ks = list(dict.fromkeys(r.get("kernel", "?") for r in g if r["variant"] == v))
+        print("  %s ran: %s" % (v, "; ".join(ks)))
 lay = rows(sys.argv[2])
 if lay:
     print("layer step ms (median of %d; CUDA: docs/PERFORMANCE.md's H200 step)" % lay[0]["runs"])

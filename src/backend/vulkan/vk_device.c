@@ -179,6 +179,14 @@ br_status br_vk_open_device(br_vk *s, int index, char *err, size_t n) {
         return BR_E_UNSUPPORTED;
     }
     s->qfam = (uint32_t)compute_family(s->phys);
+    {
+        VkPhysicalDeviceFloatControlsProperties fc = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
+        VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                          .pNext = &fc};
+        vkGetPhysicalDeviceProperties2(s->phys, &p2);
+        s->denorm_preserve = fc.shaderDenormPreserveFloat32 == VK_TRUE;
+    }
     br_vk_coop_probe(s);
     r = create_device(s, 1);
     if (r != VK_SUCCESS && s->coop.emulable) {

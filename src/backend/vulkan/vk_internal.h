@@ -122,6 +122,7 @@ typedef struct br_vk {
     uint32_t qfam;
     int index; /* vulkan:N */
     VkPhysicalDeviceProperties props;
+    int denorm_preserve; /* shaderDenormPreserveFloat32: the shaders' DenormPreserve mode */
     uint32_t mem_device, mem_host; /* memory type indices: device-local, host-visible coherent */
 
     VkCommandPool pool;

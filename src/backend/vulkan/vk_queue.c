@@ -3,6 +3,7 @@
  * specialized per shape, are kept by vk_coop.c), and the submit that waits for
  * everything recorded. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/vulkan/vk_internal.h"
@@ -99,6 +100,45 @@ br_status br_vk_args(br_ctx *ctx, size_t bytes, void **host, VkDeviceAddress *ad
     return BR_OK;
 }
 
+/* SPIR-V words of the instructions common.glsl adds for DenormPreserve */
+enum {
+    SPV_OP_CAPABILITY = 17,
+    SPV_OP_EXECUTION_MODE = 16,
+    SPV_CAPABILITY_DENORM_PRESERVE = 4464,
+    SPV_EXECUTION_MODE_DENORM_PRESERVE = 4459,
+    SPV_HEADER_WORDS = 5,
+};
+
+/* A copy of code (words long) without its DenormPreserve capability and execution
+ * modes, *out_words long (the caller frees it); NULL where the instruction stream is
+ * malformed or memory is short (the module then goes to the driver as it is). */
+static uint32_t *strip_denorm_preserve(const uint32_t *code, size_t words, size_t *out_words) {
+    uint32_t *o = malloc(words * sizeof *o);
+    if (!o || words < SPV_HEADER_WORDS) {
+        free(o);
+        return NULL;
+    }
+    memcpy(o, code, SPV_HEADER_WORDS * sizeof *o);
+    size_t w = SPV_HEADER_WORDS;
+    for (size_t i = SPV_HEADER_WORDS; i < words;) {
+        const uint32_t len = code[i] >> 16, op = code[i] & 0xffffu;
+        if (len == 0 || i + len > words) {
+            free(o);
+            return NULL;
+        }
+        const int drop =
+            (op == SPV_OP_CAPABILITY && len == 2 && code[i + 1] == SPV_CAPABILITY_DENORM_PRESERVE) ||
+            (op == SPV_OP_EXECUTION_MODE && len >= 3 && code[i + 2] == SPV_EXECUTION_MODE_DENORM_PRESERVE);
+        if (!drop) {
+            memcpy(o + w, code + i, len * sizeof *o);
+            w += len;
+        }
+        i += len;
+    }
+    *out_words = w;
+    return o;
+}
+
 br_status br_vk_create_pipeline(br_vk *s, br_vk_shader sh, const VkSpecializationInfo *spec,
                                 VkPipelineShaderStageCreateFlags flags, VkPipeline *out, char *err,
                                 size_t n) {
@@ -108,10 +148,17 @@ br_status br_vk_create_pipeline(br_vk *s, br_vk_shader sh, const VkSpecializatio
         snprintf(err, n, "vulkan: shader %s is not in this build", br_vk_shader_name(sh));
         return BR_E_UNSUPPORTED;
     }
+    uint32_t *stripped = NULL;
+    if (!s->denorm_preserve) {
+        size_t words = 0;
+        stripped = strip_denorm_preserve(code, bytes / 4, &words);
+        if (stripped) code = stripped, bytes = words * 4;
+    }
     VkShaderModuleCreateInfo mci = {
         .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = bytes, .pCode = code};
     VkShaderModule mod;
     VkResult r = vkCreateShaderModule(s->dev, &mci, NULL, &mod);
+    free(stripped);
     if (r != VK_SUCCESS) {
         snprintf(err, n, "vulkan: shader %s: vkCreateShaderModule failed (%s)",
                  br_vk_shader_name(sh), br_vk_result_name(r));

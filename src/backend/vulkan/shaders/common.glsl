@@ -11,6 +11,13 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_ARB_gpu_shader_int64 : require
+#extension GL_EXT_spirv_intrinsics : require
+
+// f32 subnormals kept (SPV_KHR_float_controls' DenormPreserve): a device may flush
+// them by default (NVIDIA's driver does), where the CPU backend keeps them. On a
+// device that does not list shaderDenormPreserveFloat32, br_vk_create_pipeline takes
+// the mode and its capability out of the module again (lavapipe keeps them anyway).
+spirv_execution_mode(extensions = ["SPV_KHR_float_controls"], capabilities = [4464], 4459, 32);
 
 layout(push_constant) uniform Push {
     uint64_t args; // the argument block (vk_queue.c: br_vk_args)
