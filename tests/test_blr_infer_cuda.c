@@ -225,7 +225,23 @@ static errstat compare(const br_blr_host *L, double *const W[], br_act_type type
 
 static double g_worst[2][2], g_sigma[2][2]; /* [prefill][bf16] */
 
-static const char *kernel_for(size_t ntok) { return ntok <= 64 ? "decode" : "prefill"; }
+/* The kernel a run of ntok tokens must report: up to 64 the decode kernel (launches of
+ * up to 32 tokens; the name is the last launch's), which stages t in shared memory
+ * where the launch's copy, nt·(P·⌈r/256⌉·256 + 8) halves, fits its 32 KB
+ * (decode.cu's kTsBytes and ts_stride) and else reads t's fragments from L2; with t
+ * in shared memory, up to 8 tokens whose z, nt·(⌈n/256⌉·256 + 8) halves, fits 32 KB
+ * (kRegionBytes) run phase 1 a row tile a block. */
+static const char *kernel_for(size_t ntok, size_t n, size_t r, size_t P) {
+    if (ntok > 64) return "prefill";
+    const size_t nt = ntok > 32 ? ntok - 32 : ntok;
+    if (nt * (P * cdiv_sz(r, 256) * 256 + 8) * 2 > 32768) return "decode";
+    return nt <= 8 && nt * (cdiv_sz(n, 256) * 256 + 8) * 2 <= 32768 ? "decode_rows"
+                                                                     : "decode_t_smem";
+}
+
+/* runs checked of each kernel */
+static const char *const g_kernels[4] = {"decode_rows", "decode_t_smem", "decode", "prefill"};
+static size_t g_ran[4];
 
 /* One layer through the plan at each token count, both types, checked; two runs give
  * the same bits. */
@@ -264,10 +280,12 @@ static void check_layer(br_ctx *ctx, size_t m, size_t n, size_t r, size_t P, con
             CHECK_OK(ctx, br_blr_infer_cuda_run(plan, type, dx, ntok, with_bias ? db : NULL, dy));
             CHECK_OK(ctx, br_ctx_sync(ctx));
             dev_get(y, dy, ntok * m * 2);
-            const char *k = br_blr_infer_cuda_kernel(plan);
-            int pre = strcmp(kernel_for(ntok), "prefill") == 0;
-            CHECK(strcmp(k, kernel_for(ntok)) == 0, "%zu tokens ran %s, expected %s", ntok, k,
-                  kernel_for(ntok));
+            const char *k = br_blr_infer_cuda_kernel(plan), *want = kernel_for(ntok, n, r, P);
+            int pre = strcmp(want, "prefill") == 0;
+            CHECK(strcmp(k, want) == 0, "%zux%zu r%zu P%zu: %zu tokens ran %s, expected %s", m, n,
+                  r, P, ntok, k, want);
+            for (int i = 0; i < 4; i++)
+                g_ran[i] += strcmp(k, g_kernels[i]) == 0;
             double u = pre || !bf ? 0x1p-11 : 0x1p-8, uy = bf ? 0x1p-8 : 0x1p-11;
             errstat es = compare(&L, W, type, x, ntok, with_bias ? bias : NULL, y, u, uy);
             if (es.worst_ratio > g_worst[pre][bf]) g_worst[pre][bf] = es.worst_ratio;
@@ -327,12 +345,16 @@ static void llama_shape_scaled(void) {
 
 /* An LM-head-like output count: more row tiles than the grid's blocks take in one job
  * (more than 16 a block on an H100 or H200), so blocks loop over phase-2 jobs; and its
- * transpose: tens of k segments per phase-1 row tile, summed in order. */
+ * transpose: tens of k segments per phase-1 row tile, summed in order; and a rank
+ * above the grid's blocks in row tiles. */
 static void wide_shapes(void) {
     br_ctx *ctx = t_ctx();
     static const size_t toks[] = {1, 17, 32};
     check_layer(ctx, 70001, 40, 9, 2, toks, sizeof toks / sizeof toks[0], 250);
     check_layer(ctx, 40, 70001, 9, 2, toks, sizeof toks / sizeof toks[0], 251);
+    /* more phase-1 row tiles (2 × 144) than an H100's or H200's grid has blocks: one
+     * token's row-tile-a-block phase 1 loops, some blocks over both paths' z */
+    check_layer(ctx, 600, 300, 2300, 2, toks, sizeof toks / sizeof toks[0], 252);
     br_ctx_free(ctx);
 }
 
@@ -545,6 +567,13 @@ int main(void) {
                                    T_CASE(wide_shapes),     T_CASE(random_shapes),
                                    T_CASE(graph_replay),    T_CASE(shared_workspace)};
     int rc = t_run("blr_infer_cuda", cases, sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < 4; i++) {
+        fprintf(stderr, "runs checked on %s: %zu\n", g_kernels[i], g_ran[i]);
+        if (!g_ran[i]) {
+            fprintf(stderr, "FAIL: %s never ran\n", g_kernels[i]);
+            rc = rc ? rc : 1;
+        }
+    }
     static const char *const kname[2] = {"decode", "prefill"};
     for (int pre = 0; pre < 2; pre++)
         for (int bf = 0; bf < 2; bf++)

@@ -26,7 +26,7 @@ struct br_blr_infer_cuda {
     br_ctx *ctx;
     size_t m, n, r, paths;
     br_buf *bits1, *bits2, *tfrag, *sync; /* decode */
-    br_buf *scales;                       /* f32: h [P][m], l [P][r], g [P][n] */
+    br_buf *scales; /* f32: h [P][m], l [P][r], then g [P][n] from a 16-byte offset */
     br_ic_dev dev;
     br_ic_pre pre;
     size_t bytes;
@@ -56,6 +56,11 @@ size_t br_ic_prefill_layout(const br_ic_pre *p, size_t ntok, size_t at[6]) {
     return off;
 }
 
+size_t br_ic_tc_bytes(const br_ic_dev *d) {
+    const size_t bytes = (size_t)BR_IC_DECODE_MAX * d->paths * d->rt1 * 16 * 2;
+    return (bytes + 255) / 256 * 256;
+}
+
 size_t br_ic_decode_bytes(const br_ic_dev *d) {
     size_t need = 0;
     for (int bf = 0; bf < 2; bf++)
@@ -64,7 +69,7 @@ size_t br_ic_decode_bytes(const br_ic_dev *d) {
             const size_t f = (size_t)d->paths * d->rt1 * L->ks1 * tt * 128;
             if (L->ks1 > 1 && f * 4 > need) need = f * 4;
         }
-    return need;
+    return br_ic_tc_bytes(d) + need;
 }
 
 void br_blr_infer_cuda_free(br_blr_infer_cuda *p) {
@@ -154,7 +159,9 @@ static br_status build(br_blr_infer_cuda *p, const br_blr_host *layer) {
     size_t n32 = cdiv(n, 32) * 32, r32 = words * 32;
     size_t big = w1 > w2 ? w1 : w2;
     uint32_t *host = malloc(big * sizeof *host);
-    float *sc = malloc(P * (m + r + n) * sizeof *sc);
+    /* g at a 16-byte offset: the decode kernel reads it 16 bytes at a time */
+    const size_t goff = (P * (m + r) + 3) / 4 * 4, nsc = goff + P * n;
+    float *sc = calloc(nsc, sizeof *sc);
     if (!host || !sc) {
         free(host);
         free(sc);
@@ -185,10 +192,10 @@ static br_status build(br_blr_infer_cuda *p, const br_blr_host *layer) {
     for (size_t q = 0; q < P; q++) {
         memcpy(sc + q * m, layer->path[q].h, m * sizeof *sc);
         memcpy(sc + P * m + q * r, layer->path[q].l, r * sizeof *sc);
-        memcpy(sc + P * (m + r) + q * n, layer->path[q].g, n * sizeof *sc);
+        memcpy(sc + goff + q * n, layer->path[q].g, n * sizeof *sc);
     }
-    if ((st = new_buf(p, BR_F32, P * (m + r + n), &p->scales)) != BR_OK ||
-        (st = br_buf_upload(p->scales, 0, sc, P * (m + r + n))) != BR_OK)
+    if ((st = new_buf(p, BR_F32, nsc, &p->scales)) != BR_OK ||
+        (st = br_buf_upload(p->scales, 0, sc, nsc)) != BR_OK)
         goto done;
     /* decode scratch: t's pads and the counters start (and stay) zero */
     if ((st = new_buf(p, BR_U32, br_ic_tfrag_words(d), &p->tfrag)) != BR_OK ||
@@ -203,8 +210,9 @@ static br_status build(br_blr_infer_cuda *p, const br_blr_host *layer) {
         d->bits2 = br_ptr(p->bits2);
         d->h = h;
         d->l = h + P * m;
-        d->g = h + P * (m + r);
+        d->g = h + goff;
         d->part1 = NULL; /* the workspace's, at each launch */
+        d->tc = NULL;
         d->tfrag = br_ptr(p->tfrag);
         d->sync = br_ptr(p->sync);
         p->pre = (br_ic_pre){.m = (int)m,
@@ -293,9 +301,9 @@ br_status br_blr_infer_cuda_run(br_blr_infer_cuda *p, br_act_type type, const vo
     if (ntok < PREFILL_MIN) {
         for (size_t t0 = 0; t0 < ntok; t0 += BR_IC_DECODE_MAX) {
             size_t nt = ntok - t0 < BR_IC_DECODE_MAX ? ntok - t0 : BR_IC_DECODE_MAX;
-            BR_TRY(br_ic_decode(p->ctx, &p->dev, type, xh + t0 * p->n, nt, bias, yh + t0 * p->m));
+            BR_TRY(br_ic_decode(p->ctx, &p->dev, type, xh + t0 * p->n, nt, bias, yh + t0 * p->m,
+                                &p->kernel));
         }
-        p->kernel = "decode";
         return BR_OK;
     }
     /* passes of at most BR_IC_PREFILL_CHUNK tokens, each within 32-bit indexes */

@@ -60,6 +60,9 @@ typedef struct br_ic_dev {
     float *part1;      /* phase-1 partial sums: [paths][rt1][ks1][tt][32][4], in the
                         * context's workspace (set at each launch) */
     uint32_t *tfrag;   /* t as B fragments: [paths][ku2·16][BR_IC_TT_MAX][32][2], pads 0 */
+    uint16_t *tc;      /* t compact, for launches whose t fits a block's shared memory:
+                        * [ntok][paths][rt1·16], in the context's workspace before the
+                        * partials (set at each launch) */
     uint32_t *sync;    /* [paths·rt1] arrival counters, then the grid barrier's arrival
                         * counter (all 0 between runs) and generation word */
     br_ic_launch launch[2][BR_IC_TT_MAX]; /* [bf16][token tiles − 1] */
@@ -94,8 +97,11 @@ typedef struct br_ic_pre {
 /* The arrays of a prefill pass of ntok tokens, in the order above: their byte
  * offsets in the workspace (at[6]); returns the bytes the pass needs. */
 size_t br_ic_prefill_layout(const br_ic_pre *p, size_t ntok, size_t at[6]);
-/* Workspace bytes of the decode kernel's phase-1 partials, the most any launch of
- * the plan takes (0: none). */
+/* Bytes of the compact t (br_ic_dev's tc) at the workspace's start; the partials
+ * follow it. */
+size_t br_ic_tc_bytes(const br_ic_dev *d);
+/* Workspace bytes of the decode kernel: the compact t and the phase-1 partials, the
+ * most any launch of the plan takes. */
 size_t br_ic_decode_bytes(const br_ic_dev *d);
 
 #ifdef BR_HAVE_CUDA
@@ -103,9 +109,10 @@ size_t br_ic_decode_bytes(const br_ic_dev *d);
  * and reserve the context's workspace for the largest launch's partials, so decode
  * runs never allocate (a CUDA graph may capture them). */
 br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d);
-/* One decode launch for 1..32 tokens on the context's stream. */
+/* One decode launch for 1..32 tokens on the context's stream; *kernel: its variant's
+ * name ("decode_t_smem" where t fits a block's shared memory, else "decode"). */
 br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type type, const void *x,
-                       size_t ntok, const void *bias, void *y);
+                       size_t ntok, const void *bias, void *y, const char **kernel);
 /* The prefill path for ntok ≤ BR_IC_PREFILL_CHUNK tokens (one pass) on the context's
  * stream, its scratch in the context's workspace (grown first where it is smaller). */
 br_status br_ic_prefill(br_ctx *ctx, const br_ic_dev *d, const br_ic_pre *p, br_act_type type,

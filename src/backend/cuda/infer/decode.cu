@@ -13,13 +13,25 @@
  *            sums. A row tile's ks1 segment sums go to global scratch; the warp that
  *            arrives last at the tile's counter adds them in segment order (whatever
  *            the arrival order: the same bits every run), scales by ℓ, rounds t to the
- *            activation type and writes it as phase 2's B fragments.
+ *            activation type and writes it as phase 2's B fragments (or compact,
+ *            where phase 2 copies t to shared memory: below).
  *   barrier  each block loads what phase 2 needs first and does not depend on t (its
  *            first item's signs per warp, its first job's h and bias), then arrives
  *            once at a grid barrier (a counter and a generation word) and waits.
  *   phase 2  jobs (chunk of output row tiles): warps sum (row tile, path, k segment)
- *            items from t's fragments in L2 into shared memory, and the block adds
- *            them in a fixed order, applies h_p and the bias, and stores y.
+ *            items from t's fragments into shared memory, and the block adds them in
+ *            a fixed order, applies h_p and the bias, and stores y.
+ *
+ * Three variants, by what fits shared memory (br_blr_infer_cuda_kernel names them):
+ *   decode         t's B fragments are read from L2 by every warp that needs them.
+ *   decode_t_smem  t, compact ([ntok][paths][r] f16), is copied to each block's
+ *                  shared memory once after the barrier and the fragments are read
+ *                  from there. A fragment carries 8 token columns, so for one token
+ *                  the L2 path reads 8× t's bytes, and every item of every block
+ *                  reads them again.
+ *   decode_rows    that, and for one token tile whose z fits the region compact,
+ *                  phase 1 without cross-block partials (phase1_rows): a block a row
+ *                  tile, its k range over the warps, sums met in shared memory.
  *
  * Every step of a launch that waits on memory is a latency (hundreds of ns) on the
  * critical path of a microsecond-scale kernel, so loads that do not depend on an
@@ -50,7 +62,13 @@ constexpr int kRegionBytes = 32768;
 constexpr int kRpc2Max = 16;
 constexpr int kHbRows = kRpc2Max * 16;
 constexpr int kHbBytes = 3 * kHbRows * 4;
-constexpr int kSmemBytes = kRegionBytes + kWarps * 256 + kHbBytes;
+/* phase 2's copy of t where it fits (Args::tsmem): [ntok][paths][ku2·256] f16 at a row
+ * stride of paths·ku2·256 + 8 halves, so the 8 tokens of a B fragment fall in
+ * different banks */
+constexpr int kTsBytes = 32768;
+constexpr int kTsOff = kRegionBytes + kWarps * 256 + kHbBytes;
+constexpr int kSmemBytes = kTsOff + kTsBytes;
+static_assert(kTsOff % 16 == 0, "t's copy is written 16 bytes at a time");
 static_assert(kHbRows <= kThreads, "a thread holds one row's h and bias across the barrier");
 /* phase-2 items a job may hold: their partials fill the region at 4 token tiles */
 constexpr int kItemsMax4 = kRegionBytes / (BR_IC_TT_MAX * 512);
@@ -61,7 +79,16 @@ struct Args {
     const uint16_t *x, *bias;
     uint16_t *y;
     int ntok;
+    /* t goes compact through d.tc and phase 2 reads it from a copy in shared memory
+     * (else as B fragments through d.tfrag, from L2) */
+    int tsmem;
+    /* phase 1 a row tile a block (phase1_rows): one token tile, t compact, z compact in
+     * the region */
+    int rows1;
 };
+
+/* Row stride (halves) of phase 2's copy of t. */
+__host__ __device__ inline int ts_stride(const br_ic_dev &d) { return d.paths * d.ku2 * 256 + 8; }
 
 /* 16 bytes read once: no L1 allocation, the non-coherent path (bits never change) */
 __device__ __forceinline__ uint4 ld_stream(const uint32_t *p) {
@@ -207,27 +234,82 @@ __device__ __forceinline__ bool warp_last_arrival(uint32_t *counter, uint32_t to
 
 /* ---------------------------------------------------------------- phase 1 */
 
+/* Row tile rt of path p is complete in `sum`: t = ℓ⊙sum rounded, into the compact t
+ * (d.tc [ntok][paths][rt1·16]) for the launch's tokens. */
+template <bool kBF>
+__device__ void write_tc(const Args &A, int p, int rt, int tt, const float4 &sum, const float (&lv)[2],
+                         int lane) {
+    const int g = lane / 4, c = lane % 4, rows = A.d.rt1 * 16;
+    const float s[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int tok = tt * 8 + 2 * c + j % 2;
+        if (tok < A.ntok)
+            A.d.tc[((size_t)tok * A.d.paths + p) * rows + rt * 16 + g + 8 * (j / 2)] =
+                round1<kBF>(__fmul_rn(s[j], lv[j / 2]));
+    }
+}
+
+/* z = g⊙x of 8 inputs from x's 16 bytes and g's 32 (products in f32). */
+template <bool kBF>
+__device__ __forceinline__ void gx8(const uint4 &xv, const float4 &g0, const float4 &g1, float (&v)[8]) {
+    const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+    const float gf[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = __fmul_rn(gf[i], to_f32<kBF>((uint16_t)(xw[i / 2] >> (16 * (i % 2)))));
+}
+
+/* The same one input at a time, 0 past n (x: the token's row). */
+template <bool kBF>
+__device__ __forceinline__ void gx8_edge(const uint16_t *x, const float *g, int n, int k0, float (&v)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = k0 + i < n ? __fmul_rn(__ldg(g + k0 + i), to_f32<kBF>(__ldg(x + k0 + i))) : 0.f;
+}
+
 /* The z fragments of `nks` k steps from k step ks0 (of path p's inputs) into zs
  * [nks][TT][32] uint2: b0 holds inputs 2c, 2c+1, b1 inputs 2c+8, 2c+9 of the step,
- * token tt·8 + g, where lane = 4g + c. Zero past n and past ntok. */
+ * token tt·8 + g, where lane = 4g + c. Zero past n and past ntok.
+ * A thread takes chunks of 8 inputs of one token (half a k step: four lanes' b0 or
+ * b1), consecutive threads consecutive chunks, so x and g are read 16 bytes at a
+ * time where n, x and g allow; kZBatch chunks' loads are issued before any is used,
+ * since each load is a memory round trip on the kernel's critical path. */
+constexpr int kZBatch = 4;
 template <bool kBF, int TT>
 __device__ void stage_z(const Args &A, int p, int ks0, int nks, uint2 *zs) {
-    const int n = A.d.n, ntok = A.ntok;
+    const int n = A.d.n, ntok = A.ntok, chunks = nks * 2, k_base = ks0 * 16;
     const float *g = A.d.g + (size_t)p * n;
-    for (int e = threadIdx.x; e < nks * TT * 32; e += kThreads) {
-        const int lane = e % 32, tt = e / 32 % TT, ks = e / (32 * TT);
-        const int tok = tt * 8 + lane / 4;
-        const int k0 = (ks0 + ks) * 16 + 2 * (lane % 4);
-        float v[4] = {0.f, 0.f, 0.f, 0.f};
-        if (tok < ntok) {
-            const uint16_t *xt = A.x + (size_t)tok * n;
+    const bool vec = n % 8 == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(A.x) % 16 == 0;
+    uint32_t *zw = reinterpret_cast<uint32_t *>(zs);
+    const int total = TT * 8 * chunks;
+    for (int e0 = threadIdx.x; e0 < total; e0 += kZBatch * kThreads) {
+        uint4 xv[kZBatch];
+        float4 gv[kZBatch][2];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int k = k0 + (j / 2) * 8 + j % 2;
-                if (k < n) v[j] = __fmul_rn(__ldg(g + k), to_f32<kBF>(__ldg(xt + k)));
+        for (int b = 0; b < kZBatch; b++) {
+            const int e = e0 + b * kThreads, tok = e / chunks, k0 = k_base + e % chunks * 8;
+            if (e < total && tok < ntok && vec && k0 + 8 <= n) {
+                xv[b] = __ldg(reinterpret_cast<const uint4 *>(A.x + (size_t)tok * n + k0));
+                gv[b][0] = __ldg(reinterpret_cast<const float4 *>(g + k0));
+                gv[b][1] = __ldg(reinterpret_cast<const float4 *>(g + k0 + 4));
             }
         }
-        zs[e] = make_uint2(pack2<kBF>(v[0], v[1]), pack2<kBF>(v[2], v[3]));
+#pragma unroll
+        for (int b = 0; b < kZBatch; b++) {
+            const int e = e0 + b * kThreads;
+            if (e >= total) break;
+            const int tok = e / chunks, ch = e % chunks, k0 = k_base + ch * 8;
+            float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            if (tok < ntok && vec && k0 + 8 <= n)
+                gx8<kBF>(xv[b], gv[b][0], gv[b][1], v);
+            else if (tok < ntok)
+                gx8_edge<kBF>(A.x + (size_t)tok * n, g, n, k0, v);
+            /* half h of k step ks: word h of lanes 4·(tok % 8) + c, inputs 2c, 2c + 1 */
+            const int ks = ch / 2, h = ch % 2;
+            uint32_t *w = zw + (((size_t)ks * TT + tok / 8) * 32 + 4 * (tok % 8)) * 2 + h;
+#pragma unroll
+            for (int c = 0; c < 4; c++) w[2 * c] = pack2<kBF>(v[2 * c], v[2 * c + 1]);
+        }
     }
 }
 
@@ -324,9 +406,89 @@ __device__ void phase1(const Args &A, unsigned char *smem) {
                             }
                     }
                 }
-                write_t<kBF>(A, p, rt, tt, sum, lv, lane, tsh);
+                if (A.tsmem)
+                    write_tc<kBF>(A, p, rt, tt, sum, lv, lane);
+                else
+                    write_t<kBF>(A, p, rt, tt, sum, lv, lane, tsh);
             }
         }
+    }
+}
+
+/* Phase 1 of a one-tile launch whose z fits the region compact (Args::rows1): a job
+ * is one row tile (path p, rt), its k units split over the warps in contiguous runs,
+ * the warps' sums met in shared memory and added in warp order, so no partial sums
+ * cross blocks (no scratch, fence or arrival counter on the way to t). z = g_p⊙x,
+ * all n inputs, staged compact ([ntok][ku1·256 + 8] f16, zero past n) once per path
+ * a block meets; B fragments are read from it as phase 2 reads t's copy. */
+template <bool kBF>
+__device__ void phase1_rows(const Args &A, unsigned char *smem) {
+    const br_ic_dev &d = A.d;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int Z = d.ku1 * 256 + 8, upw = (d.ku1 + kWarps - 1) / kWarps;
+    const int nw = (d.ku1 + upw - 1) / upw; /* warps with units */
+    uint16_t *zc = reinterpret_cast<uint16_t *>(smem);
+    float4 *red = reinterpret_cast<float4 *>(smem + kTsOff); /* [kWarps][32]: t's copy comes later */
+    const int jobs = d.paths * d.rt1;
+    int staged_p = -1;
+    for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
+        const int p = job / d.rt1, rt = job % d.rt1;
+        const int u0 = warp * upw, nu = std::max(0, std::min(upw, d.ku1 - u0));
+        const uint32_t *bits = d.bits1 + (((size_t)p * d.rt1 + rt) * d.ku1 + u0) * 128 + lane * 4;
+        uint4 a[kPF];
+        load_units(bits, nu, a); /* in flight while z is staged */
+        float lv[2] = {0.f, 0.f}; /* warp 0's, for t: loaded before it is needed */
+        if (warp == 0)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int row = rt * 16 + lane / 4 + 8 * i;
+                lv[i] = row < d.r ? __ldg(d.l + (size_t)p * d.r + row) : 0.f;
+            }
+        if (p != staged_p) {
+            __syncthreads(); /* the previous path's z is no longer read */
+            const int n = d.n, chunks = Z / 8 - 1; /* 16-byte pieces of a token's inputs */
+            const float *g = d.g + (size_t)p * n;
+            const bool vec = n % 8 == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0 &&
+                             reinterpret_cast<uintptr_t>(A.x) % 16 == 0;
+            for (int e = threadIdx.x; e < A.ntok * chunks; e += kThreads) {
+                const int tok = e / chunks, k0 = e % chunks * 8;
+                float v[8];
+                if (vec && k0 + 8 <= n)
+                    gx8<kBF>(__ldg(reinterpret_cast<const uint4 *>(A.x + (size_t)tok * n + k0)),
+                             __ldg(reinterpret_cast<const float4 *>(g + k0)),
+                             __ldg(reinterpret_cast<const float4 *>(g + k0 + 4)), v);
+                else
+                    gx8_edge<kBF>(A.x + (size_t)tok * n, g, n, k0, v);
+                *reinterpret_cast<uint4 *>(zc + (size_t)tok * Z + k0) =
+                    make_uint4(pack2<kBF>(v[0], v[1]), pack2<kBF>(v[2], v[3]), pack2<kBF>(v[4], v[5]),
+                               pack2<kBF>(v[6], v[7]));
+            }
+            staged_p = p;
+            __syncthreads();
+        }
+        float acc[1][4];
+        const uint16_t *zk = zc + u0 * 256 + 2 * (lane % 4);
+        sum_units<kBF, 1>(bits, nu, a,
+                          [&](int u, int kk, int) {
+                              const int tok = lane / 4;
+                              if (tok >= A.ntok) return make_uint2(0, 0);
+                              const uint32_t *w = reinterpret_cast<const uint32_t *>(
+                                  zk + (size_t)tok * Z + u * 256 + kk * 16);
+                              return make_uint2(w[0], w[4]);
+                          },
+                          acc);
+        red[warp * 32 + lane] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
+        __syncthreads();
+        if (warp == 0) {
+            float4 sum = red[lane];
+            for (int w = 1; w < nw; w++) {
+                const float4 v = red[w * 32 + lane];
+                sum.x = __fadd_rn(sum.x, v.x), sum.y = __fadd_rn(sum.y, v.y);
+                sum.z = __fadd_rn(sum.z, v.z), sum.w = __fadd_rn(sum.w, v.w);
+            }
+            write_tc<kBF>(A, p, rt, 0, sum, lv, lane);
+        }
+        __syncthreads(); /* red is written again by the next job */
     }
 }
 
@@ -396,6 +558,22 @@ __device__ void phase2(const Args &A, unsigned char *smem, const uint32_t &gen0)
         }
     }
     grid_barrier(d.sync + (size_t)d.paths * d.rt1, d.sync + (size_t)d.paths * d.rt1 + 1, gen0);
+    /* t into shared memory once, rather than each warp reading its items' fragments
+     * from L2: there 8 token columns a fragment are read for each token, and every
+     * block reads them again */
+    uint16_t *ts = reinterpret_cast<uint16_t *>(smem + kTsOff);
+    const int rpad = d.ku2 * 256, S = ts_stride(d);
+    if (A.tsmem) {
+        const int rows = d.rt1 * 16, per_tok = d.paths * rpad / 8; /* 16-byte pieces */
+        for (int e = threadIdx.x; e < A.ntok * per_tok; e += kThreads) {
+            const int tok = e / per_tok, q = e % per_tok, p = q / (rpad / 8), k = q % (rpad / 8) * 8;
+            uint4 v = make_uint4(0, 0, 0, 0); /* rows past rt1·16: zero */
+            if (k < rows)
+                v = __ldcg(reinterpret_cast<const uint4 *>(d.tc + ((size_t)tok * d.paths + p) * rows + k));
+            *reinterpret_cast<uint4 *>(ts + (size_t)tok * S + p * rpad + k) = v;
+        }
+        __syncthreads();
+    }
     for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
         const int rt_lo = job * L.rpc2, nrt = std::min(d.rt2, rt_lo + L.rpc2) - rt_lo;
         const int items = nrt * per_rt;
@@ -408,11 +586,25 @@ __device__ void phase2(const Args &A, unsigned char *smem, const uint32_t &gen0)
             const uint2 *tf = reinterpret_cast<const uint2 *>(d.tfrag) +
                               ((size_t)p * d.ku2 * 16 + (size_t)u0 * 16) * BR_IC_TT_MAX * 32 + lane;
             float acc[TT][4];
-            sum_units<kBF, TT>(bits, nu, a,
-                               [&](int u, int kk, int tt) {
-                                   return __ldcg(tf + ((size_t)(u * 16 + kk) * BR_IC_TT_MAX + tt) * 32);
-                               },
-                               acc);
+            if (A.tsmem) {
+                /* b0 = t[k0 + 2c, k0 + 2c + 1], b1 = the same + 8, of token tt·8 + g */
+                const uint16_t *tk = ts + p * rpad + u0 * 256 + 2 * (lane % 4);
+                sum_units<kBF, TT>(bits, nu, a,
+                                   [&](int u, int kk, int tt) {
+                                       const int tok = tt * 8 + lane / 4;
+                                       if (tok >= A.ntok) return make_uint2(0, 0);
+                                       const uint32_t *w = reinterpret_cast<const uint32_t *>(
+                                           tk + (size_t)tok * S + u * 256 + kk * 16);
+                                       return make_uint2(w[0], w[4]);
+                                   },
+                                   acc);
+            } else {
+                sum_units<kBF, TT>(bits, nu, a,
+                                   [&](int u, int kk, int tt) {
+                                       return __ldcg(tf + ((size_t)(u * 16 + kk) * BR_IC_TT_MAX + tt) * 32);
+                                   },
+                                   acc);
+            }
 #pragma unroll
             for (int tt = 0; tt < TT; tt++)
                 ps[((size_t)it * TT + tt) * 32 + lane] =
@@ -453,7 +645,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(const Args A) {
      * arrival comes after its own read) */
     __shared__ uint32_t gen0;
     if (threadIdx.x == 0) gen0 = ld_relaxed(A.d.sync + (size_t)A.d.paths * A.d.rt1 + 1);
-    phase1<kBF, TT>(A, smem);
+    if (TT == 1 && A.rows1)
+        phase1_rows<kBF>(A, smem);
+    else
+        phase1<kBF, TT>(A, smem);
     phase2<kBF, TT>(A, smem, gen0);
 }
 
@@ -533,7 +728,7 @@ extern "C" br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d) {
 }
 
 extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type type, const void *x,
-                                  size_t ntok, const void *bias, void *y) {
+                                  size_t ntok, const void *bias, void *y, const char **kernel) {
     br_cuda *s = br_cuda_state(ctx);
     const int bf = type == BR_ACT_BF16, tt = (int)((ntok + 7) / 8);
     Args a;
@@ -541,12 +736,14 @@ extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type t
     a.L = d->launch[bf][tt - 1];
     /* the partials: within what br_ic_decode_setup reserved, so no allocation here */
     const size_t part1_bytes = (size_t)d->paths * d->rt1 * a.L.ks1 * tt * 128 * sizeof(float);
-    a.d.part1 = nullptr;
-    if (a.L.ks1 > 1) {
-        void *ws = nullptr;
-        BR_TRY(br_cuda_workspace(ctx, part1_bytes, &ws));
-        a.d.part1 = static_cast<float *>(ws);
-    }
+    const size_t tc_bytes = br_ic_tc_bytes(d);
+    void *ws = nullptr;
+    BR_TRY(br_cuda_workspace(ctx, tc_bytes + (a.L.ks1 > 1 ? part1_bytes : 0), &ws));
+    a.d.tc = static_cast<uint16_t *>(ws);
+    a.d.part1 = a.L.ks1 > 1 ? reinterpret_cast<float *>(static_cast<unsigned char *>(ws) + tc_bytes)
+                            : nullptr;
+    a.tsmem = (size_t)ntok * ts_stride(*d) * 2 <= (size_t)kTsBytes;
+    a.rows1 = a.tsmem && tt == 1 && (size_t)ntok * (d->ku1 * 256 + 8) * 2 <= (size_t)kRegionBytes;
     a.x = static_cast<const uint16_t *>(x);
     a.bias = static_cast<const uint16_t *>(bias);
     a.y = static_cast<uint16_t *>(y);
@@ -566,5 +763,6 @@ extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type t
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess)
         return br_cuda_check(ctx, e, "launch of the decode kernel", __FILE__, __LINE__);
+    *kernel = a.rows1 ? "decode_rows" : a.tsmem ? "decode_t_smem" : "decode";
     return BR_OK;
 }
