@@ -2169,8 +2169,14 @@ static void vk_stage16_run(br_ctx *ctx, br_rng *r, const char *label) {
 /* One shader variant (options opt; br_ctx_last_kernel containing ran): every
  * epilogue case on the three plane kinds (f16, bits rows, bits cols), br_mm_tn with
  * strides, offsets and output blocks, and an f16 c; m and n mostly not multiples of
- * the 64×64 tile or of any cooperative-matrix shape, k not of 64. */
-static void vk_variant(br_ctx *ctx, br_rng *r, const char *opt, const char *ran) {
+ * the 64×64 or 128×128 tile or of any cooperative-matrix shape, k not of 64. Then
+ * the coop shader's own paths: long k (many steps through the stage buffers, and
+ * lavapipe's cap on loop iterations), its 16-byte reads (16-byte aligned act offset
+ * and strides) beside element reads at ragged edges, plain products stored straight
+ * to a 16-byte aligned out beside staged ragged edges. big: also GEMMs whose grid of
+ * 128×128 tiles is large enough for a GPU to take that tile (vk_coop.c), with
+ * ragged edges, aligned and unaligned strides, staged and straight stores. */
+static void vk_variant(br_ctx *ctx, br_rng *r, const char *opt, const char *ran, int big) {
     static const tn_spec tn_cases[] = {
         {.m = 97, .n = 70, .k = 64, .oscale = 1.0f},
         {.m = 97,
@@ -2204,7 +2210,33 @@ static void vk_variant(br_ctx *ctx, br_rng *r, const char *opt, const char *ran)
          .cmode = 1,
          .beta = 2.0f},
         {.m = 72, .n = 64, .k = 96, .oscale = 2.0f, .colscale = 1, .cmode = 2, .beta = -1.0f},
+        {.m = 100, .n = 90, .k = 64, .lda = 104, .ldp = 96, .oscale = 1.0f, .cmode = 1, .beta = -0.5f},
+        {.m = 70,
+         .n = 130,
+         .k = 1024,
+         .lda = 72,
+         .ldp = 136,
+         .ldo = 136,
+         .ocol = 4,
+         .oscale = 1.0f},
     };
+    static const epi_spec vk_cases[] = {
+        {.m = 130, .n = 60, .k = 2048, .oscale = 1.0f},
+        {.m = 100, .n = 130, .k = 1024, .oscale = 1.0f, .colscale = 1},
+        {.m = 200,
+         .n = 136,
+         .k = 64,
+         .lda = 72,
+         .act_off = 8,
+         .oscale = 0.5f,
+         .colscale = 1,
+         .cmode = 2,
+         .beta = 0.5f},
+    };
+    static const epi_spec big_cases[] = {
+        {.m = 1500, .n = 1400, .k = 96, .lda = 104, .oscale = 1.0f, .cmode = 1, .beta = 0.25f},
+    };
+    static const tn_spec big_tn = {.m = 1400, .n = 1500, .k = 64, .oscale = 1.0f};
     fprintf(stderr, "  %s: the GEMMs on %s...)\n", opt, ran);
     CHECK_OK(ctx, br_ctx_set_options(ctx, opt));
     for (int kind = 0; kind < 3; kind++)
@@ -2220,6 +2252,26 @@ static void vk_variant(br_ctx *ctx, br_rng *r, const char *opt, const char *ran)
         tn_run(ctx, r, &sp);
     }
     vk_stage16_run(ctx, r, opt);
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t ci = 0; ci < sizeof vk_cases / sizeof vk_cases[0]; ci++) {
+            epi_spec sp = vk_cases[ci];
+            sp.kind = kind;
+            sp.ran = ran;
+            epi_run(ctx, r, &sp, opt);
+        }
+    if (!big) return;
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t ci = 0; ci < sizeof big_cases / sizeof big_cases[0]; ci++) {
+            epi_spec sp = big_cases[ci];
+            sp.kind = kind;
+            sp.ran = ran;
+            epi_run(ctx, r, &sp, opt);
+        }
+    fprintf(stderr, "  %s: %zu×%zu×%zu on %s\n", opt, big_cases[0].m, big_cases[0].n,
+            big_cases[0].k, br_ctx_last_kernel(ctx));
+    tn_spec sp = big_tn;
+    sp.ran = ran;
+    tn_run(ctx, r, &sp);
 }
 
 /* A 1×1×32 br_mm with options opt: its status, and in what the kernel that ran or
@@ -2262,7 +2314,7 @@ static void vk_gemm_shaders(void) {
 
     br_status st = vk_try(ctx, "vk_gemm=tiled,vk_coop_shape=auto", what, sizeof what);
     CHECK(st == BR_OK && !strcmp(what, "vk_tiled(mm)"), "vk_gemm=tiled: %s", what);
-    vk_variant(ctx, &r, "vk_gemm=tiled,vk_coop_shape=auto", "vk_tiled(");
+    vk_variant(ctx, &r, "vk_gemm=tiled,vk_coop_shape=auto", "vk_tiled(", 0);
 
     st = vk_try(ctx, "vk_gemm=coop,vk_coop_shape=auto", what, sizeof what);
     const int coop = st == BR_OK;
@@ -2271,7 +2323,7 @@ static void vk_gemm_shaders(void) {
         const char *paren = strchr(what, '(');
         CHECK(!strncmp(what, "vk_coop ", 8) && paren, "vk_gemm=coop ran %s", what);
         snprintf(coop_ran, sizeof coop_ran, "%.*s", paren ? (int)(paren - what + 1) : 0, what);
-        vk_variant(ctx, &r, "vk_gemm=coop,vk_coop_shape=auto", coop_ran);
+        vk_variant(ctx, &r, "vk_gemm=coop,vk_coop_shape=auto", coop_ran, 1);
     } else {
         CHECK(st == BR_E_UNSUPPORTED, "vk_gemm=coop: %s: %s", br_status_name(st), what);
         CHECK(!expect_coop, "BITRANK_TEST_EXPECT_COOP=1, but %s", what);
@@ -2289,7 +2341,8 @@ static void vk_gemm_shaders(void) {
             st = vk_try(ctx, opt, what, sizeof what);
             if (st == BR_OK) {
                 CHECK(!strncmp(what, ran, strlen(ran)), "%s ran %s", opt, what);
-                vk_variant(ctx, &r, opt, ran);
+                /* big on the device's matrices, and emulated in the first shape */
+                vk_variant(ctx, &r, opt, ran, !emulated || si == 0);
             } else if (st == BR_E_UNSUPPORTED && (emulated || strstr(what, "does not list"))) {
                 fprintf(stderr, "  %s: skipped: %s\n", opt, what);
             } else {

@@ -14,20 +14,30 @@
  * mm_coop itself needs VK_KHR_cooperative_matrix: the cooperativeMatrix feature,
  * compute among the cooperativeMatrixSupportedStages, and a listed configuration
  * with f16 A and B, f32 C and result, subgroup scope, no saturating accumulation,
- * and M, N, K each dividing 32 (a subgroup's 32×32 quarter, k in steps of 32); and
+ * and M, N, K each 8, 16 or 32 (they divide a subgroup's 32×32 or 64×64 quarter and
+ * the k step of 32, and every piece starts on a 16-byte boundary of the stage); and
  * vulkanMemoryModel (a module with SPV_KHR_cooperative_matrix uses the Vulkan memory
  * model). Where something is missing the GEMMs run on the tiled shader, and
- * s->coop.why (why_emulated) says what was missing. */
+ * s->coop.why (why_emulated) says what was missing.
+ *
+ * The geometry (mm_coop.comp's BT and NBUF) is picked per GEMM: the 128×128 tile,
+ * where both edges pass 64 and its grid has at least c->big_groups workgroups (on a
+ * GPU 128, about one per multiprocessor of a large one: fewer, and the 64 tile's
+ * four times as many workgroups keep more of the device busy; on a CPU, whose few
+ * cores any grid fills, 1), else the 64×64 one; two stage buffers where the shared
+ * memory allows, else one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/vulkan/vk_internal.h"
 
-/* The shader's tile (mm_coop.comp: BM = BN, LDS) and its subgroups per workgroup. */
-#define TILE 64u
-#define STAGE_STRIDE 40u
+/* The shader's subgroups per workgroup, and its stage's row stride in halves for a
+ * step of 32 k (mm_coop.comp: LDK). */
 #define SUBGROUPS 4u
+#define STAGE_STRIDE 40u
+/* GPUs: the 128 tile from this many of its workgroups (see the top) */
+#define BIG_GROUPS_GPU 128u
 
 static int has_extension(VkPhysicalDevice p, const char *name) {
     uint32_t n = 0;
@@ -42,10 +52,13 @@ static int has_extension(VkPhysicalDevice p, const char *name) {
     return found;
 }
 
-size_t br_vk_coop_shared_bytes(uint32_t m, uint32_t n) {
-    /* As and Bs, f16 [64][40] each, and 4 f32 stages of m×n */
-    return 2u * TILE * STAGE_STRIDE * 2u + (size_t)SUBGROUPS * m * n * 4u;
+/* Shared memory of the shader at shape m×n, tile and nbuf stage buffers: As and Bs,
+ * f16 [tile][40] each per buffer, and 4 f32 stages of m×n. */
+static size_t geometry_bytes(uint32_t m, uint32_t n, uint32_t tile, uint32_t nbuf) {
+    return (size_t)nbuf * 2u * tile * STAGE_STRIDE * 2u + (size_t)SUBGROUPS * m * n * 4u;
 }
+
+size_t br_vk_coop_shared_bytes(uint32_t m, uint32_t n) { return geometry_bytes(m, n, 64, 1); }
 
 /* The configurations of the device's list mm_coop can take, into c->shapes, and the
  * one auto takes: 16×16×16 where it is there (what every implementation of the
@@ -73,8 +86,9 @@ static int list_shapes(br_vk *s, PFN_vkGetPhysicalDeviceCooperativeMatrixPropert
     int pick = -1;
     for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < n; i++) {
         const VkCooperativeMatrixPropertiesKHR *q = &p[i];
-        int divides = q->MSize && q->NSize && q->KSize && 32 % q->MSize == 0 &&
-                      32 % q->NSize == 0 && 32 % q->KSize == 0;
+        int divides = (q->MSize == 8 || q->MSize == 16 || q->MSize == 32) &&
+                      (q->NSize == 8 || q->NSize == 16 || q->NSize == 32) &&
+                      (q->KSize == 8 || q->KSize == 16 || q->KSize == 32);
         if (q->AType != VK_COMPONENT_TYPE_FLOAT16_KHR ||
             q->BType != VK_COMPONENT_TYPE_FLOAT16_KHR ||
             q->CType != VK_COMPONENT_TYPE_FLOAT32_KHR ||
@@ -99,7 +113,8 @@ static int list_shapes(br_vk *s, PFN_vkGetPhysicalDeviceCooperativeMatrixPropert
     else if (pick < 0)
         snprintf(c->why, sizeof c->why,
                  "none of its %u cooperative-matrix configurations is f16 A, B and f32 C, result "
-                 "at subgroup scope with M, N, K dividing 32 and fitting %u bytes of shared memory",
+                 "at subgroup scope with M, N, K each 8, 16 or 32 and fitting %u bytes of shared "
+                 "memory",
                  n, s->props.limits.maxComputeSharedMemorySize);
     free(p);
     return pick >= 0;
@@ -161,6 +176,7 @@ void br_vk_coop_probe(br_vk *s) {
     br_vk_coop *c = &s->coop;
     memset(c, 0, sizeof *c);
     c->m = c->n = c->k = 16;
+    c->big_groups = s->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 1u : BIG_GROUPS_GPU;
     int size_control = has_extension(s->phys, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     const char *miss = missing_common(s, size_control);
     c->emulable = !miss[0];
@@ -213,12 +229,29 @@ void br_vk_coop_enable_on(const br_vk *s, br_vk_coop_enable *e,
     ext[(*n_ext)++] = VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME;
 }
 
-br_status br_vk_coop_pipeline(br_vk *s, int emulated, const uint32_t shape[3], VkPipeline *out,
-                              char *err, size_t n) {
+/* The geometry of a rows×cols GEMM in shape (see the top): tile and buffers. */
+static void pick_geometry(const br_vk *s, const uint32_t shape[3], size_t rows, size_t cols,
+                          uint32_t *tile, uint32_t *nbuf) {
+    const br_vk_coop *c = &s->coop;
+    uint32_t limit = s->props.limits.maxComputeSharedMemorySize;
+    size_t groups = ((rows + 127) / 128) * ((cols + 127) / 128);
+    *tile = rows > 64 && cols > 64 && groups >= c->big_groups &&
+                    geometry_bytes(shape[0], shape[1], 128, 1) <= limit
+                ? 128u
+                : 64u;
+    *nbuf = geometry_bytes(shape[0], shape[1], *tile, 2) <= limit ? 2u : 1u;
+}
+
+br_status br_vk_coop_pipeline(br_vk *s, int emulated, const uint32_t shape[3], uint32_t mode,
+                              size_t rows, size_t cols, VkPipeline *out, uint32_t *tile, char *err,
+                              size_t n) {
     br_vk_coop *c = &s->coop;
+    uint32_t nbuf;
+    pick_geometry(s, shape, rows, cols, tile, &nbuf);
     for (uint32_t i = 0; i < c->npipes; i++) {
         const br_vk_coop_pipe *p = &c->pipes[i];
-        if (p->emulated == emulated && p->m == shape[0] && p->n == shape[1] && p->k == shape[2]) {
+        if (p->emulated == emulated && p->m == shape[0] && p->n == shape[1] && p->k == shape[2] &&
+            p->mode == mode && p->tile == *tile && p->nbuf == nbuf) {
             *out = p->pipe;
             return BR_OK;
         }
@@ -227,20 +260,28 @@ br_status br_vk_coop_pipeline(br_vk *s, int emulated, const uint32_t shape[3], V
         snprintf(err, n, "vulkan: more than %d cooperative-matrix pipelines", BR_VK_COOP_MAX_PIPES);
         return BR_E_UNSUPPORTED;
     }
-    /* constant_id 0: the workgroup size; 1, 2, 3: CM, CN, CK */
-    const uint32_t value[4] = {SUBGROUPS * c->subgroup, shape[0], shape[1], shape[2]};
-    VkSpecializationMapEntry map[4];
-    for (uint32_t i = 0; i < 4; i++)
+    /* constant_id 0: the workgroup size; 1, 2, 3: CM, CN, CK; 4 the mode; 5 the tile;
+     * 6 the stage buffers */
+    const uint32_t value[7] = {
+        SUBGROUPS * c->subgroup, shape[0], shape[1], shape[2], mode, *tile, nbuf};
+    VkSpecializationMapEntry map[7];
+    for (uint32_t i = 0; i < 7; i++)
         map[i] = (VkSpecializationMapEntry){
             .constantID = i, .offset = i * (uint32_t)sizeof(uint32_t), .size = sizeof(uint32_t)};
     VkSpecializationInfo spec = {
-        .mapEntryCount = 4, .pMapEntries = map, .dataSize = sizeof value, .pData = value};
+        .mapEntryCount = 7, .pMapEntries = map, .dataSize = sizeof value, .pData = value};
     VkPipeline p = VK_NULL_HANDLE;
     BR_TRY(br_vk_create_pipeline(s, emulated ? BR_VK_SH_mm_coop_emulated : BR_VK_SH_mm_coop, &spec,
                                  VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT, &p,
                                  err, n));
-    c->pipes[c->npipes++] = (br_vk_coop_pipe){
-        .emulated = emulated, .m = shape[0], .n = shape[1], .k = shape[2], .pipe = p};
+    c->pipes[c->npipes++] = (br_vk_coop_pipe){.emulated = emulated,
+                                              .m = shape[0],
+                                              .n = shape[1],
+                                              .k = shape[2],
+                                              .mode = mode,
+                                              .tile = *tile,
+                                              .nbuf = nbuf,
+                                              .pipe = p};
     *out = p;
     return BR_OK;
 }

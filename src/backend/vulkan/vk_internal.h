@@ -89,15 +89,18 @@ typedef struct br_vk_hostbuf {
     size_t bytes, used;
 } br_vk_hostbuf;
 
-/* One specialization of shaders/mm_coop.comp made into a pipeline. */
+/* One specialization of shaders/mm_coop.comp made into a pipeline: the matrix shape
+ * M×N×K, the operand mode (0-3), the output tile's edge (64 or 128) and the stage
+ * buffers (1 or 2). */
 typedef struct br_vk_coop_pipe {
     int emulated;
-    uint32_t m, n, k;
+    uint32_t m, n, k, mode, tile, nbuf;
     VkPipeline pipe;
 } br_vk_coop_pipe;
 
 #define BR_VK_COOP_MAX_SHAPES 16
-#define BR_VK_COOP_MAX_PIPES 16
+/* each shape, built or emulated, in 4 modes and 2 tiles */
+#define BR_VK_COOP_MAX_PIPES 128
 
 /* The cooperative-matrix GEMM on a device (vk_coop.c): whether it runs there, in
  * which shapes, and its pipelines. */
@@ -109,7 +112,8 @@ typedef struct br_vk_coop {
     uint32_t m, n, k; /* the shape auto takes: the device's pick, 16×16×16 without one */
     uint32_t shapes[BR_VK_COOP_MAX_SHAPES][3]; /* the listed ones mm_coop can take */
     uint32_t nshapes;
-    uint32_t subgroup; /* the subgroup size: a workgroup is 4 full subgroups */
+    uint32_t subgroup;   /* the subgroup size: a workgroup is 4 full subgroups */
+    uint32_t big_groups; /* the 128 tile from this many workgroups of it (vk_coop.c) */
     br_vk_coop_pipe pipes[BR_VK_COOP_MAX_PIPES];
     uint32_t npipes;
 } br_vk_coop;
@@ -174,12 +178,16 @@ typedef struct br_vk_coop_enable {
 void br_vk_coop_enable_on(const br_vk *s, br_vk_coop_enable *e,
                           VkPhysicalDeviceVulkan12Features *f12, void **pnext, const char **ext,
                           uint32_t *n_ext);
-/* Shared memory the shader takes at shape m×n (a device limit bounds it). */
+/* Shared memory the shader takes at shape m×n in its smallest geometry (a device
+ * limit bounds it). */
 size_t br_vk_coop_shared_bytes(uint32_t m, uint32_t n);
 /* The pipeline of mm_coop (emulated: mm_coop_emulated) specialized for shape[3]
- * (M, N, K), made on first use; on failure the reason in err. */
-br_status br_vk_coop_pipeline(br_vk *s, int emulated, const uint32_t shape[3], VkPipeline *out,
-                              char *err, size_t n);
+ * (M, N, K) and operand mode (0-3), in the geometry for a rows×cols GEMM, made on
+ * first use; *tile the output tile's edge (the grid is ⌈cols/tile⌉×⌈rows/tile⌉). On
+ * failure the reason in err. */
+br_status br_vk_coop_pipeline(br_vk *s, int emulated, const uint32_t shape[3], uint32_t mode,
+                              size_t rows, size_t cols, VkPipeline *out, uint32_t *tile, char *err,
+                              size_t n);
 /* Destroys the pipelines (device teardown). */
 void br_vk_coop_release(br_vk *s);
 
