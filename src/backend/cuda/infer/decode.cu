@@ -217,6 +217,16 @@ __device__ __forceinline__ void sum_units(const uint32_t *bits, int nu, uint4 (&
     }
 }
 
+/* The B fragment of k step kk of unit u from a compact f16 [token][k] array in shared
+ * memory (z's or t's copy): base is the run's unit 0 at token 0 plus 2c, stride a
+ * token's row; b0 = inputs 2c, 2c+1 of token tok, b1 the same + 8; 0 past ntok. */
+__device__ __forceinline__ uint2 frag_compact(const uint16_t *base, int stride, int tok, int ntok,
+                                              int u, int kk) {
+    if (tok >= ntok) return make_uint2(0, 0);
+    const uint32_t *w = reinterpret_cast<const uint32_t *>(base + (size_t)tok * stride + u * 256 + kk * 16);
+    return make_uint2(w[0], w[4]);
+}
+
 /* Whether this warp is the last of `total` to arrive at `counter` (resetting it then).
  * Every lane's stores before the call are visible to the last warp's lanes after it
  * (read them with __ldcg). */
@@ -469,13 +479,7 @@ __device__ void phase1_rows(const Args &A, unsigned char *smem) {
         float acc[1][4];
         const uint16_t *zk = zc + u0 * 256 + 2 * (lane % 4);
         sum_units<kBF, 1>(bits, nu, a,
-                          [&](int u, int kk, int) {
-                              const int tok = lane / 4;
-                              if (tok >= A.ntok) return make_uint2(0, 0);
-                              const uint32_t *w = reinterpret_cast<const uint32_t *>(
-                                  zk + (size_t)tok * Z + u * 256 + kk * 16);
-                              return make_uint2(w[0], w[4]);
-                          },
+                          [&](int u, int kk, int) { return frag_compact(zk, Z, lane / 4, A.ntok, u, kk); },
                           acc);
         red[warp * 32 + lane] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
         __syncthreads();
@@ -587,15 +591,10 @@ __device__ void phase2(const Args &A, unsigned char *smem, const uint32_t &gen0)
                               ((size_t)p * d.ku2 * 16 + (size_t)u0 * 16) * BR_IC_TT_MAX * 32 + lane;
             float acc[TT][4];
             if (A.tsmem) {
-                /* b0 = t[k0 + 2c, k0 + 2c + 1], b1 = the same + 8, of token tt·8 + g */
                 const uint16_t *tk = ts + p * rpad + u0 * 256 + 2 * (lane % 4);
                 sum_units<kBF, TT>(bits, nu, a,
                                    [&](int u, int kk, int tt) {
-                                       const int tok = tt * 8 + lane / 4;
-                                       if (tok >= A.ntok) return make_uint2(0, 0);
-                                       const uint32_t *w = reinterpret_cast<const uint32_t *>(
-                                           tk + (size_t)tok * S + u * 256 + kk * 16);
-                                       return make_uint2(w[0], w[4]);
+                                       return frag_compact(tk, S, tt * 8 + lane / 4, A.ntok, u, kk);
                                    },
                                    acc);
             } else {
