@@ -5,7 +5,7 @@
  * (m, n, r not multiples of 16 or 32, r = 1, a few outputs or inputs, the
  * 11008 × 4096 shape scaled down), one and two paths, f16 and bf16, with and without
  * bias, 1, 3, 16, 32, 33, 64, 65 and 200 tokens. Also: the kernel each token count
- * runs, two runs giving the same bits, a decode and a prefill run captured in a CUDA
+ * runs (each variant at least once), two runs giving the same bits, a decode and a prefill run captured in a CUDA
  * graph and replayed to the same bits, and the errors.
  *
  * Tolerance. The plan rounds z = g⊙x and t = ℓ⊙(S_Vᵀz) to the operand type (unit
@@ -22,6 +22,7 @@
  * still): a misplaced sign or a lost term moves an output by far more. The largest
  * ratios seen are printed. */
 #include "harness.h"
+#include "infer/blr_infer_cuda.h"
 
 #ifdef BR_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -225,22 +226,28 @@ static errstat compare(const br_blr_host *L, double *const W[], br_act_type type
 
 static double g_worst[2][2], g_sigma[2][2]; /* [prefill][bf16] */
 
-/* The kernel a run of ntok tokens must report: up to 64 the decode kernel (launches of
- * up to 32 tokens; the name is the last launch's), which stages t in shared memory
- * where the launch's copy, nt·(P·⌈r/256⌉·256 + 8) halves, fits its 32 KB
- * (decode.cu's kTsBytes and ts_stride) and else reads t's fragments from L2; with t
- * in shared memory, up to 8 tokens whose z, nt·(⌈n/256⌉·256 + 8) halves, fits 32 KB
- * (kRegionBytes) run phase 1 a row tile a block. */
+/* The kernel a run of ntok tokens must report: up to 64 the decode kernels (launches
+ * of up to 32 tokens; the name is the last launch's). Up to 8 tokens the resident
+ * kernel where a warp's signs fit its registers (⌈⌈n/256⌉/8⌉ ≤ BR_IC_RES_U1 units
+ * in phase 1, P·⌈r/256⌉ ≤ 8·BR_IC_RES_U2 in phase 2) and z's slices, 8 warps ×
+ * (nt + 1)·(⌈⌈n/256⌉/8⌉·256 + 16) halves, and t's copy, (nt + 1)·(P·⌈r/256⌉·256 +
+ * 16) halves, fit its shared memory (infer/blr_infer_cuda.h). Else the kernel that
+ * stages t in shared memory where its copy there, nt·(P·⌈r/256⌉·256 + 8) halves,
+ * fits 32 KB (decode.cu's kTsBytes and ts_stride), and else reads t's fragments from
+ * L2. */
 static const char *kernel_for(size_t ntok, size_t n, size_t r, size_t P) {
     if (ntok > 64) return "prefill";
-    const size_t nt = ntok > 32 ? ntok - 32 : ntok;
-    if (nt * (P * cdiv_sz(r, 256) * 256 + 8) * 2 > 32768) return "decode";
-    return nt <= 8 && nt * (cdiv_sz(n, 256) * 256 + 8) * 2 <= 32768 ? "decode_rows"
-                                                                     : "decode_t_smem";
+    const size_t nt = ntok > 32 ? ntok - 32 : ntok, ku2 = cdiv_sz(r, 256);
+    const size_t upw1 = cdiv_sz(cdiv_sz(n, 256), 8);
+    if (nt <= 8 && upw1 <= BR_IC_RES_U1 && P * ku2 <= 8 * BR_IC_RES_U2 &&
+        8 * (nt + 1) * (upw1 * 256 + 16) * 2 <= BR_IC_RES_REGION &&
+        (nt + 1) * (P * ku2 * 256 + 16) * 2 <= BR_IC_RES_T_BYTES)
+        return "decode_resident";
+    return nt * (P * ku2 * 256 + 8) * 2 > 32768 ? "decode" : "decode_t_smem";
 }
 
 /* runs checked of each kernel */
-static const char *const g_kernels[4] = {"decode_rows", "decode_t_smem", "decode", "prefill"};
+static const char *const g_kernels[4] = {"decode_resident", "decode_t_smem", "decode", "prefill"};
 static size_t g_ran[4];
 
 /* One layer through the plan at each token count, both types, checked; two runs give

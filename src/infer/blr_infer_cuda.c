@@ -42,7 +42,10 @@ size_t br_ic_bits2_words(const br_ic_dev *d) {
 size_t br_ic_tfrag_words(const br_ic_dev *d) {
     return (size_t)d->paths * d->ku2 * 16 * BR_IC_TT_MAX * 32 * 2;
 }
-size_t br_ic_sync_words(const br_ic_dev *d) { return (size_t)d->paths * d->rt1 + 2; }
+size_t br_ic_res_count_word(const br_ic_dev *d, int bf16) {
+    return ((size_t)d->paths * d->rt1 + 2 + 1) / 2 * 2 + 2 * (size_t)bf16;
+}
+size_t br_ic_sync_words(const br_ic_dev *d) { return br_ic_res_count_word(d, 1) + 2; }
 
 size_t br_ic_prefill_layout(const br_ic_pre *p, size_t ntok, size_t at[6]) {
     const size_t P = (size_t)p->paths, words = (size_t)p->r32 / 32;

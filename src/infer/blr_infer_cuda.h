@@ -47,6 +47,22 @@ typedef struct br_ic_launch {
     int rpc2, ks2, seg2;
 } br_ic_launch;
 
+/* The resident decode kernel (decode_resident.cu): units of signs a warp holds in
+ * registers, phase 1's (a row tile's ku1 units over 8 warps) and phase 2's (items of
+ * its block's job); its shared region's bytes (z's slices in phase 1; the items'
+ * partials, then t's copy, in phase 2) and t's share of it. */
+#define BR_IC_RES_U1 6
+#define BR_IC_RES_U2 6
+#define BR_IC_RES_REGION 102400
+#define BR_IC_RES_T_BYTES (BR_IC_RES_REGION - 8 * BR_IC_RES_U2 * 512)
+
+/* The resident kernel's geometry for one activation type (br_ic_resident_setup). */
+typedef struct br_ic_resident {
+    int grid; /* blocks, all co-resident; 0: the kernel does not take the plan */
+    int upw1; /* phase-1 units a warp: ceil(ku1 / 8) */
+    int rpc2; /* phase-2 row tiles a job */
+} br_ic_resident;
+
 /* The decode kernel's view of a plan (device pointers). */
 typedef struct br_ic_dev {
     int m, n, r, paths;
@@ -64,8 +80,11 @@ typedef struct br_ic_dev {
                         * [ntok][paths][rt1·16], in the context's workspace before the
                         * partials (set at each launch) */
     uint32_t *sync;    /* [paths·rt1] arrival counters, then the grid barrier's arrival
-                        * counter (all 0 between runs) and generation word */
+                        * counter (all 0 between runs) and generation word, then (from
+                        * br_ic_res_count_word) the resident kernel's 64-bit arrival
+                        * counters, one per type */
     br_ic_launch launch[2][BR_IC_TT_MAX]; /* [bf16][token tiles − 1] */
+    br_ic_resident res[2];                /* [bf16] */
 } br_ic_dev;
 
 /* Words of the device arrays the host allocates for the decode kernel. */
@@ -73,6 +92,9 @@ size_t br_ic_bits1_words(const br_ic_dev *d);
 size_t br_ic_bits2_words(const br_ic_dev *d);
 size_t br_ic_tfrag_words(const br_ic_dev *d);
 size_t br_ic_sync_words(const br_ic_dev *d);
+/* The word of sync where the resident kernel's counter for type bf16 (0, 1) starts
+ * (8-byte aligned). */
+size_t br_ic_res_count_word(const br_ic_dev *d, int bf16);
 
 /* The prefill path's view of a plan: its shape and scales. The plan keeps the signs
  * once, in the decode kernel's order (br_ic_dev's bits1, bits2); a pass unpacks them
@@ -109,8 +131,18 @@ size_t br_ic_decode_bytes(const br_ic_dev *d);
  * and reserve the context's workspace for the largest launch's partials, so decode
  * runs never allocate (a CUDA graph may capture them). */
 br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d);
+/* Choose d->res (occupancy of this device); called by br_ic_decode_setup. */
+br_status br_ic_resident_setup(br_ctx *ctx, br_ic_dev *d);
+/* Whether a launch of ntok tokens runs the resident kernel: up to 8 tokens, the plan's
+ * per-warp work within BR_IC_RES_U1 and _U2 units, z's slices within the region
+ * ((ntok + 1)·(upw1·256 + 16)·2 bytes a warp: a row a token and a zero row) and t's
+ * copy within BR_IC_RES_T_BYTES ((ntok + 1)·(paths·ku2·256 + 16)·2). */
+int br_ic_resident_fits(const br_ic_dev *d, br_act_type type, size_t ntok);
+br_status br_ic_decode_resident(br_ctx *ctx, const br_ic_dev *d, br_act_type type, const void *x,
+                                size_t ntok, const void *bias, void *y, const char **kernel);
 /* One decode launch for 1..32 tokens on the context's stream; *kernel: its variant's
- * name ("decode_t_smem" where t fits a block's shared memory, else "decode"). */
+ * name ("decode_resident" where br_ic_resident_fits, else "decode_t_smem" where t fits
+ * a block's shared memory, else "decode"). */
 br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type type, const void *x,
                        size_t ntok, const void *bias, void *y, const char **kernel);
 /* The prefill path for ntok ≤ BR_IC_PREFILL_CHUNK tokens (one pass) on the context's

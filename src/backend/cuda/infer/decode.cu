@@ -22,16 +22,14 @@
  *            items from t's fragments into shared memory, and the block adds them in
  *            a fixed order, applies h_p and the bias, and stores y.
  *
- * Three variants, by what fits shared memory (br_blr_infer_cuda_kernel names them):
+ * Two variants, by what fits shared memory (br_blr_infer_cuda_kernel names them):
  *   decode         t's B fragments are read from L2 by every warp that needs them.
  *   decode_t_smem  t, compact ([ntok][paths][r] f16), is copied to each block's
  *                  shared memory once after the barrier and the fragments are read
  *                  from there. A fragment carries 8 token columns, so for one token
  *                  the L2 path reads 8× t's bytes, and every item of every block
  *                  reads them again.
- *   decode_rows    that, and for one token tile whose z fits the region compact,
- *                  phase 1 without cross-block partials (phase1_rows): a block a row
- *                  tile, its k range over the warps, sums met in shared memory.
+ * Up to 8 tokens, where it fits, br_ic_decode runs decode_resident.cu's kernel instead.
  *
  * Every step of a launch that waits on memory is a latency (hundreds of ns) on the
  * critical path of a microsecond-scale kernel, so loads that do not depend on an
@@ -46,12 +44,10 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "infer/blr_infer_cuda.h"
+#include "backend/cuda/infer/decode_common.cuh"
 
 namespace {
 
-constexpr int kWarps = 8, kThreads = kWarps * 32;
-/* units of signs loaded at once per warp (16 bytes a lane each) */
-constexpr int kPF = 4;
 /* phase 1's segment partials of a row tile read at once by its last arriver */
 constexpr int kRedBatch = 8;
 /* shared memory: phase 1's z fragments or phase 2's partial sums (the same bytes),
@@ -82,106 +78,10 @@ struct Args {
     /* t goes compact through d.tc and phase 2 reads it from a copy in shared memory
      * (else as B fragments through d.tfrag, from L2) */
     int tsmem;
-    /* phase 1 a row tile a block (phase1_rows): one token tile, t compact, z compact in
-     * the region */
-    int rows1;
 };
 
 /* Row stride (halves) of phase 2's copy of t. */
 __host__ __device__ inline int ts_stride(const br_ic_dev &d) { return d.paths * d.ku2 * 256 + 8; }
-
-/* 16 bytes read once: no L1 allocation, the non-coherent path (bits never change) */
-__device__ __forceinline__ uint4 ld_stream(const uint32_t *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
-    uint32_t v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-/* an add that releases this thread's earlier stores (and, through a barrier or
- * __syncwarp before it, its block's or warp's) and acquires those released by the
- * adds before it: the release and acquire that __threadfence around an atomicAdd
- * gave, without the fences' full ordering */
-__device__ __forceinline__ uint32_t atom_add_acq_rel(uint32_t *p, uint32_t v) {
-    uint32_t old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-    return old;
-}
-
-__device__ __forceinline__ void st_release(uint32_t *p, uint32_t v) {
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ uint32_t ld_relaxed(const uint32_t *p) {
-    uint32_t v;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-template <bool kBF> __device__ __forceinline__ float to_f32(uint16_t h) {
-    if (kBF) return __uint_as_float((uint32_t)h << 16);
-    return __half2float(__ushort_as_half(h));
-}
-
-/* two f32 → the activation type, round to nearest even; lo in the low half */
-template <bool kBF> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-    if (kBF) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-template <bool kBF> __device__ __forceinline__ uint16_t round1(float v) {
-    if (kBF) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    return __half_as_ushort(__float2half_rn(v));
-}
-
-/* The A fragment of k step kk (0..15) of a unit from its packed word w = kk/4. */
-template <bool kBF>
-__device__ __forceinline__ void expand(uint32_t w, int kk, uint32_t (&a)[4]) {
-    constexpr uint32_t one = kBF ? 0x3F803F80u : 0x3C003C00u;
-    const int q0 = (kk % 4) * 4;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        a[i] = ((w << (q0 + i)) & 0x80008000u) | one;
-}
-
-template <bool kBF>
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-    if (kBF)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* The word of unit data `a` that holds k step kk. */
-__device__ __forceinline__ uint32_t word_of(const uint4 &a, int kk) {
-    const int w = kk / 4;
-    return w == 0 ? a.x : w == 1 ? a.y : w == 2 ? a.z : a.w;
-}
-
-/* The first min(kPF, nu) units of a row tile's signs (lane's 16 bytes each) into a. */
-__device__ __forceinline__ void load_units(const uint32_t *bits, int nu, uint4 (&a)[kPF]) {
-#pragma unroll
-    for (int j = 0; j < kPF; j++)
-        a[j] = j < nu ? ld_stream(bits + (size_t)j * 128) : make_uint4(0, 0, 0, 0);
-}
 
 /* acc = (signs of units [0, nu) of a row tile) · B, B's fragment of unit u, k step
  * kk, token tile tt from bfrag(u, kk, tt). `a` holds the first kPF units' signs on
@@ -217,16 +117,6 @@ __device__ __forceinline__ void sum_units(const uint32_t *bits, int nu, uint4 (&
     }
 }
 
-/* The B fragment of k step kk of unit u from a compact f16 [token][k] array in shared
- * memory (z's or t's copy): base is the run's unit 0 at token 0 plus 2c, stride a
- * token's row; b0 = inputs 2c, 2c+1 of token tok, b1 the same + 8; 0 past ntok. */
-__device__ __forceinline__ uint2 frag_compact(const uint16_t *base, int stride, int tok, int ntok,
-                                              int u, int kk) {
-    if (tok >= ntok) return make_uint2(0, 0);
-    const uint32_t *w = reinterpret_cast<const uint32_t *>(base + (size_t)tok * stride + u * 256 + kk * 16);
-    return make_uint2(w[0], w[4]);
-}
-
 /* Whether this warp is the last of `total` to arrive at `counter` (resetting it then).
  * Every lane's stores before the call are visible to the last warp's lanes after it
  * (read them with __ldcg). */
@@ -258,22 +148,6 @@ __device__ void write_tc(const Args &A, int p, int rt, int tt, const float4 &sum
             A.d.tc[((size_t)tok * A.d.paths + p) * rows + rt * 16 + g + 8 * (j / 2)] =
                 round1<kBF>(__fmul_rn(s[j], lv[j / 2]));
     }
-}
-
-/* z = g⊙x of 8 inputs from x's 16 bytes and g's 32 (products in f32). */
-template <bool kBF>
-__device__ __forceinline__ void gx8(const uint4 &xv, const float4 &g0, const float4 &g1, float (&v)[8]) {
-    const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
-    const float gf[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-#pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = __fmul_rn(gf[i], to_f32<kBF>((uint16_t)(xw[i / 2] >> (16 * (i % 2)))));
-}
-
-/* The same one input at a time, 0 past n (x: the token's row). */
-template <bool kBF>
-__device__ __forceinline__ void gx8_edge(const uint16_t *x, const float *g, int n, int k0, float (&v)[8]) {
-#pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = k0 + i < n ? __fmul_rn(__ldg(g + k0 + i), to_f32<kBF>(__ldg(x + k0 + i))) : 0.f;
 }
 
 /* The z fragments of `nks` k steps from k step ks0 (of path p's inputs) into zs
@@ -424,78 +298,6 @@ __device__ void phase1(const Args &A, unsigned char *smem) {
         }
     }
 }
-
-/* Phase 1 of a one-tile launch whose z fits the region compact (Args::rows1): a job
- * is one row tile (path p, rt), its k units split over the warps in contiguous runs,
- * the warps' sums met in shared memory and added in warp order, so no partial sums
- * cross blocks (no scratch, fence or arrival counter on the way to t). z = g_p⊙x,
- * all n inputs, staged compact ([ntok][ku1·256 + 8] f16, zero past n) once per path
- * a block meets; B fragments are read from it as phase 2 reads t's copy. */
-template <bool kBF>
-__device__ void phase1_rows(const Args &A, unsigned char *smem) {
-    const br_ic_dev &d = A.d;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int Z = d.ku1 * 256 + 8, upw = (d.ku1 + kWarps - 1) / kWarps;
-    const int nw = (d.ku1 + upw - 1) / upw; /* warps with units */
-    uint16_t *zc = reinterpret_cast<uint16_t *>(smem);
-    float4 *red = reinterpret_cast<float4 *>(smem + kTsOff); /* [kWarps][32]: t's copy comes later */
-    const int jobs = d.paths * d.rt1;
-    int staged_p = -1;
-    for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
-        const int p = job / d.rt1, rt = job % d.rt1;
-        const int u0 = warp * upw, nu = std::max(0, std::min(upw, d.ku1 - u0));
-        const uint32_t *bits = d.bits1 + (((size_t)p * d.rt1 + rt) * d.ku1 + u0) * 128 + lane * 4;
-        uint4 a[kPF];
-        load_units(bits, nu, a); /* in flight while z is staged */
-        float lv[2] = {0.f, 0.f}; /* warp 0's, for t: loaded before it is needed */
-        if (warp == 0)
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const int row = rt * 16 + lane / 4 + 8 * i;
-                lv[i] = row < d.r ? __ldg(d.l + (size_t)p * d.r + row) : 0.f;
-            }
-        if (p != staged_p) {
-            __syncthreads(); /* the previous path's z is no longer read */
-            const int n = d.n, chunks = Z / 8 - 1; /* 16-byte pieces of a token's inputs */
-            const float *g = d.g + (size_t)p * n;
-            const bool vec = n % 8 == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0 &&
-                             reinterpret_cast<uintptr_t>(A.x) % 16 == 0;
-            for (int e = threadIdx.x; e < A.ntok * chunks; e += kThreads) {
-                const int tok = e / chunks, k0 = e % chunks * 8;
-                float v[8];
-                if (vec && k0 + 8 <= n)
-                    gx8<kBF>(__ldg(reinterpret_cast<const uint4 *>(A.x + (size_t)tok * n + k0)),
-                             __ldg(reinterpret_cast<const float4 *>(g + k0)),
-                             __ldg(reinterpret_cast<const float4 *>(g + k0 + 4)), v);
-                else
-                    gx8_edge<kBF>(A.x + (size_t)tok * n, g, n, k0, v);
-                *reinterpret_cast<uint4 *>(zc + (size_t)tok * Z + k0) =
-                    make_uint4(pack2<kBF>(v[0], v[1]), pack2<kBF>(v[2], v[3]), pack2<kBF>(v[4], v[5]),
-                               pack2<kBF>(v[6], v[7]));
-            }
-            staged_p = p;
-            __syncthreads();
-        }
-        float acc[1][4];
-        const uint16_t *zk = zc + u0 * 256 + 2 * (lane % 4);
-        sum_units<kBF, 1>(bits, nu, a,
-                          [&](int u, int kk, int) { return frag_compact(zk, Z, lane / 4, A.ntok, u, kk); },
-                          acc);
-        red[warp * 32 + lane] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
-        __syncthreads();
-        if (warp == 0) {
-            float4 sum = red[lane];
-            for (int w = 1; w < nw; w++) {
-                const float4 v = red[w * 32 + lane];
-                sum.x = __fadd_rn(sum.x, v.x), sum.y = __fadd_rn(sum.y, v.y);
-                sum.z = __fadd_rn(sum.z, v.z), sum.w = __fadd_rn(sum.w, v.w);
-            }
-            write_tc<kBF>(A, p, rt, 0, sum, lv, lane);
-        }
-        __syncthreads(); /* red is written again by the next job */
-    }
-}
-
 /* ---------------------------------------------------------------- the barrier */
 
 /* Every block of the grid past this point once all have reached it, their global
@@ -644,10 +446,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(const Args A) {
      * arrival comes after its own read) */
     __shared__ uint32_t gen0;
     if (threadIdx.x == 0) gen0 = ld_relaxed(A.d.sync + (size_t)A.d.paths * A.d.rt1 + 1);
-    if (TT == 1 && A.rows1)
-        phase1_rows<kBF>(A, smem);
-    else
-        phase1<kBF, TT>(A, smem);
+    phase1<kBF, TT>(A, smem);
     phase2<kBF, TT>(A, smem, gen0);
 }
 
@@ -721,6 +520,7 @@ extern "C" br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d) {
                                "cuda:%d", s->device);
             d->launch[bf][tt - 1] = choose(*d, per_sm * s->sm_count, tt);
         }
+    BR_TRY(br_ic_resident_setup(ctx, d));
     const size_t need = br_ic_decode_bytes(d);
     void *ws = nullptr;
     return need ? br_cuda_workspace(ctx, need, &ws) : BR_OK;
@@ -728,6 +528,8 @@ extern "C" br_status br_ic_decode_setup(br_ctx *ctx, br_ic_dev *d) {
 
 extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type type, const void *x,
                                   size_t ntok, const void *bias, void *y, const char **kernel) {
+    if (br_ic_resident_fits(d, type, ntok))
+        return br_ic_decode_resident(ctx, d, type, x, ntok, bias, y, kernel);
     br_cuda *s = br_cuda_state(ctx);
     const int bf = type == BR_ACT_BF16, tt = (int)((ntok + 7) / 8);
     Args a;
@@ -742,7 +544,6 @@ extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type t
     a.d.part1 = a.L.ks1 > 1 ? reinterpret_cast<float *>(static_cast<unsigned char *>(ws) + tc_bytes)
                             : nullptr;
     a.tsmem = (size_t)ntok * ts_stride(*d) * 2 <= (size_t)kTsBytes;
-    a.rows1 = a.tsmem && tt == 1 && (size_t)ntok * (d->ku1 * 256 + 8) * 2 <= (size_t)kRegionBytes;
     a.x = static_cast<const uint16_t *>(x);
     a.bias = static_cast<const uint16_t *>(bias);
     a.y = static_cast<uint16_t *>(y);
@@ -762,6 +563,6 @@ extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type t
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess)
         return br_cuda_check(ctx, e, "launch of the decode kernel", __FILE__, __LINE__);
-    *kernel = a.rows1 ? "decode_rows" : a.tsmem ? "decode_t_smem" : "decode";
+    *kernel = a.tsmem ? "decode_t_smem" : "decode";
     return BR_OK;
 }
