@@ -1,22 +1,23 @@
 /* The resident decode kernel of the CUDA inference plan: a BLR linear for 1..8 tokens
- * (one token tile) in one launch, for plans whose signs a warp must read fit its
- * registers (br_ic_resident_fits). infer/blr_infer_cuda.h has the layouts.
+ * (one token tile) in one launch, for plans whose signs a warp reads in a phase fit
+ * its registers (br_ic_resident_fits). infer/blr_infer_cuda.h has the layouts.
  *
  * One token reads every sign once: 5.6 MB at 11008×4096, 1 bpw, two paths, 1.3 µs at
  * the H200's bandwidth, far less than the latency of a few dependent memory round
- * trips in a row. So each warp issues the loads of all the signs it will use, both
- * phases', into registers at the kernel's start, and the launch pays the memory's
- * latency about once instead of once per step:
+ * trips in a row. So every load of signs is issued at the kernel's start, and the
+ * launch pays the memory's latency about once instead of once per step:
  *
- *   start    phase 1's signs (its first job's), the loads of z's inputs, then phase
- *            2's signs (its block's first job's) and that job's h and bias.
+ *   start    each warp loads its phase-1 signs (of its block's first job) into
+ *            registers and issues the loads of its z inputs, then asks L2 for its
+ *            phase-2 signs and its block's h and bias (prefetch: no registers held
+ *            across phase 1; they arrive while phase 1 runs).
  *   phase 1  a job is one row tile of t (path p, rt); its ku1 units are split over the
  *            8 warps in runs of upw1. Each warp stages z = g_p⊙x of its own run in its
- *            own slice of shared memory (compact [ntok][upw1·256 + 8] f16, f32 product
- *            rounded once), sums its units on the tensor cores (a chain of 16 k steps
- *            a unit, the units' chains interleaved), and the block adds the warps'
- *            sums in warp order, scales by ℓ and writes t compact ([ntok][paths][r]).
- *            No partial sum leaves the block.
+ *            own slice of shared memory (f32 product rounded once), sums its units on
+ *            the tensor cores (a chain of 16 k steps a unit, the units' chains
+ *            interleaved), and the block adds the warps' sums in warp order, scales by
+ *            ℓ and writes t ([ntok][paths][rt1·16], in the permuted order below). No
+ *            partial sum leaves the block.
  *   barrier  a 64-bit arrival counter that only grows: a block arrives with one
  *            release add, which needs no reply, and waits until the counter reaches
  *            the end of this launch's round. Every launch adds exactly its grid's
@@ -24,9 +25,10 @@
  *            reads before it arrives lies within the round, which starts at that
  *            value rounded down to a multiple of the grid.
  *   phase 2  a job is rpc2 output row tiles; its items (row tile, path, unit) go to
- *            the warps round robin, each summed from t's copy in shared memory into
- *            a partial in shared memory; the block adds them in a fixed order,
- *            applies h_p and the bias, and stores y.
+ *            the warps round robin. Their signs (from L2 now) load while the block
+ *            copies t to shared memory; each item is summed into a partial in shared
+ *            memory, and the block adds them in a fixed order, applies h_p and the
+ *            bias, and stores y.
  * Every order of additions is fixed, so two runs give the same bits. */
 #include <algorithm>
 
