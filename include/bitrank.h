@@ -1054,9 +1054,11 @@ br_status br_blr_infer_cuda_run(br_blr_infer_cuda *p, br_act_type type, const vo
 /* Device bytes the plan holds (its signs, scales and decode-kernel state; not the
  * context's workspace); 0 for NULL. */
 size_t br_blr_infer_cuda_bytes(const br_blr_infer_cuda *p);
-/* What the last run ran: "decode_t_smem" (the decode kernel, t staged in shared memory:
- * few tokens), "decode" (the same kernel, t read from L2) or "prefill" ("none" before
- * any run, and for NULL); for 33..64 tokens, the second launch's. */
+/* What the last run ran: "decode_resident" (up to 8 tokens where the plan's shape
+ * allows: every sign load issued at the kernel's start), "decode_t_smem" (the decode
+ * kernel, t staged in shared memory: few tokens), "decode" (the same kernel, t read
+ * from L2) or "prefill" ("none" before any run, and for NULL); for 33..64 tokens, the
+ * second launch's. */
 const char *br_blr_infer_cuda_kernel(const br_blr_infer_cuda *p);
 /* Waits for the plan's runs issued so far, then frees it (NULL: nothing). */
 void br_blr_infer_cuda_free(br_blr_infer_cuda *p);

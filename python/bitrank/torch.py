@@ -24,7 +24,7 @@ and rebuilt when u, v, h, l or g change:
   token count (a capture that would build or grow a plan is refused with a message
   saying so).
 `module.infer_kernel` names the kernel the last plan forward ran ("avx2-lut" or
-"portable" on the CPU; the CUDA plan's name, e.g. "decode_rows", "decode" or "prefill").
+"portable" on the CPU; the CUDA plan's name, e.g. "decode_resident", "decode" or "prefill").
 
 pack_for_inference (bitrank.inference) makes a module inference-only: its plan is
 the one copy of the weights on the device, its parameters move to host memory, its
