@@ -49,7 +49,7 @@ constexpr int kPsBytes = kWarps * kU2 * 512;
 constexpr int kRegionOff = kRedBytes + kHbBytes;
 constexpr int kSmemBytes = kRegionOff + BR_IC_RES_REGION;
 static_assert(kRegionOff % 16 == 0 && kPsBytes % 16 == 0, "z and t are stored 16 bytes at a time");
-static_assert(kHbRows <= kThreads, "a thread holds one row's h and bias across the barrier");
+static_assert(kHbRows <= kThreads, "a thread loads one row's h and bias");
 static_assert(BR_IC_RES_T_BYTES == BR_IC_RES_REGION - kPsBytes, "t's room after the partials");
 
 struct Args {
