@@ -530,7 +530,6 @@ extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type t
                                   size_t ntok, const void *bias, void *y, const char **kernel) {
     if (br_ic_resident_fits(d, type, ntok))
         return br_ic_decode_resident(ctx, d, type, x, ntok, bias, y, kernel);
-    br_cuda *s = br_cuda_state(ctx);
     const int bf = type == BR_ACT_BF16, tt = (int)((ntok + 7) / 8);
     Args a;
     a.d = *d;
@@ -548,21 +547,8 @@ extern "C" br_status br_ic_decode(br_ctx *ctx, const br_ic_dev *d, br_act_type t
     a.bias = static_cast<const uint16_t *>(bias);
     a.y = static_cast<uint16_t *>(y);
     a.ntok = (int)ntok;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)a.L.grid);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmemBytes;
-    cfg.stream = s->stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    ctx->stats.launches++;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel_of(bf, tt), a);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return br_cuda_check(ctx, e, "launch of the decode kernel", __FILE__, __LINE__);
+    BR_TRY(launch_persistent(ctx, kernel_of(bf, tt), a.L.grid, kThreads, kSmemBytes, a,
+                             "launch of the decode kernel"));
     *kernel = a.tsmem ? "decode_t_smem" : "decode";
     return BR_OK;
 }

@@ -1,7 +1,8 @@
 /* Device helpers the decode kernels share (decode.cu, decode_resident.cu): the
  * packed signs' loads and their expansion into mma A fragments, the tensor-core
  * product, B fragments from a compact [token][k] copy in shared memory, z = g⊙x in
- * f32, the activation types' conversions and the atomics of the kernels' counters.
+ * f32, the activation types' conversions, the atomics of the kernels' counters and
+ * their cooperative launch.
  * infer/blr_infer_cuda.h has the layouts. */
 #ifndef BR_BACKEND_CUDA_INFER_DECODE_COMMON_CUH
 #define BR_BACKEND_CUDA_INFER_DECODE_COMMON_CUH
@@ -10,7 +11,31 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_internal.h"
+
 namespace {
+
+/* One launch of a persistent decode kernel on the context's stream: cooperative, so
+ * the runtime refuses a grid that cannot be resident all at once instead of letting
+ * its barrier hang. `what` names the kernel in the error. */
+template <class Args>
+br_status launch_persistent(br_ctx *ctx, void (*kernel)(const Args), int grid, int threads, int smem,
+                            const Args &a, const char *what) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.stream = br_cuda_state(ctx)->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    ctx->stats.launches++;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    return e == cudaSuccess ? BR_OK : br_cuda_check(ctx, e, what, __FILE__, __LINE__);
+}
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 /* units of signs loaded at once per warp (16 bytes a lane each) */

@@ -493,7 +493,6 @@ extern "C" int br_ic_resident_fits(const br_ic_dev *d, br_act_type type, size_t 
 extern "C" br_status br_ic_decode_resident(br_ctx *ctx, const br_ic_dev *d, br_act_type type,
                                            const void *x, size_t ntok, const void *bias, void *y,
                                            const char **kernel) {
-    br_cuda *s = br_cuda_state(ctx);
     const int bf = type == BR_ACT_BF16;
     const br_ic_resident *R = &d->res[bf];
     Args a;
@@ -508,21 +507,8 @@ extern "C" br_status br_ic_decode_resident(br_ctx *ctx, const br_ic_dev *d, br_a
     a.y = static_cast<uint16_t *>(y);
     a.ntok = (int)ntok;
     a.count = reinterpret_cast<unsigned long long *>(d->sync + br_ic_res_count_word(d, bf));
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)R->grid);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmemBytes;
-    cfg.stream = s->stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    ctx->stats.launches++;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel_of(bf), a);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return br_cuda_check(ctx, e, "launch of the resident decode kernel", __FILE__, __LINE__);
+    BR_TRY(launch_persistent(ctx, kernel_of(bf), R->grid, kThreads, kSmemBytes, a,
+                             "launch of the resident decode kernel"));
     *kernel = "decode_resident";
     return BR_OK;
 }
