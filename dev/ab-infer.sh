@@ -9,7 +9,8 @@
 # the table), or
 # build-ab-in/<name>.patch (ignored by git, so the device call must carry it; write
 # the patch to /tmp first, then copy it there). A "before" is the reverse of a change
-# already in the tree: `git diff -R HEAD~1 -- src > /tmp/before.patch`. A file may
+# already in the tree: `git diff -R HEAD~1 -- src > /tmp/before.patch` (it may delete
+# and create files; the changes after it still apply to the carried tree). A file may
 # hold several patches one after another (a change with the timeline on top:
 # `cat build-ab-in/x.patch dev/decode-timeline.patch > build-ab-in/x-tl.patch`).
 # The tree is copied once to build-ab-src and built there in full; each change is
@@ -66,7 +67,8 @@ for name in "$@"; do
     { cat "$logs/patch-$name.log"; echo "ab-infer: $name DOES NOT APPLY"; exit 1; }
   if build "$name"; then trees+=("$name"); else
     grep -E "error" "$logs/build-$name.log" | head; echo "build $name: FAILED"; fi
-  for f in $(sed -n 's#^+++ [^/]*/\([^[:space:]]*\).*#\1#p' "$pf" | sort -u); do
+  # every file the patch names (--- for one it deletes, +++ for one it creates)
+  for f in $(sed -n 's#^\(---\|+++\) [ab]/\([^[:space:]]*\).*#\2#p' "$pf" | sort -u); do
     if [ -f "$f" ]; then cp "$f" "$src/$f"; else rm -f "$src/$f"; fi # the carried tree's
   done
   echo "build $name: $(($(date +%s) - t0)) s"

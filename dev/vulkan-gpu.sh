@@ -114,8 +114,9 @@ fi
 # The Vulkan devices our program sees; "usable" lines are br_ctx_device's
 # "vulkan:N name (type, Vulkan x.y)".
 list_devices() { "$bdir/bitrank" devices 2>&1; }
-# (a device with cooperative matrices adds ", coopmat MxNxK" after the version)
-gpu_index() { sed -n 's/^vulkan:\([0-9]*\) .*(\(discrete\|integrated\|virtual\) GPU, Vulkan [0-9.]*\(, coopmat [0-9x]*\)\?)$/\1/p' | head -1; }
+# (after the version: ", coopmat MxNxK" on a device with cooperative matrices,
+# ", f32 subnormals flushed" on one that flushes them)
+gpu_index() { sed -n 's/^vulkan:\([0-9]*\) .*(\(discrete\|integrated\|virtual\) GPU, Vulkan [0-9.]*\(, [^)]*\)\?)$/\1/p' | head -1; }
 devs=$(list_devices)
 nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 if [ $here = 0 ] && [ -z "$(gpu_index <<<"$devs")" ] && [ -f "$nvidia_icd" ]; then
@@ -136,7 +137,7 @@ fi
 if [ -z "$device" ]; then
   idx=$(gpu_index <<<"$devs")
   if [ -z "$idx" ] && [ $here = 1 ]; then
-    idx=$(sed -n 's/^vulkan:\([0-9]*\) .*(.*, Vulkan [0-9.]*\(, coopmat [0-9x]*\)\?)$/\1/p' <<<"$devs" | head -1)
+    idx=$(sed -n 's/^vulkan:\([0-9]*\) .*(.*, Vulkan [0-9.]*\(, [^)]*\)\?)$/\1/p' <<<"$devs" | head -1)
   fi
   if [ -z "$idx" ]; then
     say "NO usable Vulkan GPU (see the device list above); nothing run"

@@ -100,13 +100,17 @@ static inline int option_is(const br_ctx *ctx, const char *key, const char *want
     return br_ctx_option(ctx, key, v, sizeof v) == BR_OK && !strcmp(v, want);
 }
 
-/* Whether the last op ran as `op` (br_ctx_last_kernel is "op" or ends in "(op)"). */
+/* Whether the last op ran as `op`: br_ctx_last_kernel is "op", or names it in
+ * parentheses at its end or before a space ("vk_tiled(op)", "vk_coop 16x16x16 (op)
+ * tile 64"). */
 static inline int ran_op(const br_ctx *ctx, const char *op) {
     const char *k = br_ctx_last_kernel(ctx);
-    size_t lk = strlen(k), lo = strlen(op);
+    size_t lo = strlen(op);
     if (!strcmp(k, op)) return 1;
-    return lk >= lo + 2 && k[lk - 1] == ')' && k[lk - lo - 2] == '(' &&
-           !strncmp(k + lk - lo - 1, op, lo);
+    for (const char *p = strchr(k, '('); p; p = strchr(p + 1, '('))
+        if (!strncmp(p + 1, op, lo) && p[lo + 1] == ')' && (p[lo + 2] == '\0' || p[lo + 2] == ' '))
+            return 1;
+    return 0;
 }
 
 /* Whether ctx's GEMMs run on the wgmma kernels (a Hopper GPU and sm_90a code): the

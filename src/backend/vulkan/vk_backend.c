@@ -12,6 +12,8 @@
 /* Timestamp slots: as many as the profiler keeps pending (core/profile.c). */
 #define TIMER_SLOTS 8192u
 
+static void vk_close(br_ctx *ctx);
+
 static br_status vk_open(br_ctx *ctx, int index, char *err, size_t n) {
     br_vk *s = calloc(1, sizeof *s);
     if (!s) {
@@ -25,13 +27,21 @@ static br_status vk_open(br_ctx *ctx, int index, char *err, size_t n) {
         return st;
     }
     ctx->be_state = s;
+    /* the elementwise ops are the CPU backend's bits only where f32 subnormal results
+     * are kept: a device that flushes them says so in its description */
+    st = br_vk_probe_subnormals(ctx, &s->subnormals_kept);
+    if (st != BR_OK) {
+        if (err && n) snprintf(err, n, "%s", br_ctx_error(ctx));
+        vk_close(ctx);
+        return st;
+    }
     char coop[40] = "";
     if (s->coop.usable)
         snprintf(coop, sizeof coop, ", coopmat %ux%ux%u", s->coop.m, s->coop.n, s->coop.k);
-    snprintf(ctx->device_desc, sizeof ctx->device_desc, "vulkan:%d %.90s (%s, Vulkan %u.%u%s)",
+    snprintf(ctx->device_desc, sizeof ctx->device_desc, "vulkan:%d %.90s (%s, Vulkan %u.%u%s%s)",
              s->index, s->props.deviceName, br_vk_type_name(s->props.deviceType),
              VK_API_VERSION_MAJOR(s->props.apiVersion), VK_API_VERSION_MINOR(s->props.apiVersion),
-             coop);
+             coop, s->subnormals_kept ? "" : ", f32 subnormals flushed");
     return BR_OK;
 }
 

@@ -127,6 +127,7 @@ typedef struct br_vk {
     int index; /* vulkan:N */
     VkPhysicalDeviceProperties props;
     int denorm_preserve; /* shaderDenormPreserveFloat32: the shaders' DenormPreserve mode */
+    int subnormals_kept; /* what the device's f32 arithmetic does (br_vk_probe_subnormals) */
     uint32_t mem_device, mem_host; /* memory type indices: device-local, host-visible coherent */
 
     VkCommandPool pool;
@@ -246,6 +247,8 @@ br_status br_vk_cvt_both(br_ctx *ctx, const br_op *op);
 br_status br_vk_expand(br_ctx *ctx, const br_op *op);
 br_status br_vk_scale_acc(br_ctx *ctx, const br_op *op);
 br_status br_vk_scale_acc2(br_ctx *ctx, const br_op *op);
+/* Whether f32 arithmetic keeps subnormal results on this device (a run of scale_acc). */
+br_status br_vk_probe_subnormals(br_ctx *ctx, int *kept);
 br_status br_vk_f16_to_f32(br_ctx *ctx, const br_op *op);
 br_status br_vk_add(br_ctx *ctx, const br_op *op);
 br_status br_vk_split_qg(br_ctx *ctx, const br_op *op);

@@ -24,6 +24,29 @@ br_status br_vk_scale_acc(br_ctx *ctx, const br_op *op) {
     return launch(ctx, BR_VK_SH_scale_acc, &x, sizeof x, a->m * a->k);
 }
 
+/* Whether the device's f32 arithmetic keeps subnormal results: scale_acc's shader on
+ * one element, 2^-70 · 2^-70 = 2^-140, read back from the argument memory (host
+ * visible). A driver may flush them whatever the shaders ask (DenormPreserve), so
+ * the backend says what the device does, not what it lists. */
+br_status br_vk_probe_subnormals(br_ctx *ctx, int *kept) {
+    float *v;
+    VkDeviceAddress at;
+    BR_TRY(br_vk_args(ctx, 3 * sizeof *v, (void **)&v, &at));
+    v[0] = 0x1p-70f, v[1] = 0x1p-70f, v[2] = -1.0f;
+    struct {
+        uint64_t a, col, out;
+        uint32_t m, k, accumulate;
+    } x = {at, at + sizeof *v, at + 2 * sizeof *v, 1, 1, 0};
+    BR_TRY(launch(ctx, BR_VK_SH_scale_acc, &x, sizeof x, 1));
+    BR_TRY(br_vk_flush(ctx));
+    const float got = v[2];
+    if (got != 0x1p-140f && got != 0.0f)
+        return br_fail(ctx, BR_E_DEVICE, "vulkan: the subnormal probe computed %a for 2^-140",
+                       (double)got);
+    *kept = got != 0.0f;
+    return BR_OK;
+}
+
 br_status br_vk_scale_acc2(br_ctx *ctx, const br_op *op) {
     const br_scale_acc2_args *a = &op->u.scale_acc2;
     struct {
