@@ -32,7 +32,7 @@ typedef struct br_stats {
 struct br_ctx {
     const struct br_backend *be;
     void *be_state; /* the backend's own state */
-    char device_desc[192];
+    char device_desc[224];
     char err[512];
     br_options opt;       /* br_ctx_set_options, parsed (core/options.h) */
     char kernel[96];      /* the last kernel the backend chose (br_ctx_last_kernel) */

@@ -35,13 +35,16 @@ static br_status vk_open(br_ctx *ctx, int index, char *err, size_t n) {
         vk_close(ctx);
         return st;
     }
+    const char *ftz = s->subnormals_kept ? ""
+                      : s->denorm_preserve ? ", f32 subnormals flushed despite DenormPreserve"
+                                           : ", f32 subnormals flushed (no DenormPreserve)";
     char coop[40] = "";
     if (s->coop.usable)
         snprintf(coop, sizeof coop, ", coopmat %ux%ux%u", s->coop.m, s->coop.n, s->coop.k);
     snprintf(ctx->device_desc, sizeof ctx->device_desc, "vulkan:%d %.90s (%s, Vulkan %u.%u%s%s)",
              s->index, s->props.deviceName, br_vk_type_name(s->props.deviceType),
              VK_API_VERSION_MAJOR(s->props.apiVersion), VK_API_VERSION_MINOR(s->props.apiVersion),
-             coop, s->subnormals_kept ? "" : ", f32 subnormals flushed");
+             coop, ftz);
     return BR_OK;
 }
 
