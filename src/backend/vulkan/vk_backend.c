@@ -37,7 +37,7 @@ static br_status vk_open(br_ctx *ctx, int index, char *err, size_t n) {
     }
     const char *ftz = s->subnormals_kept ? ""
                       : s->denorm_preserve ? ", f32 subnormals flushed despite DenormPreserve"
-                                           : ", f32 subnormals flushed (no DenormPreserve)";
+                                           : ", f32 subnormals flushed, DenormPreserve not listed";
     char coop[40] = "";
     if (s->coop.usable)
         snprintf(coop, sizeof coop, ", coopmat %ux%ux%u", s->coop.m, s->coop.n, s->coop.k);

@@ -40,64 +40,114 @@ __device__ __forceinline__ uint32_t packed_sign(const uint32_t *unit, int row16,
     return (word >> ((c16 % 2 ? 31 : 15) - q)) & 1u;
 }
 
+/* The unpack kernels take one warp a job: the job's packed units (512 bytes each) are
+ * read once, coalesced, into the warp's shared slice, and each lane assembles its
+ * output words from there. kUnpackWords: the slice, two units. */
+constexpr int kUnpackWarps = 8, kUnpackWords = 256;
+
 /* bits_v[p][j][w] bit b = 1 for S_V,p[j][32w + b] = +1: from bits1, which packs
- * A = S_V,pᵀ (rows the latent index) in units [p][rt1][ku1]; rows j ≥ n are zero.
- * One warp a word: lane b reads its sign, the ballot is the word. */
+ * A = S_V,pᵀ (rows the latent index) in units [p][rt1][ku1]; latent rows past rt1·16
+ * and inputs j ≥ n are zero. A job is (p, w, ku): word w's two row tiles 2w, 2w + 1 at
+ * inputs ku·256 .. + 256, a lane's inputs lane, lane + 32, ... */
 __global__ void __launch_bounds__(256) unpack_v_kernel(br_ic_dev d, int n32, int words,
                                                        uint32_t *bits_v) {
-    const int lane = threadIdx.x % 32;
-    const long long warps = (long long)gridDim.x * blockDim.x / 32;
-    const long long items = (long long)d.paths * n32 * words;
-    for (long long it = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; it < items;
-         it += warps) {
-        const int w = (int)(it % words), j = (int)(it / words % n32), p = (int)(it / words / n32);
-        const int row = 32 * w + lane; /* latent index */
-        uint32_t plus = 0;
-        if (j < d.n && row < d.rt1 * 16) {
-            const uint32_t *unit =
-                d.bits1 + (((size_t)p * d.rt1 + row / 16) * d.ku1 + j / 256) * 128;
-            plus = packed_sign(unit, row % 16, j % 256) ^ 1u;
+    __shared__ uint32_t slice[kUnpackWarps][kUnpackWords];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    uint32_t *u = slice[warp];
+    const int kun = (n32 + 255) / 256; /* input units the output covers */
+    const long long jobs = (long long)d.paths * words * kun;
+    for (long long job = blockIdx.x * (long long)kUnpackWarps + warp; job < jobs;
+         job += (long long)gridDim.x * kUnpackWarps) {
+        const int ku = (int)(job % kun), w = (int)(job / kun % words), p = (int)(job / kun / words);
+        __syncwarp();
+        for (int e = lane; e < kUnpackWords; e += 32) {
+            const int rt = 2 * w + e / 128;
+            u[e] = rt < d.rt1 && ku < d.ku1
+                       ? d.bits1[(((size_t)p * d.rt1 + rt) * d.ku1 + ku) * 128 + e % 128]
+                       : 0u;
         }
-        const uint32_t word = __ballot_sync(0xffffffffu, plus);
-        if (lane == 0) bits_v[it] = j < d.n ? word : 0u;
+        __syncwarp();
+        for (int c = lane; c < 256; c += 32) {
+            const int j = ku * 256 + c;
+            if (j >= n32) break;
+            uint32_t word = 0;
+            if (j < d.n)
+                for (int bit = 0; bit < 32; bit++) {
+                    const int rt = 2 * w + bit / 16;
+                    if (rt < d.rt1) word |= (packed_sign(u + (bit / 16) * 128, bit % 16, c) ^ 1u) << bit;
+                }
+            bits_v[((size_t)p * n32 + j) * words + w] = word;
+        }
     }
 }
 
 /* bits_u[p][i][w] bit b = 1 for S_U,p[i][32w + b] = +1: from bits2, which packs
- * A = S_U,p in units [rt2][p][ku2]. */
+ * A = S_U,p in units [rt2][p][ku2]. A job is one unit: rows rt·16 .. + 16, words
+ * ku·8 .. + 8; a lane's words are those of row lane / 2, four of them. */
 __global__ void __launch_bounds__(256) unpack_u_kernel(br_ic_dev d, int words, uint32_t *bits_u) {
-    const int lane = threadIdx.x % 32;
-    const long long warps = (long long)gridDim.x * blockDim.x / 32;
-    const long long items = (long long)d.paths * d.m * words;
-    for (long long it = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; it < items;
-         it += warps) {
-        const int w = (int)(it % words), i = (int)(it / words % d.m), p = (int)(it / words / d.m);
-        const int col = 32 * w + lane; /* latent index */
-        uint32_t plus = 1u;
-        if (col < d.ku2 * 256) {
-            const uint32_t *unit =
-                d.bits2 + (((size_t)(i / 16) * d.paths + p) * d.ku2 + col / 256) * 128;
-            plus = packed_sign(unit, i % 16, col % 256) ^ 1u;
+    __shared__ uint32_t slice[kUnpackWarps][kUnpackWords];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    uint32_t *u = slice[warp];
+    const long long jobs = (long long)d.rt2 * d.paths * d.ku2;
+    for (long long job = blockIdx.x * (long long)kUnpackWarps + warp; job < jobs;
+         job += (long long)gridDim.x * kUnpackWarps) {
+        const int ku = (int)(job % d.ku2), p = (int)(job / d.ku2 % d.paths),
+                  rt = (int)(job / d.ku2 / d.paths);
+        __syncwarp();
+        for (int e = lane; e < 128; e += 32) u[e] = d.bits2[(size_t)job * 128 + e];
+        __syncwarp();
+        const int row16 = lane / 2, i = rt * 16 + row16;
+        for (int q = 0; q < 4; q++) {
+            const int wq = (lane % 2) * 4 + q, w = ku * 8 + wq;
+            if (i >= d.m || w >= words) continue;
+            uint32_t word = 0;
+            for (int bit = 0; bit < 32; bit++)
+                word |= (packed_sign(u, row16, wq * 32 + bit) ^ 1u) << bit;
+            bits_u[((size_t)p * d.m + i) * words + w] = word;
         }
-        const uint32_t word = __ballot_sync(0xffffffffu, plus);
-        if (lane == 0) bits_u[it] = word;
     }
 }
 
 /* xs[p][t][j] = f16(g_p[j]·x[t][j]) for j < n, 0 for n ≤ j < n32; path p's rows at
- * p·cap·n32 */
+ * p·cap·n32. A thread takes 8 inputs (16 bytes of xs), loaded as vectors where n is a
+ * multiple of 8 (x's rows and g 16-byte aligned). */
 template <bool kBF>
 __global__ void __launch_bounds__(256)
     stage_x_kernel(const uint16_t *x, const float *g, uint16_t *xs, int paths, int ntok, int n,
                    int n32, long long cap) {
-    const long long per_path = (long long)ntok * n32, items = per_path * paths;
+    const int per_row = n32 / 8;
+    const long long items = (long long)paths * ntok * per_row;
+    const bool vec = n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(g) % 16 == 0;
     for (long long it = blockIdx.x * (long long)blockDim.x + threadIdx.x; it < items;
          it += (long long)gridDim.x * blockDim.x) {
-        const int p = (int)(it / per_path), j = (int)(it % n32);
-        const long long t = it % per_path / n32;
-        float v = 0.f;
-        if (j < n) v = __fmul_rn(g[(size_t)p * n + j], to_f32<kBF>(x[t * n + j]));
-        xs[(p * cap + t) * n32 + j] = __half_as_ushort(__float2half_rn(v));
+        const long long row = it / per_row; /* p·ntok + t */
+        const int j0 = (int)(it - row * per_row) * 8, p = (int)(row / ntok);
+        const long long t = row - (long long)p * ntok;
+        const float *gp = g + (size_t)p * n;
+        const uint16_t *xr = x + t * n;
+        float v[8];
+        if (vec && j0 + 8 <= n) {
+            const uint4 xv = __ldg(reinterpret_cast<const uint4 *>(xr + j0));
+            const float4 g0 = __ldg(reinterpret_cast<const float4 *>(gp + j0));
+            const float4 g1 = __ldg(reinterpret_cast<const float4 *>(gp + j0 + 4));
+            const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+            const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                v[i] = __fmul_rn(gv[i], to_f32<kBF>((uint16_t)(xw[i / 2] >> (16 * (i % 2)))));
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                v[i] = j0 + i < n ? __fmul_rn(gp[j0 + i], to_f32<kBF>(xr[j0 + i])) : 0.f;
+        }
+        uint32_t o[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o[i] = (uint32_t)__half_as_ushort(__float2half_rn(v[2 * i])) |
+                   (uint32_t)__half_as_ushort(__float2half_rn(v[2 * i + 1])) << 16;
+        *reinterpret_cast<uint4 *>(xs + ((size_t)p * cap + t) * n32 + j0) =
+            make_uint4(o[0], o[1], o[2], o[3]);
     }
 }
 
@@ -169,14 +219,16 @@ extern "C" br_status br_ic_prefill(br_ctx *ctx, const br_ic_dev *d, const br_ic_
     uint16_t *t16 = reinterpret_cast<uint16_t *>(base + at[4]);
     float *y32 = reinterpret_cast<float *>(base + at[5]);
 
-    const size_t nv = (size_t)P * p->n32 * words * 32, nu = (size_t)P * p->m * words * 32;
+    /* a warp a job: (path, word, input unit) for V, a packed unit for U */
+    const size_t nv = (size_t)P * words * ((p->n32 + 255) / 256) * 32;
+    const size_t nu = (size_t)d->rt2 * P * d->ku2 * 32;
     unpack_v_kernel<<<br_cuda_blocks(ctx, nv, 256), 256, 0, s->stream>>>(*d, p->n32, words, bits_v);
     BR_CUDA_LAUNCHED(ctx, "unpack_v_kernel");
     unpack_u_kernel<<<br_cuda_blocks(ctx, nu, 256), 256, 0, s->stream>>>(*d, words, bits_u);
     BR_CUDA_LAUNCHED(ctx, "unpack_u_kernel");
 
     const uint16_t *x16 = static_cast<const uint16_t *>(x);
-    const size_t nx = (size_t)P * ntok * p->n32;
+    const size_t nx = (size_t)P * ntok * (p->n32 / 8); /* 8 inputs a thread */
     if (bf)
         stage_x_kernel<true><<<br_cuda_blocks(ctx, nx, 256), 256, 0, s->stream>>>(
             x16, p->g, xs, P, nt, p->n, p->n32, (long long)ntok);
