@@ -5,8 +5,8 @@
  *   bench_infer_cuda [--runs N] [--quick]
  *
  * Shapes m × n: 11008 × 4096, 4096 × 4096, 4096 × 11008 at 1.0 bpw (two paths: the
- * rank br_blr_bpw allows), and 0.55 and 0.1 bpw (--quick: 1.0 only); 1, 16, 64 and
- * 4096 tokens; f16 activations (bf16 too at 1 and 16 tokens).
+ * rank br_blr_bpw allows), and 0.55 and 0.1 bpw (--quick: 1.0 only); 1, 8, 16, 64 and
+ * 4096 tokens; f16 activations (bf16 too at 1, 8 and 16 tokens).
  *
  * Timing: each measurement is a CUDA graph of one launch per copy of the weights,
  * over enough copies (plans, or dense matrices) that the graph reads at least 2 × the
@@ -324,7 +324,7 @@ int main(int argc, char **argv) {
     const size_t shapes[][2] = {{11008, 4096}, {4096, 4096}, {4096, 11008}};
     std::vector<double> bpws = {1.0};
     if (!quick) bpws.push_back(0.55), bpws.push_back(0.1);
-    const std::vector<size_t> toks = {1, 16, 64, 4096};
+    const std::vector<size_t> toks = {1, 8, 16, 64, 4096};
     for (double bpw : bpws)
         for (auto &s : shapes)
             bench_shape(ctx, blas, stream, s[0], s[1], bpw, toks, (size_t)prop.l2CacheSize);

@@ -82,7 +82,7 @@ for round in $(seq "$rounds"); do
     echo "== bench_infer_cuda $v, round $round"
     timeout 150 "build-ab-bin/$v/bench_infer_cuda" "${bench_args[@]}" >"$logs/bench-$v-$round.jsonl" 2>"$logs/bench-$v-$round.txt"
     echo "rc=$?"
-    grep -E "^timeline|^[0-9]+x[0-9]+ +[0-9.]+ +[0-9]+ +(1|16|64) +f16 " "$logs/bench-$v-$round.txt" || tail -n 5 "$logs/bench-$v-$round.txt"
+    grep -E "^timeline|^[0-9]+x[0-9]+ +[0-9.]+ +[0-9]+ +(1|8|16|64) +f16 " "$logs/bench-$v-$round.txt" || tail -n 5 "$logs/bench-$v-$round.txt"
   done
 done
 tar -czf "$out/ab-infer.tgz" -C "$logs" .
