@@ -2,14 +2,15 @@
 # Device time of each kernel of the CUDA inference plan's prefill at bench_infer_cuda's
 # first shape (11008×4096, 1 bpw, 4096 tokens, f16): ncu on the bench's first two
 # prefill runs (unpack, staging, the bitmap GEMMs, finish; ncu flushes the caches
-# between kernels, clocks as found). Uses build-ab-bin/head/bench_infer_cuda where
-# dev/ab-infer.sh ran before it in the same call, else builds build-n (sm_90a, the
-# bench only, about 60 s). Device call (run tool), from the repository root:
-#   bash dev/ncu-prefill.sh
+# between kernels, clocks as found). Uses build-ab-bin/TREE/bench_infer_cuda (TREE:
+# head, or a change's name) where dev/ab-infer.sh ran before it in the same call, else
+# builds build-n from the tree as carried (sm_90a, the bench only, about 60 s).
+# Device call (run tool), from the repository root:
+#   bash dev/ncu-prefill.sh [TREE]
 cd "$(dirname "$0")/.." || exit 1
 export PATH="$PATH:/usr/local/cuda/bin"
 out=${OUT:-/tmp}
-bin=build-ab-bin/head/bench_infer_cuda
+bin=build-ab-bin/${1:-head}/bench_infer_cuda
 if [ ! -x "$bin" ]; then
   t0=$(date +%s)
   cmake -S . -B build-n -DCMAKE_BUILD_TYPE=Release -DBITRANK_CUDA=ON -DBITRANK_VULKAN=OFF \
