@@ -14,14 +14,21 @@ static br_status launch(br_ctx *ctx, br_vk_shader sh, const void *x, size_t n, s
     return br_vk_dispatch(ctx, sh, args, br_vk_groups(items), 1);
 }
 
-br_status br_vk_scale_acc(br_ctx *ctx, const br_op *op) {
-    const br_scale_acc_args *a = &op->u.scale_acc;
+/* scale_acc's shader over m × k elements at device addresses a, col and out (its
+ * argument block, stated once for the op and the subnormal probe) */
+static br_status run_scale_acc(br_ctx *ctx, VkDeviceAddress a, VkDeviceAddress col,
+                               VkDeviceAddress out, size_t m, size_t k, int accumulate) {
     struct {
         uint64_t a, col, out;
         uint32_t m, k, accumulate;
-    } x = {br_vk_addr(a->a), br_vk_addr(a->col), br_vk_addr(a->out),
-           (uint32_t)a->m,   (uint32_t)a->k,     (uint32_t)a->accumulate};
-    return launch(ctx, BR_VK_SH_scale_acc, &x, sizeof x, a->m * a->k);
+    } x = {a, col, out, (uint32_t)m, (uint32_t)k, (uint32_t)accumulate};
+    return launch(ctx, BR_VK_SH_scale_acc, &x, sizeof x, m * k);
+}
+
+br_status br_vk_scale_acc(br_ctx *ctx, const br_op *op) {
+    const br_scale_acc_args *a = &op->u.scale_acc;
+    return run_scale_acc(ctx, br_vk_addr(a->a), br_vk_addr(a->col), br_vk_addr(a->out), a->m,
+                         a->k, a->accumulate);
 }
 
 /* Whether the device's f32 arithmetic keeps subnormal results: scale_acc's shader on
@@ -33,11 +40,7 @@ br_status br_vk_probe_subnormals(br_ctx *ctx, int *kept) {
     VkDeviceAddress at;
     BR_TRY(br_vk_args(ctx, 3 * sizeof *v, (void **)&v, &at));
     v[0] = 0x1p-70f, v[1] = 0x1p-70f, v[2] = -1.0f;
-    struct {
-        uint64_t a, col, out;
-        uint32_t m, k, accumulate;
-    } x = {at, at + sizeof *v, at + 2 * sizeof *v, 1, 1, 0};
-    BR_TRY(launch(ctx, BR_VK_SH_scale_acc, &x, sizeof x, 1));
+    BR_TRY(run_scale_acc(ctx, at, at + sizeof *v, at + 2 * sizeof *v, 1, 1, 0));
     BR_TRY(br_vk_flush(ctx));
     const float got = v[2];
     if (got != 0x1p-140f && got != 0.0f)
