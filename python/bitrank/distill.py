@@ -708,17 +708,18 @@ def distill(student, teacher, data, tokenizer=None, steps=1000, batch_size=8, gr
     full = bool(t_mask.all()) and bool(e_mask.all())
 
     def evaluate():
+        # the mean over the held-out sequences: each batch's mean weighted by its
+        # sequences (the last batch may be short)
         acc = torch.zeros(4, device=device)
-        nb = 0
         with torch.no_grad():
             for i in range(0, e_ids.shape[0], batch_size):
-                _, p = distill_loss(student, teacher, e_ids[i:i + batch_size].to(device),
+                x = e_ids[i:i + batch_size]
+                _, p = distill_loss(student, teacher, x.to(device),
                                     e_mask[i:i + batch_size].to(device), kl_weight,
                                     hidden_weight, embed_weight, vocab_slice,
                                     mask_to_models=not full)
-                acc += p
-                nb += 1
-        return [float(v) / nb for v in acc.cpu()]
+                acc += p * x.shape[0]
+        return [float(v) / e_ids.shape[0] for v in acc.cpu()]
 
     def snapshot():
         return {k: v.detach().clone() for k, v in student.state_dict().items()}
