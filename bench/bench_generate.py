@@ -24,7 +24,10 @@ tokens with no host work between them. The cache holds --prompt-len positions of
 random keys and values before decoding starts (each token attends over them), and
 every run starts from the same state. tokens/s is the median over --runs runs after
 a warm-up run (CUDA events around the replays); the eager step (no graph) is timed
-once too, to show what the graph saves.
+once too, to show what the graph saves. With --compile both models' step goes
+through torch.compile (inductor, fullgraph: the norms, rotary embedding and
+elementwise work fused; a BLRLinear is one bitrank::blr_linear operator of the
+graph) before the capture, its compile time reported.
 
 Before timing, the decode step is checked against transformers' own forward of the
 same model on a short random sequence (each position's logits, relative L2 error):
@@ -37,7 +40,7 @@ there is no CUDA GPU or the library has no CUDA inference plan (--dense-only the
 still measures the fp16 model); 1 when a check fails.
 
     python3 bench/bench_generate.py [--small] [--tokens 128] [--runs 5] [--lm-head]
-        [--bpw 1.0] [--paths 2] [--prompt-len 128] [--layers N] [--dense-only]
+        [--bpw 1.0] [--paths 2] [--prompt-len 128] [--layers N] [--dense-only] [--compile]
 """
 import argparse
 import json
@@ -83,6 +86,9 @@ def parse_args(argv=None):
     ap.add_argument("--dense-only", action="store_true", help="the fp16 model alone")
     ap.add_argument("--no-check", action="store_true",
                     help="skip the check against transformers' forward")
+    ap.add_argument("--compile", action="store_true",
+                    help="both models' decode step through torch.compile (inductor, "
+                         "fullgraph) before the CUDA graph capture")
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args(argv)
     for name in ("tokens", "runs", "prompt_len"):
@@ -180,14 +186,16 @@ class StaticDecoder:
     pos <- pos + 1. Uses the model's own modules, so a BLRLinear layer runs as it
     does inside transformers."""
 
-    def __init__(self, torch, model, cfg, max_len):
+    def __init__(self, torch, model, cfg, max_len, device="cuda", compile_step=False):
         self.torch = torch
         self.model = model
+        if compile_step:  # the step's own code compiled; the modules it calls inlined
+            self.step = torch.compile(self.step, fullgraph=True, dynamic=False)
         self.H = cfg.num_attention_heads
         self.Hkv = cfg.num_key_value_heads
         self.D = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.H
         self.L = max_len
-        dev, dt = "cuda", torch.float16
+        dev, dt = device, model.model.embed_tokens.weight.dtype
         n = len(model.model.layers)
         self.k = [torch.zeros(1, self.Hkv, max_len, self.D, device=dev, dtype=dt)
                   for _ in range(n)]
@@ -199,7 +207,7 @@ class StaticDecoder:
 
     def fill_random(self, upto, seed):
         """Positions [0, upto) of every layer's cache hold random keys and values."""
-        g = self.torch.Generator(device="cuda").manual_seed(seed)
+        g = self.torch.Generator(device=self.k[0].device).manual_seed(seed)
         for c in self.k + self.v:
             c.zero_()
             c[:, :, :upto].normal_(generator=g)
@@ -333,16 +341,27 @@ def main(argv=None):
     torch.cuda.synchronize()
     shape = (f"{cfg.num_hidden_layers}x(h{cfg.hidden_size},i{cfg.intermediate_size},"
              f"heads{cfg.num_attention_heads}/{cfg.num_key_value_heads}),v{cfg.vocab_size}")
-    log(f"bench_generate: {shape} on {device_name}, built in {time.perf_counter() - t0:.1f} s")
+    log(f"bench_generate: {shape} on {device_name}, built in {time.perf_counter() - t0:.1f} s"
+        f"{', the decode step through torch.compile' if args.compile else ''}")
     common = {"bench": "generate", "device": device_name, "torch": torch.__version__,
               "shape": shape, "tokens": args.tokens, "prompt_len": args.prompt_len,
-              "runs": args.runs}
+              "runs": args.runs, "compiled": args.compile}
     max_len = args.prompt_len + args.tokens + 1
     status = 0
 
     def measure(variant, tol, extra):
         nonlocal status
-        dec = StaticDecoder(torch, model, cfg, max_len)
+        if args.compile:
+            torch._dynamo.reset()
+        dec = StaticDecoder(torch, model, cfg, max_len, compile_step=args.compile)
+        compile_s = None
+        if args.compile:  # the first step compiles (timed)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                dec.reset(0, 0)
+                dec.step()
+            torch.cuda.synchronize()
+            compile_s = round(time.perf_counter() - t0, 1)
         err, ok = (None, True) if args.no_check else check(torch, model, dec, cfg,
                                                            args.seed + 3, tol)
         if not ok:
@@ -353,15 +372,17 @@ def main(argv=None):
         row = dict(common, variant=variant, **extra, tokens_per_s=round(tps, 2),
                    ms_per_token=round(1e3 / tps, 4), eager_tokens_per_s=round(eager, 2),
                    runs_tokens_per_s=[round(r, 2) for r in rates],
-                   check_rel_err=None if err is None else round(err, 6))
+                   check_rel_err=None if err is None else round(err, 6), compile_s=compile_s)
         print(json.dumps(row), flush=True)
+        row["compiled_note"] = "" if compile_s is None else f"; compiled in {compile_s} s"
         del dec
         return row
 
     dense_bytes = weight_bytes(model)
     dense = measure("fp16", 2e-2, {"weight_bytes": dense_bytes})
     log(f"  fp16: {dense['tokens_per_s']:.1f} tokens/s ({dense['ms_per_token']:.3f} ms/token; "
-        f"eager {dense['eager_tokens_per_s']:.1f}), weights {dense_bytes / 2**30:.3f} GiB, "
+        f"eager {dense['eager_tokens_per_s']:.1f}{dense['compiled_note']}), "
+        f"weights {dense_bytes / 2**30:.3f} GiB, "
         f"check {dense['check_rel_err']}")
     if args.dense_only:
         return status
@@ -387,7 +408,7 @@ def main(argv=None):
     print(json.dumps(summary), flush=True)
     gib = 2 ** 30
     log(f"  {blr['variant']}: {blr['tokens_per_s']:.1f} tokens/s ({blr['ms_per_token']:.3f} "
-        f"ms/token; eager {blr['eager_tokens_per_s']:.1f}), kernels {', '.join(kernels)}, "
+        f"ms/token; eager {blr['eager_tokens_per_s']:.1f}{blr['compiled_note']}), kernels {', '.join(kernels)}, "
         f"check {blr['check_rel_err']}")
     log(f"  weights: fp16 {dense_bytes / gib:.3f} GiB, BLR {mem.total_bytes / gib:.3f} GiB "
         f"(compressed layers {mem.linear_bytes / gib:.3f} GiB for {dense_linear / gib:.3f} GiB "

@@ -7,7 +7,10 @@ Both models generate through transformers' generate (greedy, the model's own KV
 cache), after one short warm-up generation that is not timed (the first call pays for
 plan scratch, cuBLAS handles and kernel loading). The time is the whole call, the
 prompt's prefill included; it is split into the first token (prefill) and the tokens
-after it (decode) by a second, one-token generation. At batch 1 the decode steps of a
+after it (decode) by a second, one-token generation. With --compile both models run
+with a static KV cache and their forward compiled by torch.compile (fullgraph; CUDA
+graphs on a GPU), what transformers' fast generation path does; the compiling
+happens in untimed warm-up calls of each timed call's shape. At batch 1 the decode steps of a
 small model are bound by Python and kernel launches, not by the weights (each layer
 is one or two library calls per token): bench/bench_generate.py measures the weights'
 own speed with CUDA graphs.
@@ -60,6 +63,9 @@ def add_arguments(p):
     p.add_argument("--no-pack", action="store_true",
                    help="keep the compressed layers trainable modules (no "
                         "pack_for_inference: their training state stays on the device)")
+    p.add_argument("--compile", action="store_true",
+                   help="a static KV cache and the models' forward through torch.compile "
+                        "(fullgraph; CUDA graphs on a GPU), compiled in untimed warm-up calls")
     p.add_argument("--json", metavar="OUT", help="also write the results to this file")
 
 
@@ -101,8 +107,19 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _timed_generate(model, tok, prompt, n, device, ignore_eos):
-    """(new token ids, seconds of the whole call, seconds of a one-token call)."""
+def _compile(model, device):
+    """The model's forward through torch.compile: one graph for the whole forward (a
+    BLRLinear is one bitrank::blr_linear operator in it), CUDA graphs on a GPU."""
+    import torch
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    torch._dynamo.reset()  # the other model's graphs (each shape is a recompile)
+    model.forward = torch.compile(model.forward, fullgraph=True, dynamic=False, mode=mode)
+
+
+def _timed_generate(model, tok, prompt, n, device, ignore_eos, compiled=False):
+    """(prompt tokens, new token ids, seconds of the whole call, seconds of a one-token
+    call, seconds of the untimed warm-up calls). Compiled: a static KV cache, and each
+    timed call comes after an untimed one of the same shape (which compiles)."""
     import torch
     import transformers
     enc = tok(prompt, return_tensors="pt")
@@ -117,7 +134,8 @@ def _timed_generate(model, tok, prompt, n, device, ignore_eos):
     def run(k):
         cfg = transformers.GenerationConfig(max_new_tokens=k, do_sample=False,
                                             eos_token_id=eos, pad_token_id=pad,
-                                            min_new_tokens=k if ignore_eos else None)
+                                            min_new_tokens=k if ignore_eos else None,
+                                            cache_implementation="static" if compiled else None)
         _sync(device)
         t0 = time.perf_counter()
         with torch.inference_mode():
@@ -125,10 +143,16 @@ def _timed_generate(model, tok, prompt, n, device, ignore_eos):
         _sync(device)
         return out[0, ids.shape[1]:].tolist(), time.perf_counter() - t0
 
-    run(min(2, n))  # warm-up
+    t0 = time.perf_counter()
+    if compiled:  # every shape the timed calls have (the static cache's length is the call's)
+        run(1)
+        run(n)
+    else:
+        run(min(2, n))  # plan scratch, cuBLAS handles, kernel loading
+    warm = time.perf_counter() - t0
     _, first = run(1)
     tokens, seconds = run(n)
-    return ids.shape[1], tokens, seconds, first
+    return ids.shape[1], tokens, seconds, first, warm
 
 
 def _weight_bytes(model):
@@ -141,13 +165,14 @@ def _weight_bytes(model):
     return total
 
 
-def _result(name, tok, prompt_tokens, tokens, seconds, first):
+def _result(name, tok, prompt_tokens, tokens, seconds, first, warm, compiled):
     n = len(tokens)
     decode = (n - 1) / (seconds - first) if n > 1 and seconds > first else None
     return {"model": name, "prompt_tokens": prompt_tokens, "new_tokens": n, "tokens": tokens,
             "text": tok.decode(tokens, skip_special_tokens=True), "seconds": seconds,
             "tokens_per_s": n / seconds if seconds > 0 else None,
-            "first_token_s": first, "decode_tokens_per_s": decode}
+            "first_token_s": first, "decode_tokens_per_s": decode, "compiled": compiled,
+            "warmup_s": warm}
 
 
 def _print_run(title, r, memory_line):
@@ -158,6 +183,8 @@ def _print_run(title, r, memory_line):
             f"{r['seconds']:.3f} s: {speed} (first token {1e3 * r['first_token_s']:.1f} ms")
     if r["decode_tokens_per_s"]:
         line += f", then {r['decode_tokens_per_s']:.1f} tokens/s"
+    if r["compiled"]:
+        line += f"; compiled, warm-up {r['warmup_s']:.1f} s"
     print(line + ")")
     print(f"  {memory_line}")
 
@@ -198,12 +225,14 @@ def run(args):
                      "layers run the library's training forward (slower), not packed")
     elif not args.no_pack:
         bitrank.pack_for_inference(model, device)
-    prompt_tokens, tokens, seconds, first = _timed_generate(
-        model, tok, args.prompt, args.max_new_tokens, device, args.ignore_eos)
+    if args.compile:
+        _compile(model, device)
+    prompt_tokens, tokens, seconds, first, warm = _timed_generate(
+        model, tok, args.prompt, args.max_new_tokens, device, args.ignore_eos, args.compile)
     kernels = sorted({m.infer_kernel for m in model.modules()
                       if isinstance(m, bitrank.BLRLinear) and m.infer_kernel})
     mem = bitrank.inference_memory(model)  # again: the plans' scratch is sized by now
-    res = _result(args.model, tok, prompt_tokens, tokens, seconds, first)
+    res = _result(args.model, tok, prompt_tokens, tokens, seconds, first, warm, args.compile)
     res.update(device=str(device), dtype=str(dtype).replace("torch.", ""),
                kernels=kernels, memory=mem.to_dict(), weight_bytes=mem.total_bytes)
     for note in notes:
@@ -225,9 +254,12 @@ def run(args):
         except OSError as e:
             raise UserError(f"{args.compare_fp16}: {str(e).splitlines()[0]}") from None
         orig = orig.to(device).eval()
-        o_prompt, o_tokens, o_seconds, o_first = _timed_generate(
-            orig, tok, args.prompt, args.max_new_tokens, device, args.ignore_eos)
-        ref = _result(args.compare_fp16, tok, o_prompt, o_tokens, o_seconds, o_first)
+        if args.compile:
+            _compile(orig, device)
+        o_prompt, o_tokens, o_seconds, o_first, o_warm = _timed_generate(
+            orig, tok, args.prompt, args.max_new_tokens, device, args.ignore_eos, args.compile)
+        ref = _result(args.compare_fp16, tok, o_prompt, o_tokens, o_seconds, o_first, o_warm,
+                      args.compile)
         ref.update(device=str(device), dtype=res["dtype"], weight_bytes=_weight_bytes(orig))
         _print_run(f"original: {args.compare_fp16} on {device}, {ref['dtype']}", ref,
                    f"weights {human_bytes(ref['weight_bytes'])}")

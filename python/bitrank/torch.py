@@ -37,9 +37,11 @@ gradients G_U = dL/dS_U, G_V = dL/dS_V (the signs taken as real) in
 optimizer (LibraryOptimizer below) and straight-through estimators train on.
 """
 import ctypes
+import itertools
 import math
 import threading
 import warnings
+import weakref
 
 import torch
 from torch import nn
@@ -81,6 +83,44 @@ def _capturing(device):
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+# ---- torch.compile: the library's forward as one custom operator
+#
+# Dynamo cannot trace the ctypes calls of a forward, so under torch.compile a
+# BLRLinear that needs no autograd graph puts one opaque operator in the graph,
+# bitrank::blr_linear(x [ntok][n], module id, m) -> y [ntok][m] in x's dtype; when the
+# compiled graph runs it looks the module up by id and runs its forward as eager
+# code would (the same plan, the same kernels, the same checks). The module id is a
+# constant of the graph: each module instance has its own (copies and unpickled
+# modules get new ones).
+_compiling = torch.compiler.is_compiling
+_MODULES = weakref.WeakValueDictionary()  # module id -> BLRLinear
+_MODULE_IDS = itertools.count(1)
+
+
+def _register(mod):
+    mod._op_id = next(_MODULE_IDS)
+    _MODULES[mod._op_id] = mod
+
+
+@torch.library.custom_op("bitrank::blr_linear", mutates_args=())
+def _blr_linear_op(x: torch.Tensor, module_id: int, out_features: int) -> torch.Tensor:
+    mod = _MODULES.get(module_id)
+    if mod is None:
+        raise RuntimeError(f"bitrank::blr_linear: BLRLinear {module_id}, which this compiled "
+                           "graph runs, no longer exists (compile the model again)")
+    if mod.out_features != out_features or x.dim() != 2 or x.shape[1] != mod.in_features:
+        raise RuntimeError(f"bitrank::blr_linear: BLRLinear {module_id} is {mod.in_features} "
+                           f"-> {mod.out_features}, called with {tuple(x.shape)} -> "
+                           f"{out_features}")
+    with torch.no_grad():
+        return mod._forward_2d(x)
+
+
+@_blr_linear_op.register_fake
+def _blr_linear_fake(x, module_id, out_features):
+    return x.new_empty(x.shape[0], out_features)
+
+
 class BLRLinear(nn.Module):
     """A compressed nn.Linear of `paths` binary low-rank paths of rank `rank`."""
 
@@ -89,10 +129,12 @@ class BLRLinear(nn.Module):
     _captured = ()
     _pack_device = None
     _pack_requires_grad = None
+    _op_id = None
 
     def __init__(self, in_features, out_features, rank, paths=2, bias=True, device=None,
                  backend="library"):
         super().__init__()
+        _register(self)
         if paths not in (1, 2):
             raise ValueError(f"BLRLinear: paths must be 1 or 2, not {paths}")
         if rank < 1 or in_features < 1 or out_features < 1:
@@ -219,7 +261,12 @@ class BLRLinear(nn.Module):
         d["_infer"] = None
         d["_infer_cuda"] = None
         d["_captured"] = []
+        d.pop("_op_id", None)
         return d
+
+    def __setstate__(self, d):
+        super().__setstate__(d)
+        _register(self)  # a copy is another module: its own id
 
     # ---- packing for inference (bitrank.pack_for_inference)
 
@@ -316,6 +363,17 @@ class BLRLinear(nn.Module):
             raise ValueError(f"BLRLinear: input has {shape[-1]} features, the layer "
                              f"{self.in_features}")
         x2 = x.reshape(-1, self.in_features)
+        if (_compiling() and not self._needs_graph(x2)
+                and (self._pack_device is not None or self.backend == "library")):
+            # torch.compile: the library's forward is one opaque operator in the graph
+            # (no graph break); it runs _forward_2d below when the graph runs
+            y = torch.ops.bitrank.blr_linear(x2, self._op_id, self.out_features)
+            return y.reshape(*shape[:-1], self.out_features)
+        return self._forward_2d(x2).reshape(*shape[:-1], self.out_features)
+
+    def _forward_2d(self, x2):
+        """y [ntok][m] in x2's dtype = the layer of x2 [ntok][n] (+ bias), by the plan
+        or the training forward as the module and the input say."""
         where = self._plan_device(x2)
         if where is not None:
             if x2.shape[0] == 0:
@@ -328,15 +386,15 @@ class BLRLinear(nn.Module):
                 plan = self._infer_plan()
                 y = plan.run(x2, self.bias)
                 self.infer_kernel = plan.kernel
-            return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
+            return y.to(x2.dtype)
         if self.backend == "torch" or x2.shape[0] == 0:
             y = self._torch_forward(x2)
         else:
             y = _BLRFunction.apply(x2, self.h, self.l, self.g, self)
-        y = y.to(x.dtype)
+        y = y.to(x2.dtype)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
-        return y.reshape(*shape[:-1], self.out_features)
+        return y
 
     def _needs_graph(self, x2):
         """Whether this forward must record an autograd graph (which the plans cannot:

@@ -265,6 +265,27 @@ def test_cli_generate(tiny, tmp_path, capsys):
     assert e.value.code == 1 and "not positive" in capsys.readouterr().err
 
 
+def test_cli_generate_compile(tiny, tmp_path):
+    """--compile: a static cache and the forward through torch.compile (fullgraph, no
+    graph break); the packed layers' plans run inside the compiled graphs and the
+    greedy tokens are the eager ones."""
+    from bitrank.__main__ import main
+    orig, small, _ = map(str, tiny)
+    out = tmp_path / "c.json"
+    torch._dynamo.utils.counters.clear()
+    runs = bt._InferPlan.calls["run"]
+    assert main(["generate", small, "--prompt", "w1 w2 w3", "--max-new-tokens", "5",
+                 "--ignore-eos", "--device", "cpu", "--compile", "--json", str(out)]) == 0
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2
+    assert bt._InferPlan.calls["run"] > runs
+    c = json.loads(out.read_text())["compressed"]
+    assert c["compiled"] and c["new_tokens"] == 5 and c["warmup_s"] > 0
+    model = bitrank.load(small)
+    bitrank.pack_for_inference(model)
+    assert c["tokens"] == _greedy(model, _tokenizer(), "w1 w2 w3", 5)
+
+
 # ---- bench/bench_generate.py
 
 def test_bench_generate_refuses_without_the_plan():
@@ -279,6 +300,76 @@ def test_bench_generate_refuses_without_the_plan():
     want = "CUDA GPU" if not torch.cuda.is_available() else "br_blr_infer_cuda"
     assert want in r.stderr and "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+# ---- torch.compile
+
+def _compile_pair(rng, device):
+    """Two random BLRLinear layers with a ReLU between (exact under inductor too)."""
+    a, _, _ = random_layer(rng, 48, 64, 16, 2, device)
+    b, _, _ = random_layer(rng, 40, 48, 8, 1, device, bias=False)
+    return torch.nn.Sequential(a, torch.nn.ReLU(), b)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_compile_fullgraph_cpu(packed):
+    """torch.compile(fullgraph=True) of a model with BLRLinear layers needing no graph:
+    one bitrank::blr_linear operator a layer (no graph break), running the same plan
+    as eager code: the same bits, the plan's runs counted, no training forward."""
+    torch._dynamo.reset()
+    rng = np.random.default_rng(SEED + 31 + packed)
+    model = _compile_pair(rng, "cpu")
+    if packed:
+        bitrank.pack_for_inference(model)
+    x = torch.from_numpy(rng.normal(0, 1, (2, 3, 64))).float()
+    with torch.no_grad():
+        ref = model(x)
+        compiled = torch.compile(model, fullgraph=True, backend="inductor")
+        calls, runs = dict(bt._BLRFunction.calls), bt._InferPlan.calls["run"]
+        y = compiled(x)
+        x2 = torch.from_numpy(rng.normal(0, 1, (2, 3, 64))).float()
+        y2 = compiled(x2)
+    assert bt._InferPlan.calls["run"] == runs + 4 and bt._BLRFunction.calls == calls
+    assert y.shape == (2, 3, 40) and torch.equal(y, ref)
+    with torch.no_grad():
+        assert torch.equal(y2, model(x2))
+
+
+def test_compile_module_ids():
+    """Each module is its own operator argument: a deep copy gets its own id and runs
+    its own weights under the copy's compiled graph; an id whose module is gone is
+    refused by name."""
+    torch._dynamo.reset()
+    rng = np.random.default_rng(SEED + 33)
+    model = _compile_pair(rng, "cpu")
+    twin = copy.deepcopy(model)
+    assert twin[0]._op_id != model[0]._op_id and twin[2]._op_id != model[2]._op_id
+    with torch.no_grad():
+        twin[0].h.mul_(2.0)
+        x = torch.from_numpy(rng.normal(0, 1, (4, 64))).float()
+        ya = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+        yb = torch.compile(twin, fullgraph=True, backend="aot_eager")(x)
+        assert torch.equal(ya, model(x)) and torch.equal(yb, twin(x))
+        assert not torch.equal(ya, yb)
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        torch.ops.bitrank.blr_linear(x, 10 ** 12, 48)
+
+
+def test_compile_operator_registration():
+    """The operator's schema, fake (meta) kernel and autograd registration pass
+    torch.library.opcheck, and a training forward under torch.compile (not fullgraph)
+    still records the library's backward."""
+    rng = np.random.default_rng(SEED + 35)
+    mod, w, b = random_layer(rng, 48, 64, 16, 2, "cpu")
+    x = torch.from_numpy(rng.normal(0, 1, (5, 64))).float()
+    res = torch.library.opcheck(torch.ops.bitrank.blr_linear.default, (x, mod._op_id, 48))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    torch._dynamo.reset()
+    y = torch.compile(mod, backend="aot_eager")(x)
+    y.sum().backward()
+    assert mod.h.grad is not None and mod.g.grad is not None
+    ref = x.double() @ w.T + b
+    assert float((y.detach().double() - ref).abs().max() / ref.abs().max()) < 3e-3
 
 
 # ---- the CUDA plan (GPU)
@@ -488,6 +579,29 @@ def test_cuda_graph_capture_and_replay(dtype):
         assert len(mod._captured) == 1 and mod._captured[0].ptr
         g.replay()
         torch.cuda.synchronize()
+
+
+@cuda_plan
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compile_cuda(mode):
+    """On the GPU, torch.compile(fullgraph=True) of packed layers runs their CUDA plans
+    inside the compiled graph (and inside its CUDA graphs with mode="reduce-overhead"):
+    the eager outputs, bit for bit, f16 in and out."""
+    torch._dynamo.reset()
+    rng = np.random.default_rng(SEED + 37)
+    model = _compile_pair(rng, "cuda")
+    bitrank.pack_for_inference(model)
+    xs = [torch.from_numpy(rng.normal(0, 1, (3, 64))).to("cuda", torch.float16)
+          for _ in range(4)]
+    with torch.no_grad():
+        compiled = torch.compile(model, fullgraph=True, mode=mode)
+        runs = bt._CudaPlan.calls["run"]
+        ys = [compiled(x).clone() for x in xs]
+        assert bt._CudaPlan.calls["run"] > runs
+        for x, y in zip(xs, ys):
+            assert y.dtype == torch.float16 and torch.equal(y, model(x))
+    assert model[0].infer_kernel not in (None, "", "none")
 
 
 @cuda_plan
