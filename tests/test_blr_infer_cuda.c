@@ -505,6 +505,87 @@ static void shared_workspace(void) {
     br_ctx_free(ctx);
 }
 
+/* Layers in a chain, each run's output the next one's input, issued back to back
+ * with no synchronization (plan A, B, A, B, ... on one stream: A's counter is used
+ * again two launches on), then captured in a CUDA graph and replayed: every link
+ * gives the bits it gives when each run is synchronized alone. A kernel that read
+ * its input, the workspace or its counter before the kernel before it had finished
+ * (programmatic dependent launch) would differ here. */
+static void chained_layers(void) {
+    br_ctx *ctx = t_ctx();
+    br_rng rng = t_rng_for(470);
+    enum { LINKS = 6 };
+    const size_t n = 512, r = 96;
+    br_blr_host L[2];
+    br_blr_infer_cuda *plan[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        L[k] = random_layer(ctx, &rng, n, n, r, 2);
+        CHECK_OK(ctx, br_blr_infer_cuda_new(ctx, &L[k], &plan[k]));
+    }
+    cudaStream_t stream;
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    CHECK_OK(ctx, br_ctx_set_stream(ctx, stream));
+    static const size_t toks[] = {1, 3, 8};
+    for (size_t ti = 0; plan[0] && plan[1] && ti < sizeof toks / sizeof toks[0]; ti++) {
+        const size_t ntok = toks[ti], bytes = ntok * n * 2;
+        uint16_t *x = t_xmalloc(bytes), *want[LINKS], *got = t_xmalloc(bytes);
+        for (size_t i = 0; i < ntok * n; i++)
+            x[i] = act_round(BR_ACT_F16, spread_value(&rng, 1.0, 0.8));
+        void *buf[LINKS + 1];
+        for (int i = 0; i <= LINKS; i++) buf[i] = dev_new(bytes);
+        dev_put(buf[0], x, bytes);
+        /* each link alone */
+        for (int i = 0; i < LINKS; i++) {
+            want[i] = t_xmalloc(bytes);
+            CHECK_OK(ctx, br_blr_infer_cuda_run(plan[i % 2], BR_ACT_F16, buf[i], ntok, NULL, buf[i + 1]));
+            CHECK_OK(ctx, br_ctx_sync(ctx));
+            dev_get(want[i], buf[i + 1], bytes);
+        }
+        const char *k = br_blr_infer_cuda_kernel(plan[0]), *kw = kernel_for(ntok, n, r, 2);
+        CHECK(strcmp(k, kw) == 0, "%zu tokens: kernel %s, expected %s", ntok, k, kw);
+        for (int mode = 0; mode < 2; mode++) { /* 0: eager, back to back; 1: a graph */
+            for (int i = 1; i <= LINKS; i++) dev_poison(buf[i], bytes);
+            cudaGraph_t graph = NULL;
+            cudaGraphExec_t exec = NULL;
+            if (mode) cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+            br_status st = BR_OK;
+            for (int i = 0; i < LINKS && st == BR_OK; i++)
+                st = br_blr_infer_cuda_run(plan[i % 2], BR_ACT_F16, buf[i], ntok, NULL, buf[i + 1]);
+            CHECK(st == BR_OK, "chain of %zu tokens (%s): %s: %s", ntok, mode ? "captured" : "eager",
+                  br_status_name(st), br_ctx_error(ctx));
+            if (mode) {
+                cudaError_t ce = cudaStreamEndCapture(stream, &graph);
+                CHECK(ce == cudaSuccess, "end capture: %s", cudaGetErrorString(ce));
+                if (st == BR_OK && ce == cudaSuccess) {
+                    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+                    for (int i = 1; i <= LINKS; i++) dev_poison(buf[i], bytes);
+                    cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+                }
+            }
+            cuda_ok(cudaStreamSynchronize(stream), "chain sync");
+            for (int i = 0; i < LINKS; i++) {
+                dev_get(got, buf[i + 1], bytes);
+                size_t differ = t_bits_differ16(want[i], got, ntok * n);
+                CHECK(differ == 0, "%s chain of %zu tokens, link %d: %zu outputs differ from "
+                      "the run alone", mode ? "captured" : "eager", ntok, i, differ);
+            }
+            if (exec) cudaGraphExecDestroy(exec);
+            if (graph) cudaGraphDestroy(graph);
+            cudaGetLastError();
+        }
+        for (int i = 0; i <= LINKS; i++) cudaFree(buf[i]);
+        for (int i = 0; i < LINKS; i++) free(want[i]);
+        free(x), free(got);
+    }
+    CHECK_OK(ctx, br_ctx_use_own_stream(ctx));
+    cuda_ok(cudaStreamDestroy(stream), "stream destroy");
+    for (int k = 0; k < 2; k++) {
+        br_blr_infer_cuda_free(plan[k]);
+        br_blr_host_free(&L[k]);
+    }
+    br_ctx_free(ctx);
+}
+
 /* bad arguments on a CUDA context */
 static void errors_cuda(void) {
     br_ctx *ctx = t_ctx();
@@ -572,7 +653,8 @@ int main(void) {
     static const t_case cases[] = {T_CASE(cpu_ctx_refused), T_CASE(errors_cuda),
                                    T_CASE(odd_shapes),      T_CASE(llama_shape_scaled),
                                    T_CASE(wide_shapes),     T_CASE(random_shapes),
-                                   T_CASE(graph_replay),    T_CASE(shared_workspace)};
+                                   T_CASE(graph_replay),    T_CASE(shared_workspace),
+                                   T_CASE(chained_layers)};
     int rc = t_run("blr_infer_cuda", cases, sizeof cases / sizeof cases[0]);
     for (int i = 0; i < 4; i++) {
         fprintf(stderr, "runs checked on %s: %zu\n", g_kernels[i], g_ran[i]);
