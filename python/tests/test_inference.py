@@ -673,12 +673,14 @@ def test_inference_memory_cuda_at_1bpw():
 
 @cuda_plan
 @pytest.mark.cuda
-def test_cli_generate_cuda(tiny):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_cli_generate_cuda(tiny, compiled):
     orig, small, _ = map(str, tiny)
     r = _cli(small, "--prompt", "w1 w2 w3", "--max-new-tokens", "8", "--ignore-eos",
-             "--device", "cuda", "--compare-fp16", orig)
+             "--device", "cuda", "--compare-fp16", orig, *(["--compile"] if compiled else []))
     assert r.returncode == 0, r.stderr
     assert "packed, kernels" in r.stdout and "== original" in r.stdout
+    assert ("compiled, warm-up" in r.stdout) == compiled
 
 
 @cuda_plan
