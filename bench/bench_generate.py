@@ -186,7 +186,7 @@ class StaticDecoder:
     pos <- pos + 1. Uses the model's own modules, so a BLRLinear layer runs as it
     does inside transformers."""
 
-    def __init__(self, torch, model, cfg, max_len, device="cuda", compile_step=False):
+    def __init__(self, torch, model, cfg, max_len, compile_step=False):
         self.torch = torch
         self.model = model
         if compile_step:  # the step's own code compiled; the modules it calls inlined
@@ -195,7 +195,7 @@ class StaticDecoder:
         self.Hkv = cfg.num_key_value_heads
         self.D = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.H
         self.L = max_len
-        dev, dt = device, model.model.embed_tokens.weight.dtype
+        dev, dt = "cuda", torch.float16
         n = len(model.model.layers)
         self.k = [torch.zeros(1, self.Hkv, max_len, self.D, device=dev, dtype=dt)
                   for _ in range(n)]
@@ -207,7 +207,7 @@ class StaticDecoder:
 
     def fill_random(self, upto, seed):
         """Positions [0, upto) of every layer's cache hold random keys and values."""
-        g = self.torch.Generator(device=self.k[0].device).manual_seed(seed)
+        g = self.torch.Generator(device="cuda").manual_seed(seed)
         for c in self.k + self.v:
             c.zero_()
             c[:, :, :upto].normal_(generator=g)
@@ -352,7 +352,7 @@ def main(argv=None):
     def measure(variant, tol, extra):
         nonlocal status
         if args.compile:
-            torch._dynamo.reset()
+            torch.compiler.reset()  # the other model's graphs
         dec = StaticDecoder(torch, model, cfg, max_len, compile_step=args.compile)
         compile_s = None
         if args.compile:  # the first step compiles (timed)
@@ -374,14 +374,16 @@ def main(argv=None):
                    runs_tokens_per_s=[round(r, 2) for r in rates],
                    check_rel_err=None if err is None else round(err, 6), compile_s=compile_s)
         print(json.dumps(row), flush=True)
-        row["compiled_note"] = "" if compile_s is None else f"; compiled in {compile_s} s"
         del dec
         return row
+
+    def compiled(row):
+        return "" if row["compile_s"] is None else f"; compiled in {row['compile_s']} s"
 
     dense_bytes = weight_bytes(model)
     dense = measure("fp16", 2e-2, {"weight_bytes": dense_bytes})
     log(f"  fp16: {dense['tokens_per_s']:.1f} tokens/s ({dense['ms_per_token']:.3f} ms/token; "
-        f"eager {dense['eager_tokens_per_s']:.1f}{dense['compiled_note']}), "
+        f"eager {dense['eager_tokens_per_s']:.1f}{compiled(dense)}), "
         f"weights {dense_bytes / 2**30:.3f} GiB, "
         f"check {dense['check_rel_err']}")
     if args.dense_only:
@@ -408,7 +410,8 @@ def main(argv=None):
     print(json.dumps(summary), flush=True)
     gib = 2 ** 30
     log(f"  {blr['variant']}: {blr['tokens_per_s']:.1f} tokens/s ({blr['ms_per_token']:.3f} "
-        f"ms/token; eager {blr['eager_tokens_per_s']:.1f}{blr['compiled_note']}), kernels {', '.join(kernels)}, "
+        f"ms/token; eager {blr['eager_tokens_per_s']:.1f}{compiled(blr)}), "
+        f"kernels {', '.join(kernels)}, "
         f"check {blr['check_rel_err']}")
     log(f"  weights: fp16 {dense_bytes / gib:.3f} GiB, BLR {mem.total_bytes / gib:.3f} GiB "
         f"(compressed layers {mem.linear_bytes / gib:.3f} GiB for {dense_linear / gib:.3f} GiB "

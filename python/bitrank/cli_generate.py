@@ -10,10 +10,10 @@ prompt's prefill included; it is split into the first token (prefill) and the to
 after it (decode) by a second, one-token generation. With --compile both models run
 with a static KV cache and their forward compiled by torch.compile (fullgraph; CUDA
 graphs on a GPU), what transformers' fast generation path does; the compiling
-happens in untimed warm-up calls of each timed call's shape. At batch 1 the decode steps of a
-small model are bound by Python and kernel launches, not by the weights (each layer
-is one or two library calls per token): bench/bench_generate.py measures the weights'
-own speed with CUDA graphs.
+happens in untimed warm-up calls of each timed call's shape. At batch 1 the decode
+steps of a small model are bound by Python and kernel launches, not by the weights
+(each layer is one or two library calls per token): bench/bench_generate.py measures
+the weights' own speed with CUDA graphs.
 """
 import json
 import os
@@ -112,7 +112,7 @@ def _compile(model, device):
     BLRLinear is one bitrank::blr_linear operator in it), CUDA graphs on a GPU."""
     import torch
     mode = "reduce-overhead" if device.type == "cuda" else None
-    torch._dynamo.reset()  # the other model's graphs (each shape is a recompile)
+    torch.compiler.reset()  # the other model's graphs (each shape is a recompile)
     model.forward = torch.compile(model.forward, fullgraph=True, dynamic=False, mode=mode)
 
 
